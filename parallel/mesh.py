@@ -1,0 +1,39 @@
+"""The device mesh: ('data', 'seq').
+
+'data' shards the batch (data parallelism, and FSDP for parameters later); 'seq' shards the
+sequence, and the attention ring runs along it. Axes are Auto (GSPMD-style propagation): the
+sequence-parallel kernel runs inside `jax.shard_map`, and the rest of the model is annotated with
+shardings rather than typed with them.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+DATA, SEQ = "data", "seq"
+
+
+def make_mesh(data: int = -1, seq: int = -1, *, devices=None) -> Mesh:
+    """A ('data', 'seq') mesh over all devices (or `devices`).
+
+    At most one of data, seq may be -1; it is filled with the remaining devices.
+    Example with 8 devices: make_mesh(2, -1) -> data 2 x seq 4.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    count = len(devices)
+    if data == -1 and seq == -1:
+        data = 1
+    if data == -1 or seq == -1:
+        known = seq if data == -1 else data
+        if known < 1 or count % known:
+            raise ValueError(
+                f"mesh: {known} does not divide the {count} devices: "
+                f"choose mesh.data x mesh.seq = {count}")
+        data, seq = (count // known, seq) if data == -1 else (data, count // known)
+    if data < 1 or seq < 1 or data * seq != count:
+        raise ValueError(
+            f"mesh: data {data} x seq {seq} = {data * seq} does not match the {count} devices: "
+            f"choose sizes whose product is {count} (or -1 for one of them)")
+    return jax.make_mesh((data, seq), (DATA, SEQ), axis_types=(AxisType.Auto, AxisType.Auto),
+                         devices=devices)
