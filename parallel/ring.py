@@ -46,6 +46,15 @@ def _positions(spec: RingSpec, shard, block):
     return layouts.block_positions(spec.kind, shard, block, spec.num_shards, xp=jnp)
 
 
+def _ring_steps_before_last(num_shards):
+    """N - 1, hidden from XLA's constant folding.
+
+    With a visible trip count of 1 (N = 2) XLA inlines the loop and lays out buffers differently
+    from every other N; behind the barrier the program, and its memory, is the same for all N.
+    """
+    return lax.optimization_barrier(jnp.int32(num_shards - 1))
+
+
 def _send_to_next(tree, num_shards):
     """Moves every array in `tree` one hop along the ring: device d -> d + 1."""
     if num_shards == 1:
@@ -80,7 +89,7 @@ def _ring_forward_local(spec: RingSpec, q, k, v, seg):
     acc = tiles.varying((jnp.zeros(q.shape, F32), jnp.full(stat_shape, -jnp.inf, F32),
                          jnp.zeros(stat_shape, F32)), ts)
     counts = tiles.varying(jnp.zeros((num_shards,), jnp.int32), ts)
-    block, acc, counts = lax.fori_loop(0, num_shards - 1, body, ((k, v, seg), acc, counts))
+    block, acc, counts = lax.fori_loop(0, _ring_steps_before_last(num_shards), body, ((k, v, seg), acc, counts))
     (o, m, l), count = step(num_shards - 1, block, acc)  # last step: nothing left to send
     counts = counts.at[num_shards - 1].set(count)
 
@@ -116,7 +125,7 @@ def _ring_backward_local(spec: RingSpec, q, k, v, seg, out, lse, dout):
 
     dq = tiles.varying(jnp.zeros(q5.shape, F32), ts)
     dkv = tiles.varying((jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)), ts)
-    block, dq, dkv = lax.fori_loop(0, num_shards - 1, body, ((k, v, seg), dq, dkv))
+    block, dq, dkv = lax.fori_loop(0, _ring_steps_before_last(num_shards), body, ((k, v, seg), dq, dkv))
     dq, dk, dv = step(num_shards - 1, block, (dq, *dkv))
     dk, dv = _send_to_next((dk, dv), num_shards)  # the last hop brings dK, dV home
     return dq.reshape(q.shape).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
@@ -134,6 +143,7 @@ def _sharded(fn, spec: RingSpec, in_specs, out_specs):
                          out_specs=out_specs)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _forward(spec: RingSpec, q, k, v, seg):
     if seg is None:
         fn = _sharded(lambda sp, q, k, v: _ring_forward_local(sp, q, k, v, None), spec,
@@ -143,6 +153,7 @@ def _forward(spec: RingSpec, q, k, v, seg):
     return fn(q, k, v, seg)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _backward(spec: RingSpec, q, k, v, seg, out, lse, dout):
     if seg is None:
         fn = _sharded(lambda sp, q, k, v, *rest: _ring_backward_local(sp, q, k, v, None, *rest),
