@@ -1,6 +1,8 @@
 # ringstripe: `make train` trains the embedded default, `make test` runs the tests.
 # Both create .venv on first use; later calls reinstall only when pyproject.toml changed.
 
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -12,14 +14,16 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	@# pip's notes about this machine's unused local indexes are filtered; its failures are not.
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v '^WARNING: Location' || true; }
+	$(PY) -c 'import jax, parallel'
 	touch $(STAMP)
 
 test: install
 	$(PY) -m pytest -n 2 --dist loadfile -q tests
 
 train: install
+	@test -f train.py || { echo "make train: train.py is not in this checkout yet (issue 3 builds it)"; exit 1; }
 	$(PY) train.py --config configs/default.py --workdir runs/default
 
 bench: install
