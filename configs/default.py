@@ -1,0 +1,76 @@
+"""The embedded default: a small Llama-style model learns Python from the standard library.
+
+    make train
+    # = python train.py --config configs/default.py --workdir runs/default
+
+Runs anywhere: on a CPU it fakes 4 devices (data 1 x seq 4) and trains with striped attention
+for under 10 minutes on 2 cores. Tokens per step: global_batch_size 8 x seq_len 1024 = 8,192;
+300 steps see about 2.5M tokens. Compare layouts with --config.parallel.attention=ring|zigzag.
+"""
+
+import ml_collections
+
+
+def get_config():
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # model init and data order
+    config.seq_len = 1024  # tokens per sequence
+    config.global_batch_size = 8  # sequences per step, all devices together
+    config.num_train_steps = 300  # optimizer steps
+    config.eval_every_steps = 100  # evaluate every this many steps (and at the end)
+    config.eval_batches = 4  # batches in one evaluation
+    config.log_every_steps = 10  # metrics every this many steps
+    config.checkpoint_every_steps = 100  # (checkpoints arrive with issue 4)
+    config.cpu_devices = 4  # fake devices when the platform is CPU (set before JAX starts)
+    config.tracker = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
+    config.wandb_project = "ringstripe"  # wandb project
+    config.wandb_mode = "offline"  # wandb mode unless WANDB_MODE is set: offline | online
+    config.peak_tflops_per_device = 0.0  # MFU denominator; 0 = from the device table
+
+    config.parallel = ml_collections.ConfigDict()
+    config.parallel.attention = "striped"  # 'ring' | 'striped' | 'zigzag'
+
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)
+    config.mesh.seq = -1  # sequence shards, the attention ring (-1: the remaining devices)
+
+    vocab_size = ml_collections.FieldReference(2048)
+    config.model = ml_collections.ConfigDict()
+    config.model.vocab_size = vocab_size  # tokenizer pieces = embedding rows
+    config.model.d_model = 128  # residual width
+    config.model.num_layers = 4  # transformer blocks
+    config.model.num_heads = 4  # query heads
+    config.model.num_kv_heads = 2  # key/value heads (GQA when fewer than num_heads)
+    config.model.head_dim = 32  # per-head width
+    config.model.mlp_dim = 384  # SwiGLU hidden width
+    config.model.rope_theta = 10_000.0  # RoPE base
+    config.model.norm_eps = 1e-5  # RMSNorm epsilon
+    config.model.tie_embeddings = False  # output projection = embedding transposed
+    config.model.remat = False  # recompute each block in the backward pass
+    config.model.dtype = "float32"  # compute dtype ('bfloat16' on accelerators)
+    config.model.param_dtype = "float32"  # parameter and optimizer-state dtype
+    config.model.tile_q = 32  # attention query tile (block 256 -> 8 tiles per side); 0 = default
+    config.model.tile_k = 32  # attention key tile
+
+    config.data = ml_collections.ConfigDict()
+    config.data.source = "stdlib"  # 'stdlib' | a text file | a directory | a glob
+    config.data.tokenizer_path = ""  # a sentencepiece .model; '' = train one on the source
+    config.data.vocab_size = vocab_size  # pieces when training the tokenizer (= model.vocab_size)
+    config.data.tokenizer_model_type = "bpe"  # sentencepiece model type when training
+    config.data.cache_dir = ""  # tokenizer and token cache; '' = WORKDIR/cache
+    config.data.max_bytes = 0  # tokenize at most this many bytes of the source; 0 = all
+    config.data.eval_fraction = 0.005  # held-out tail of the token stream for evaluation
+    config.data.mask_documents = True  # attention stays within documents (EOS boundaries)
+    config.data.reset_positions = True  # RoPE positions restart at each document
+
+    config.optim = ml_collections.ConfigDict()
+    config.optim.learning_rate = 3e-3  # peak learning rate
+    config.optim.warmup_steps = 30  # linear warmup steps
+    config.optim.min_lr_ratio = 0.1  # final learning rate / peak (cosine decay)
+    config.optim.b1 = 0.9  # AdamW beta1
+    config.optim.b2 = 0.95  # AdamW beta2
+    config.optim.eps = 1e-8  # AdamW epsilon
+    config.optim.weight_decay = 0.1  # AdamW decoupled weight decay (matrices only)
+    config.optim.grad_clip = 1.0  # clip gradients to this global norm
+    config.optim.grad_accum_steps = 1  # micro-batches per step
+    return config

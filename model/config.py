@@ -1,0 +1,42 @@
+"""The model's hyper-parameters, read from the `model` section of a run config."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    d_model: int
+    num_layers: int
+    num_heads: int  # query heads
+    num_kv_heads: int  # key/value heads (GQA when fewer than num_heads; 1 = MQA)
+    head_dim: int
+    mlp_dim: int  # SwiGLU hidden width
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False  # output projection = embedding matrix transposed
+    remat: bool = False  # recompute each block in the backward pass (saves activations)
+    dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
+    param_dtype: str = "float32"
+    attention_kind: str = "striped"  # 'ring' | 'striped' | 'zigzag'
+    tile_q: int = 0  # attention tile sizes; 0 = parallel.attention's default
+    tile_k: int = 0
+
+    @classmethod
+    def from_config(cls, model_cfg, attention_kind: str) -> "ModelConfig":
+        """Builds from an ml_collections `config.model` (unknown fields are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in dict(model_cfg).items() if k in names}
+        return cls(attention_kind=attention_kind, **values)
+
+    @property
+    def compute_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def weights_dtype(self):
+        return jnp.dtype(self.param_dtype)

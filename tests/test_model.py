@@ -1,0 +1,95 @@
+"""The model gives the same loss and gradients with every layout and mesh as on one device."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import model
+import parallel
+from training import step as step_lib
+
+SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+             mlp_dim=64, tile_q=4, tile_k=4)
+S, B = 32, 2
+
+
+def natural_batch():
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, SIZES["vocab_size"], (B, S + 1)).astype(np.int32)
+    segment_ids = np.zeros((B, S), np.int32)
+    segment_ids[:, 20:] = 1  # a second document starts at token 20
+    positions = np.where(np.arange(S) < 20, np.arange(S), np.arange(S) - 20)[None].repeat(B, 0)
+    weights = rng.uniform(0.5, 1.0, (B, S)).astype(np.float32)
+    return dict(inputs=tokens[:, :-1], targets=tokens[:, 1:], positions=positions.astype(np.int32),
+                segment_ids=segment_ids, weights=weights)
+
+
+def loss_and_grads(kind, data, seq, **overrides):
+    mesh = parallel.make_mesh(data, seq, devices=jax.devices()[: data * seq])
+    cfg = model.ModelConfig(attention_kind=kind, **{**SIZES, **overrides})
+    net = model.create(cfg, mesh, seed=0)
+    graphdef, params = nnx.split(net, nnx.Param)
+    perm = parallel.permutation(kind, S, seq)
+    sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
+    batch = {k: jax.device_put(v[:, perm], sharding) for k, v in natural_batch().items()}
+
+    @jax.jit
+    def loss_grads(params, batch):
+        def loss(params):
+            total, weight = step_lib.token_loss_sums(graphdef, params, batch, True)
+            return total / weight
+        return jax.value_and_grad(loss)(params)
+
+    with jax.set_mesh(mesh):
+        loss, grads = loss_grads(params, batch)
+    return float(loss), jax.tree.map(np.asarray, grads), params
+
+
+@pytest.fixture(scope="module")
+def single_device():
+    return loss_and_grads("ring", 1, 1)
+
+
+@pytest.mark.parametrize("kind,data,seq", [("ring", 1, 4), ("striped", 1, 4), ("zigzag", 1, 4),
+                                           ("striped", 2, 4)])
+def test_same_loss_and_gradients_as_one_device(single_device, kind, data, seq):
+    want_loss, want_grads, _ = single_device
+    loss, grads, _ = loss_and_grads(kind, data, seq)
+    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
+    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
+    assert max(jax.tree.leaves(errors)) < 1e-4
+
+
+def test_parameters_are_sharded_over_the_whole_mesh():
+    _, _, params = loss_and_grads("striped", 2, 4)
+    kernel = params["blocks"][0]["attention"]["q"]["kernel"][...]
+    assert kernel.sharding.spec[0] == ("data", "seq")
+    assert kernel.addressable_shards[0].data.shape == (SIZES["d_model"] // 8, 32)
+
+
+def test_rope_uses_original_positions():
+    """Shifting every position by a constant leaves attention scores unchanged (relative
+    positions), while a layout permutation without its positions would change them."""
+    rng = np.random.default_rng(1)
+    q = jnp.asarray(rng.standard_normal((1, 8, 2, 16)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((1, 8, 2, 16)), jnp.float32)
+    pos = jnp.arange(8)[None]
+    scores = lambda p: jnp.einsum("bqhd,bkhd->bhqk", model.layers.rope(q, p, 1e4),
+                                  model.layers.rope(k, p, 1e4))
+    np.testing.assert_allclose(scores(pos), scores(pos + 37), atol=1e-4)
+    assert not np.allclose(scores(pos), scores(pos[:, ::-1]), atol=1e-2)
+
+
+def test_bfloat16_compute_keeps_float32_parameters():
+    mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
+    cfg = model.ModelConfig(attention_kind="striped", dtype="bfloat16", remat=True, **SIZES)
+    net = model.create(cfg, mesh, seed=0)
+    graphdef, params = nnx.split(net, nnx.Param)
+    assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype("float32")}
+    batch = {k: jnp.asarray(v) for k, v in natural_batch().items()}
+    with jax.set_mesh(mesh):
+        total, weight = jax.jit(lambda p, b: step_lib.token_loss_sums(graphdef, p, b, True))(
+            params, batch)
+    assert np.isfinite(float(total)) and abs(float(total / weight) - np.log(64)) < 1.0

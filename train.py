@@ -1,0 +1,56 @@
+"""Train a ringstripe model.
+
+    python train.py --config configs/default.py --workdir runs/default
+    python train.py --config configs/tiny.py --workdir /tmp/tiny --config.parallel.attention=ring
+
+Config fields are overridden with --config.FIELD=VALUE (an unknown field is an error). Multi-process
+runs call jax.distributed.initialize(): with --coordinator_address/--num_processes/--process_id,
+or from the environment on a TPU pod or cluster (--distributed).
+"""
+
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
+                                 lock_config=True)
+flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints and the data cache.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process runs).")
+flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process runs).")
+flags.DEFINE_integer("process_id", None, "This process's index (multi-process runs).")
+flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() with no arguments "
+                  "(TPU pods and clusters where JAX finds its peers in the environment).")
+flags.mark_flags_as_required(["config", "workdir"])
+FLAGS = flags.FLAGS
+
+
+def start_jax(config):
+    """Sets the fake CPU device count before any backend starts, then joins the other
+    processes if this is a multi-process run."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+    if FLAGS.coordinator_address:
+        jax.distributed.initialize(FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
+                                   process_id=FLAGS.process_id)
+    elif FLAGS.distributed:
+        jax.distributed.initialize()
+
+
+def main(argv):
+    del argv
+    config = FLAGS.config
+    start_jax(config)
+    import data
+    from training import ConfigError, train_and_evaluate
+
+    try:
+        train_and_evaluate(config, FLAGS.workdir)
+    except (ConfigError, data.DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    app.run(main)

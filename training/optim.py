@@ -1,0 +1,27 @@
+"""AdamW with linear warmup and cosine decay, global-norm gradient clipping."""
+
+from __future__ import annotations
+
+import jax
+import optax
+
+
+def learning_rate_schedule(optim_cfg, num_train_steps: int):
+    """0 -> learning_rate over warmup_steps, then cosine down to learning_rate * min_lr_ratio."""
+    warmup = min(optim_cfg.warmup_steps, max(num_train_steps - 1, 0))
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=optim_cfg.learning_rate, warmup_steps=warmup,
+        decay_steps=max(num_train_steps, warmup + 1),
+        end_value=optim_cfg.learning_rate * optim_cfg.min_lr_ratio)
+
+
+def make_optimizer(optim_cfg, num_train_steps: int):
+    """Returns (optax transformation, schedule). Weight decay applies to matrices only."""
+    schedule = learning_rate_schedule(optim_cfg, num_train_steps)
+    decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+    tx = optax.chain(
+        optax.clip_by_global_norm(optim_cfg.grad_clip),
+        optax.adamw(schedule, b1=optim_cfg.b1, b2=optim_cfg.b2, eps=optim_cfg.eps,
+                    weight_decay=optim_cfg.weight_decay, mask=decay_mask),
+    )
+    return tx, schedule

@@ -1,0 +1,71 @@
+"""The jitted train and eval steps: loss is the global weighted token mean.
+
+The loss is computed as (sum of weighted token losses, sum of weights) over the global batch and
+divided once, so it is the same number whatever the mesh or layout (never a mean of per-shard
+means). Gradient accumulation sums the same two quantities over micro-batches.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+
+def token_loss_sums(graphdef, params, batch, mask_documents: bool):
+    """(sum of weight * cross-entropy, sum of weight) over a batch of [B, S] fields."""
+    model = nnx.merge(graphdef, params)
+    segment_ids = batch["segment_ids"] if mask_documents else None
+    logits = model(batch["inputs"], batch["positions"], segment_ids)  # [B, S, V] float32
+    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
+    nll = jax.nn.logsumexp(logits, axis=-1) - target_logit
+    weights = batch["weights"]
+    return jnp.sum(nll * weights), jnp.sum(weights)
+
+
+def _micro_batches(batch, count: int):
+    """[B, S] -> [count, B/count, S], taking rows strided so every data shard feeds every
+    micro-batch (contiguous slices would leave most shards idle in each micro-step)."""
+    def split(x):
+        b = x.shape[0]
+        return jnp.swapaxes(x.reshape(b // count, count, *x.shape[1:]), 0, 1)
+    return jax.tree.map(split, batch)
+
+
+def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_steps: int = 1):
+    """train_step(state, batch) -> (state, metrics); state = {'step', 'params', 'opt_state'}."""
+
+    def sums_and_grads(params, batch):
+        def weighted_sum(params):
+            total, weight = token_loss_sums(graphdef, params, batch, mask_documents)
+            return total, weight
+        (total, weight), grads = jax.value_and_grad(weighted_sum, has_aux=True)(params)
+        return total, weight, grads
+
+    def train_step(state, batch):
+        params = state["params"]
+        if grad_accum_steps == 1:
+            total, weight, grads = sums_and_grads(params, batch)
+        else:
+            def accumulate(carry, micro):
+                total, weight, grads = sums_and_grads(params, micro)
+                return jax.tree.map(jnp.add, carry, (total, weight, grads)), None
+            zeros = (jnp.zeros(()), jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+            (total, weight, grads), _ = jax.lax.scan(
+                accumulate, zeros, _micro_batches(batch, grad_accum_steps))
+        weight = jnp.maximum(weight, 1.0)
+        grads = jax.tree.map(lambda g: g / weight, grads)
+        updates, opt_state = tx.update(grads, state["opt_state"], params)
+        new_state = {"step": state["step"] + 1, "params": optax.apply_updates(params, updates),
+                     "opt_state": opt_state}
+        metrics = {"train/loss": total / weight, "learning/grad_norm": optax.global_norm(grads),
+                   "learning/lr": schedule(state["step"])}
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(graphdef, *, mask_documents: bool):
+    """eval_step(params, batch) -> (sum of token losses, sum of weights)."""
+    return lambda params, batch: token_loss_sums(graphdef, params, batch, mask_documents)

@@ -1,0 +1,125 @@
+"""Where metrics go: metrics.jsonl always, wandb optionally, and the console.
+
+Every tracker has `log(step, metrics)` and `close()`. Only process 0 writes; other processes get
+the no-op tracker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+
+class NullTracker:
+    def log(self, step: int, metrics: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlTracker:
+    """Appends one JSON object per logged step to WORKDIR/metrics.jsonl."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open(path, "a", buffering=1)
+
+    def log(self, step, metrics):
+        row = {"step": int(step), "time": time.time()}
+        row.update({k: _plain(v) for k, v in metrics.items()})
+        self._file.write(json.dumps(row) + "\n")
+
+    def close(self):
+        self._file.close()
+
+
+class WandbTracker:
+    """wandb on process 0: offline unless WANDB_MODE (or config.wandb_mode) says online."""
+
+    def __init__(self, config, workdir: str, mesh_shape):
+        import wandb  # imported here: it is slow to import and optional for other trackers
+
+        kind, seq_len = config.parallel.attention, config.seq_len
+        group = f"{kind}-S{seq_len}"
+        self._run = wandb.init(
+            project=config.wandb_project, group=group,
+            name=f"{group}-d{mesh_shape[0]}x{mesh_shape[1]}",
+            config=config.to_dict(), dir=workdir,
+            mode=os.environ.get("WANDB_MODE", config.wandb_mode),
+            tags=[kind, f"seq{seq_len}", f"mesh{mesh_shape[0]}x{mesh_shape[1]}"])
+
+    def log(self, step, metrics):
+        self._run.log({k: _plain(v) for k, v in metrics.items()}, step=int(step))
+
+    def close(self):
+        self._run.finish()
+
+
+class Console:
+    """A one-line progress bar on a terminal; plain log lines otherwise."""
+
+    def __init__(self, total_steps: int, stream=None):
+        self.total, self.stream = total_steps, stream or sys.stdout
+        self.tty = self.stream.isatty()
+
+    def log(self, step, metrics):
+        loss = metrics.get("train/loss", float("nan"))
+        tps = metrics.get("throughput/tokens_per_sec", float("nan"))
+        step_time = metrics.get("throughput/step_time_s", float("nan"))
+        eta = (self.total - step) * step_time if math.isfinite(step_time) else float("nan")
+        text = f"step {step}/{self.total}  loss {loss:.4f}  tokens/s {tps:,.0f}  eta {_hms(eta)}"
+        if "eval/loss" in metrics:
+            text += f"  eval {metrics['eval/loss']:.4f} (ppl {metrics['eval/perplexity']:.1f})"
+        if self.tty:
+            done = int(30 * step / max(self.total, 1))
+            self.stream.write(f"\r[{'#' * done}{'.' * (30 - done)}] {text}\033[K")
+            if step >= self.total or "eval/loss" in metrics:
+                self.stream.write("\n")
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self):
+        pass
+
+
+class Trackers:
+    """Fans out to several trackers."""
+
+    def __init__(self, trackers):
+        self.trackers = list(trackers)
+
+    def log(self, step, metrics):
+        for t in self.trackers:
+            t.log(step, metrics)
+
+    def close(self):
+        for t in self.trackers:
+            t.close()
+
+
+def make_trackers(config, workdir: str, mesh_shape, is_main: bool) -> Trackers:
+    if not is_main:
+        return Trackers([NullTracker()])
+    trackers = [Console(config.num_train_steps)]
+    if config.tracker in ("jsonl", "wandb"):
+        trackers.append(JsonlTracker(os.path.join(workdir, "metrics.jsonl")))
+    if config.tracker == "wandb":
+        trackers.append(WandbTracker(config, workdir, mesh_shape))
+    return Trackers(trackers)
+
+
+def _plain(value):
+    value = float(value) if hasattr(value, "__float__") else value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _hms(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,77 @@
+"""Checks a run config before anything is compiled or written: one clear line per problem."""
+
+from __future__ import annotations
+
+import parallel
+
+TRACKERS = ("wandb", "jsonl", "none")
+
+
+class ConfigError(ValueError):
+    """A user error in the config or flags; train.py prints it as one line and exits 2."""
+
+
+def _mesh_shape(config, device_count):
+    data, seq = config.mesh.data, config.mesh.seq
+    if data == -1 and seq == -1:
+        data = 1
+    if data == -1 and seq > 0 and device_count % seq == 0:
+        data = device_count // seq
+    if seq == -1 and data > 0 and device_count % data == 0:
+        seq = device_count // data
+    if data < 1 or seq < 1 or data * seq != device_count:
+        raise ConfigError(
+            f"mesh.data x mesh.seq = {config.mesh.data} x {config.mesh.seq} does not match the "
+            f"{device_count} devices: choose sizes whose product is {device_count} "
+            f"(or -1 for one of them)")
+    return data, seq
+
+
+def validate_config(config, device_count: int, process_count: int) -> None:
+    kind = config.parallel.attention
+    if kind not in parallel.KINDS:
+        raise ConfigError(f"parallel.attention={kind!r} is not a known kind: choose one of "
+                          f"{', '.join(parallel.KINDS)}")
+    if config.tracker not in TRACKERS:
+        raise ConfigError(f"tracker={config.tracker!r}: choose one of {', '.join(TRACKERS)}")
+    for name in ("seq_len", "global_batch_size", "num_train_steps", "eval_every_steps",
+                 "log_every_steps", "eval_batches"):
+        if config[name] < 1:
+            raise ConfigError(f"{name}={config[name]} must be at least 1")
+    data, seq = _mesh_shape(config, device_count)
+    chunks = 2 * seq if kind == "zigzag" else seq
+    if config.seq_len % chunks:
+        raise ConfigError(
+            f"seq_len={config.seq_len} is not divisible by {chunks} ({kind} on {seq} seq shards"
+            f"{' needs 2 x shards' if kind == 'zigzag' else ''}): use a multiple of {chunks}")
+    block = config.seq_len // seq
+    for tile in ("tile_q", "tile_k"):
+        size = config.model.get(tile, 0)
+        if size and block % size:
+            raise ConfigError(f"model.{tile}={size} does not divide the per-device block of "
+                              f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}")
+    accum = config.optim.grad_accum_steps
+    for what, count in (("the data shards", data), ("the processes", process_count),
+                        ("data shards x optim.grad_accum_steps", data * accum)):
+        if config.global_batch_size % count:
+            raise ConfigError(f"global_batch_size={config.global_batch_size} is not divisible "
+                              f"by {what} ({count}): use a multiple of {count}")
+    _validate_model(config.model, device_count)
+
+
+def _validate_model(m, device_count):
+    if m.num_heads % m.num_kv_heads:
+        raise ConfigError(f"model.num_heads={m.num_heads} is not a multiple of "
+                          f"model.num_kv_heads={m.num_kv_heads}")
+    if m.head_dim % 2:
+        raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates pairs)")
+    # Parameters are sharded on their first axis over every device (FSDP).
+    for name, size in (("d_model", m.d_model), ("mlp_dim", m.mlp_dim),
+                       ("vocab_size", m.vocab_size), ("num_heads x head_dim",
+                                                      m.num_heads * m.head_dim)):
+        if size % device_count:
+            raise ConfigError(f"model.{name}={size} is not divisible by the {device_count} "
+                              f"devices its parameters are sharded over: use a multiple of "
+                              f"{device_count}")
+    if m.dtype not in ("float32", "bfloat16", "float16"):
+        raise ConfigError(f"model.dtype={m.dtype!r}: choose float32, bfloat16 or float16")
