@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# pip's notes about this machine's unused local indexes are filtered; its failures are not.
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v '^WARNING: Location' || true; }
-	$(PY) -c 'import jax, parallel'
+	$(PY) -c 'import jax, parallel, model, data, training'
 	touch $(STAMP)
 
 test: install

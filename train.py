@@ -10,7 +10,7 @@ or from the environment on a TPU pod or cluster (--distributed).
 
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
@@ -40,6 +40,8 @@ def start_jax(config):
 
 def main(argv):
     del argv
+    if not FLAGS["verbosity"].present:  # keep JAX's INFO chatter (e.g. "no TPU") off the console
+        logging.set_verbosity(logging.WARNING)
     config = FLAGS.config
     start_jax(config)
     import data

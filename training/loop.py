@@ -7,14 +7,13 @@ batch (host numpy, permuted into the layout) -> jitted step -> metrics every log
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 import os
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 import data
@@ -49,7 +48,8 @@ def prepare_data(config, workdir: str, mesh):
                           seed=config.seed, kind=config.parallel.attention,
                           num_seq_shards=mesh.shape[parallel.SEQ],
                           mask_documents=config.data.mask_documents,
-                          reset_positions=config.data.reset_positions)
+                          reset_positions=config.data.reset_positions,
+                          eos_id=tokenizer.eos_id)
     return tokenizer, cache, spec
 
 
@@ -61,7 +61,8 @@ def create_train_state(config, mesh):
     tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
     with jax.set_mesh(mesh):
         opt_state = jax.jit(tx.init)(params)
-    state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt_state}
+    step = jax.device_put(jnp.zeros((), jnp.int32), jax.NamedSharding(mesh, jax.P()))
+    state = {"step": step, "params": params, "opt_state": opt_state}
     return state, graphdef, tx, schedule, model_cfg
 
 
@@ -101,8 +102,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                  grad_accum_steps=config.optim.grad_accum_steps),
         donate_argnums=0, out_shardings=(shardings, None))
     eval_step = jax.jit(step_lib.make_eval_step(graphdef, mask_documents=mask_docs))
-    eval_batches = [data.to_global_batch(b, mesh) for b in
-                    data.eval_batches(cache.eval, spec, config.eval_batches)]
+    eval_fn = functools.partial(data.eval_rows, cache.eval, spec)
+    eval_batches = [data.to_global(eval_fn, i, mesh, spec)
+                    for i in range(data.num_eval_batches(cache.eval, spec, config.eval_batches))]
 
     is_main = jax.process_index() == 0
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
@@ -115,8 +117,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
               f"parameters; {cache.num_tokens:,} tokens in the cache; "
               f"{config.global_batch_size * config.seq_len:,} tokens per step", flush=True)
 
-    prefetch = data.Prefetcher(cache.train, spec, mesh, start_step=0,
-                               num_steps=config.num_train_steps)
+    train_fn = functools.partial(data.batch_rows, cache.train, spec)
+    prefetch = data.Prefetcher(train_fn, mesh, spec, start_step=0)
     last = {}
     window_start, window_steps = None, 0
     try:

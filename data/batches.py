@@ -1,0 +1,188 @@
+"""Step-indexed batches: a batch is a pure function of (seed, step, rows), never of history.
+
+The token stream is cut into W non-overlapping windows of S+1 tokens; window w is
+tokens[w*S : w*S + S + 1] (consecutive windows share one token: the last target of one is the
+first input of the next). Sample i = step * global_batch + row reads window
+`rng([seed, i // W]).permutation(W)[i % W]`: every window once per epoch, in a new order each
+epoch. Resuming at step t needs only t; any number of processes or devices, and any attention
+kind, see the same tokens in the same order.
+
+For each row, in natural order (worked example, S=8, EOS=1, window [5 6 1 7 8 9 1 3 4]):
+
+    inputs      [5 6 1 7 8 9 1 3]      window[:-1]
+    targets     [6 1 7 8 9 1 3 4]      window[1:]: shifted BEFORE any permutation
+    weights     [1 1 1 1 1 1 1 1]
+    segment_ids [0 0 0 1 1 1 1 2]      EOS tokens before the slot (mask_documents; else zeros)
+    positions   [0 1 2 0 1 2 3 0]      restart after each EOS (reset_positions; else 0..S-1)
+
+An EOS belongs to the document it ends. Then every field is put into the attention layout's
+order with the same permutation, `field[:, parallel.permutation(kind, S, N)]`; for striped, N=2:
+perm [0 2 4 6 1 3 5 7], so inputs become [5 1 8 1 6 7 9 3] and positions [0 2 1 3 1 0 2 0].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+import parallel
+from data.errors import DataError
+
+FIELDS = ("inputs", "targets", "weights", "positions", "segment_ids")
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSpec:
+    seq_len: int            # tokens per sequence S
+    global_batch: int       # sequences per step, all processes together
+    seed: int
+    kind: str               # 'ring' | 'striped' | 'zigzag'
+    num_seq_shards: int     # N, devices on the mesh's 'seq' axis
+    mask_documents: bool    # segment ids from EOS boundaries (else one segment per row)
+    reset_positions: bool   # positions restart at 0 after each EOS (else 0..S-1)
+    eos_id: int | None = None  # the tokenizer's EOS; needed by mask_documents / reset_positions
+
+
+def num_windows(tokens: np.ndarray, seq_len: int) -> int:
+    """W: windows of seq_len+1 tokens starting at 0, S, 2S, ... that fit in `tokens`."""
+    return max(0, (len(tokens) - 1) // seq_len)
+
+
+def batch_rows(tokens: np.ndarray, spec: BatchSpec, step: int, rows) -> dict[str, np.ndarray]:
+    """Rows `rows` (global row indices) of training step `step`, in layout order.
+
+    Returns 'inputs', 'targets', 'positions', 'segment_ids' int32 [R, S] and 'weights' float32
+    [R, S], R = len(rows).
+    """
+    rows = _check_rows(spec, rows)
+    count = _check_windows(tokens, spec)
+    samples = step * spec.global_batch + rows          # int64: no overflow for long runs
+    epochs, offsets = np.divmod(samples, count)
+    windows = np.empty_like(samples)
+    for epoch in np.unique(epochs):                     # a batch spans at most two epochs
+        here = epochs == epoch
+        windows[here] = _epoch_order(spec.seed, int(epoch), count)[offsets[here]]
+    return _rows_for_windows(tokens, spec, windows)
+
+
+def process_batch(tokens: np.ndarray, spec: BatchSpec, step: int, process_index: int,
+                  process_count: int) -> dict[str, np.ndarray]:
+    """This process's share of step `step`: rows [p*B/P, (p+1)*B/P) of the global batch."""
+    if process_count < 1 or spec.global_batch % process_count:
+        raise DataError(f"global_batch {spec.global_batch} is not divisible by the "
+                        f"{process_count} processes: use a multiple of {process_count}")
+    if not 0 <= process_index < process_count:
+        raise DataError(f"process_index {process_index} is outside 0..{process_count - 1}")
+    per = spec.global_batch // process_count
+    return batch_rows(tokens, spec, step, np.arange(process_index * per, (process_index + 1) * per))
+
+
+def eval_rows(tokens: np.ndarray, spec: BatchSpec, index: int, rows) -> dict[str, np.ndarray]:
+    """Rows of eval batch `index`: windows index*B + row, in order, no shuffle."""
+    rows = _check_rows(spec, rows)
+    count = _check_windows(tokens, spec)
+    windows = index * spec.global_batch + rows
+    if index < 0 or windows.max(initial=0) >= count:
+        raise DataError(f"eval batch {index} needs window {windows.max()} but the eval tokens hold "
+                        f"{count} windows: ask for fewer eval batches or raise data.eval_fraction")
+    return _rows_for_windows(tokens, spec, windows)
+
+
+def num_eval_batches(tokens: np.ndarray, spec: BatchSpec, num_batches: int) -> int:
+    """min(num_batches, full batches in `tokens`); DataError if not even one fits."""
+    available = num_windows(tokens, spec.seq_len) // spec.global_batch
+    if available < 1:
+        windows = num_windows(tokens, spec.seq_len)
+        raise DataError(f"the eval split has {len(tokens)} tokens, {windows} windows of "
+                        f"{spec.seq_len + 1}: fewer than one batch of "
+                        f"{spec.global_batch}: raise data.eval_fraction or lower the batch size")
+    return min(num_batches, available)
+
+
+def eval_batches(tokens: np.ndarray, spec: BatchSpec, num_batches: int) -> list[dict]:
+    """The first num_batches full batches of eval windows, in order (fewer if fewer exist)."""
+    rows = np.arange(spec.global_batch)
+    count = num_eval_batches(tokens, spec, num_batches)
+    return [eval_rows(tokens, spec, b, rows) for b in range(count)]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(seed: int, epoch: int, count: int) -> np.ndarray:
+    """The order of the W windows in `epoch`: depends on (seed, epoch) only, never on history."""
+    order = np.random.default_rng([seed, epoch]).permutation(count)
+    order.flags.writeable = False  # shared through the cache
+    return order
+
+
+def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray) -> dict:
+    """Cuts the windows, shifts targets, derives segments and positions, then permutes."""
+    S = spec.seq_len
+    starts = windows[:, None] * S + np.arange(S + 1)           # [R, S+1] token indices
+    window = np.asarray(tokens)[starts].astype(np.int32)      # reads only these rows of a memmap
+    inputs, targets = window[:, :-1], window[:, 1:]            # shift first (DESIGN 5.3)
+    segment_ids, positions = _segments_and_positions(inputs, spec)
+    natural = {"inputs": inputs, "targets": targets,
+               "weights": np.ones(inputs.shape, np.float32),
+               "positions": positions, "segment_ids": segment_ids}
+    perm = _layout_permutation(spec.kind, S, spec.num_seq_shards)
+    return {name: np.ascontiguousarray(natural[name][:, perm]) for name in FIELDS}
+
+
+def _segments_and_positions(inputs: np.ndarray, spec: BatchSpec):
+    """segment_ids, positions int32 [R, S] in natural order, from the EOS tokens in `inputs`.
+
+    Example, EOS=1: inputs [5 1 7 1 1 3] -> is_eos [0 1 0 1 1 0], segments [0 0 1 1 2 3];
+    a segment starts after each EOS, at [0 2 4 5], so reset positions are [0 1 0 1 0 0].
+    """
+    R, S = inputs.shape
+    index = np.broadcast_to(np.arange(S, dtype=np.int32), (R, S))
+    if not (spec.mask_documents or spec.reset_positions):
+        return np.zeros((R, S), np.int32), np.array(index)
+    if spec.eos_id is None:
+        raise DataError("BatchSpec.eos_id is None but mask_documents or reset_positions needs it: "
+                        "pass eos_id=tokenizer.eos_id")
+    is_eos = (inputs == spec.eos_id).astype(np.int32)
+    segments = np.cumsum(is_eos, axis=1) - is_eos               # EOS tokens strictly before i
+    if spec.mask_documents:
+        segment_ids = segments.astype(np.int32)
+    else:
+        segment_ids = np.zeros((R, S), np.int32)
+    if not spec.reset_positions:
+        return segment_ids, np.array(index)
+    # Start of the span holding slot i: the slot after the last EOS before i (0 if none).
+    after_eos = np.zeros((R, S), np.int32)
+    after_eos[:, 1:] = np.where(is_eos[:, :-1] == 1, index[:, 1:], 0)
+    span_start = np.maximum.accumulate(after_eos, axis=1)
+    return segment_ids, (index - span_start).astype(np.int32)
+
+
+@functools.lru_cache(maxsize=16)
+def _layout_permutation(kind: str, seq_len: int, num_shards: int) -> np.ndarray:
+    try:
+        return parallel.permutation(kind, seq_len, num_shards)
+    except ValueError as e:
+        raise DataError(f"batch: {e}") from e
+
+
+def _check_rows(spec: BatchSpec, rows) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if spec.seq_len < 1 or spec.global_batch < 1:
+        raise DataError(f"seq_len {spec.seq_len} and global_batch {spec.global_batch} must be >= 1")
+    if rows.size and (rows.min() < 0 or rows.max() >= spec.global_batch):
+        raise DataError(f"rows must lie in 0..{spec.global_batch - 1} (global_batch), "
+                        f"got {rows.min()}..{rows.max()}")
+    _layout_permutation(spec.kind, spec.seq_len, spec.num_seq_shards)  # divisibility, early
+    return rows
+
+
+def _check_windows(tokens: np.ndarray, spec: BatchSpec) -> int:
+    count = num_windows(tokens, spec.seq_len)
+    if count < 1:
+        raise DataError(f"corpus of {len(tokens)} tokens is smaller than one sequence of "
+                        f"{spec.seq_len + 1}: use a larger corpus or a smaller seq_len")
+    return count

@@ -1,0 +1,189 @@
+"""Where documents come from: a source string -> an iterator of documents (str).
+
+Source strings (`config.data.source`):
+
+    'stdlib'          every .py file of the running Python's standard library (about 31 MB), the
+                      default corpus that exists on every machine
+    '/path/file.txt'  one file = one document
+    '/path/dir'       every regular file below it, recursively, sorted; hidden files and files that
+                      are not valid utf-8 (binaries) are skipped
+    '/path/*.txt'     a glob (contains * ? or [); '**' recurses
+    'tfds:NAME'       reserved: TFDS sources arrive in a later release (issue 5)
+
+Documents always come in the same order (sorted paths), so a corpus tokenizes to the same token
+stream on every host and every run. `describe_source` fingerprints a source (paths, sizes, mtimes)
+so caches built from it are rebuilt when the files change.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import sysconfig
+from typing import Callable, Iterator
+
+from data.errors import DataError
+
+_HINT = "point data.source at a text file, a directory, a glob, or 'stdlib'"
+
+
+def iter_documents(source: str) -> Iterator[str]:
+    """Yields the documents of `source` in a fixed order. DataError for a bad source."""
+    return _kind(source).iter_documents(source)
+
+
+def describe_source(source: str) -> str:
+    """A stable fingerprint string of `source`: changes when its files change."""
+    return _kind(source).describe(source)
+
+
+def take_bytes(documents: Iterator[str], max_bytes: int) -> Iterator[str]:
+    """The documents up to `max_bytes` of utf-8 text in all (0: no limit); the last one is cut."""
+    if max_bytes <= 0:
+        yield from documents
+        return
+    left = max_bytes
+    for doc in documents:
+        raw = doc.encode("utf-8")
+        if len(raw) >= left:
+            # errors='ignore' drops a character cut in half at the end.
+            yield raw[:left].decode("utf-8", errors="ignore")
+            return
+        left -= len(raw)
+        yield doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Source kinds. A kind is two functions; a new source (TFDS, grain, ...) is one more entry.
+
+
+class _SourceKind:
+    def __init__(self, iter_documents: Callable[[str], Iterator[str]],
+                 describe: Callable[[str], str]):
+        self.iter_documents = iter_documents
+        self.describe = describe
+
+
+def _kind(source: str) -> _SourceKind:
+    if not isinstance(source, str) or not source:
+        raise DataError(f"data.source: expected a non-empty string, got {source!r}: {_HINT}")
+    if source == "stdlib":
+        return SOURCE_KINDS["stdlib"]
+    if source.startswith("tfds:"):
+        return SOURCE_KINDS["tfds"]
+    return SOURCE_KINDS["files"]
+
+
+# --- files: a file, a directory or a glob -----------------------------------------------------
+
+
+def _is_glob(source: str) -> bool:
+    return any(c in source for c in "*?[")
+
+
+def _is_hidden(path: str, root: str) -> bool:
+    rel = os.path.relpath(path, root)
+    return any(part.startswith(".") for part in rel.split(os.sep) if part not in (".", ".."))
+
+
+def _list_files(source: str) -> list[str]:
+    """Absolute paths of the regular files `source` names, sorted. DataError if there are none."""
+    source = os.path.expanduser(source)
+    if _is_glob(source):
+        paths = [p for p in glob.glob(source, recursive=True) if os.path.isfile(p)]
+        if not paths:
+            raise DataError(f"data.source: the glob {source!r} matches no files: {_HINT}")
+    elif os.path.isdir(source):
+        paths = []
+        for root, dirs, files in os.walk(source):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]  # skip .git and friends
+            paths += [os.path.join(root, f) for f in files if not f.startswith(".")]
+        paths = [p for p in paths if os.path.isfile(p)]
+        if not paths:
+            raise DataError(f"data.source: the directory {source!r} holds no files: {_HINT}")
+    elif os.path.isfile(source):
+        paths = [source]
+    else:
+        raise DataError(f"data.source: no such file or directory {source!r}: {_HINT}")
+    return sorted(os.path.abspath(p) for p in paths)
+
+
+def _read_text(path: str, errors: str) -> str | None:
+    """The file's text; None when it is not utf-8 (errors='strict'). DataError if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise DataError(f"data.source: cannot read {path!r} ({e.strerror}): "
+                        f"fix its permissions or remove it from data.source") from e
+    try:
+        return raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError:
+        return None
+
+
+def _iter_file_documents(source: str) -> Iterator[str]:
+    # List the files now, so that a bad source fails at the call, not at the first next().
+    return _read_files(_list_files(source), source)
+
+
+def _read_files(paths: list[str], source: str) -> Iterator[str]:
+    count = 0
+    for path in paths:
+        text = _read_text(path, errors="strict")
+        if text is None:  # a binary file in a directory of text: skip it quietly
+            continue
+        count += 1
+        yield text
+    if count == 0:
+        raise DataError(f"data.source: no utf-8 text file in {source!r}: {_HINT}")
+
+
+def _describe_files(source: str) -> str:
+    entries = []
+    for path in _list_files(source):
+        st = os.stat(path)
+        entries.append(f"({path!r}, {st.st_size}, {st.st_mtime_ns})")
+    return "files:[" + ", ".join(entries) + "]"
+
+
+# --- stdlib: the default corpus, present wherever Python is -----------------------------------
+
+
+def _stdlib_files() -> list[str]:
+    root = sysconfig.get_paths()["stdlib"]
+    paths = []
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "site-packages")
+        paths += [os.path.join(dirpath, f) for f in files if f.endswith(".py")]
+    if not paths:
+        raise DataError(f"data.source: no .py files under the standard library {root!r}: "
+                        f"choose another data.source")
+    return sorted(paths)
+
+
+def _iter_stdlib_documents(source: str) -> Iterator[str]:
+    return (_read_text(path, errors="replace") for path in _stdlib_files())
+
+
+def _describe_stdlib(source: str) -> str:
+    paths = _stdlib_files()
+    total = sum(os.path.getsize(p) for p in paths)
+    root = sysconfig.get_paths()["stdlib"]
+    return f"stdlib:python {sys.version.split()[0]} at {root}, {len(paths)} files, {total} bytes"
+
+
+# --- tfds: the seam for issue 5 -----------------------------------------------------------------
+
+
+def _tfds_not_yet(source: str):
+    raise DataError(f"data.source: {source!r}: TFDS sources arrive in a later release (issue 5): "
+                    f"use a local text file, directory, glob, or 'stdlib' for now")
+
+
+SOURCE_KINDS: dict[str, _SourceKind] = {
+    "stdlib": _SourceKind(_iter_stdlib_documents, _describe_stdlib),
+    "files": _SourceKind(_iter_file_documents, _describe_files),
+    "tfds": _SourceKind(_tfds_not_yet, _tfds_not_yet),
+}
