@@ -45,13 +45,17 @@ def main(argv):
     config = FLAGS.config
     start_jax(config)
     import data
-    from training import ConfigError, train_and_evaluate
+    from checkpoints import CheckpointError
+    from training import ConfigError, NonFiniteError, train_and_evaluate
 
     try:
         train_and_evaluate(config, FLAGS.workdir)
-    except (ConfigError, data.DataError) as e:
+    except (ConfigError, data.DataError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except NonFiniteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

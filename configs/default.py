@@ -20,7 +20,9 @@ def get_config():
     config.eval_every_steps = 50  # evaluate every this many steps (and at the end)
     config.eval_batches = 4  # batches in one evaluation
     config.log_every_steps = 10  # metrics every this many steps
-    config.checkpoint_every_steps = 100  # (checkpoints arrive with issue 4)
+    config.checkpoint_every_steps = 50  # asynchronous checkpoint every this many steps (and at the end)
+    config.checkpoint_keep = 3  # keep the latest this many checkpoints
+    config.stop_at_step = 0  # save and exit 0 after this step, as on preemption (0 = never)
     config.cpu_devices = 4  # fake devices when the platform is CPU (set before JAX starts)
     config.tracker = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
     config.wandb_project = "ringstripe"  # wandb project
@@ -73,4 +75,5 @@ def get_config():
     config.optim.weight_decay = 0.1  # AdamW decoupled weight decay (matrices only)
     config.optim.grad_clip = 1.0  # clip gradients to this global norm
     config.optim.grad_accum_steps = 1  # micro-batches per step
+    config.optim.skip_nonfinite = False  # skip a batch with NaN/Inf loss (else stop with an error)
     return config

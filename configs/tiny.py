@@ -17,7 +17,7 @@ def get_config():
     config.eval_every_steps = 10  # evaluate every this many steps (and at the end)
     config.eval_batches = 2  # batches in one evaluation
     config.log_every_steps = 2  # metrics every this many steps
-    config.checkpoint_every_steps = 10  # (checkpoints arrive with issue 4)
+    config.checkpoint_every_steps = 10  # asynchronous checkpoint every this many steps (and at the end)
     config.mesh.data = 2  # data-parallel shards
     config.mesh.seq = 2  # sequence shards: the attention ring's length
 

@@ -1,28 +1,11 @@
 """End to end: train.py with configs/tiny.py, as a user runs it."""
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_train(workdir, *overrides, timeout=600):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # train.py sets devices
-    env["WANDB_MODE"] = "disabled"
-    cmd = [sys.executable, "train.py", "--config", "configs/tiny.py", "--workdir", str(workdir),
-           *overrides]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def read_metrics(workdir):
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
+from tests.train_runs import read_metrics, run_train
 
 METRIC_NAMES = ["train/loss", "throughput/tokens_per_sec", "throughput/tokens_per_sec_per_device",
                 "throughput/step_time_s", "throughput/model_tflops_per_device", "throughput/mfu",

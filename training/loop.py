@@ -1,8 +1,10 @@
 """train_and_evaluate(config, workdir): the whole run, from config to metrics.
 
-config -> mesh -> tokenizer + token cache -> sharded model and optimizer -> for each step:
-batch (host numpy, permuted into the layout) -> jitted step -> metrics every log_every_steps
-(timed over a window that ends in block_until_ready) -> eval every eval_every_steps.
+config -> checks (nothing written yet) -> mesh -> tokenizer + token cache -> sharded model and
+optimizer -> restore the latest good checkpoint, if any -> for each step: batch (host numpy,
+permuted into the layout, prefetched) -> jitted step -> metrics every log_every_steps (timed over
+a window that ends in a device sync) -> eval every eval_every_steps -> asynchronous checkpoint
+every checkpoint_every_steps, at the end, and when asked to stop (SIGTERM / preemption).
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from flax import nnx
 import data
 import model
 import parallel
-from training import flops, optim, step as step_lib, trackers
+from checkpoints import Checkpointer, StopRequest, abstract_like
+from training import flops, optim, resume, step as step_lib, trackers
 from training.validate import ConfigError, validate_config
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or gradients stopped being finite; the last good checkpoint is kept."""
 
 
 def _barrier(name: str):
@@ -30,10 +37,14 @@ def _barrier(name: str):
         multihost_utils.sync_global_devices(name)
 
 
+def _say(message: str) -> None:
+    if jax.process_index() == 0:
+        print(message, flush=True)
+
+
 def prepare_data(config, workdir: str, mesh):
     """Tokenizer and token cache; process 0 builds shared files, the others wait and read."""
     cache_dir = config.data.cache_dir or os.path.join(workdir, "cache")
-    os.makedirs(cache_dir, exist_ok=True)
     kw = dict(process_index=jax.process_index(), barrier=lambda: _barrier("data"))
     tokenizer = data.get_tokenizer(config.data, cache_dir, **kw)
     if tokenizer.vocab_size != config.model.vocab_size:
@@ -44,6 +55,10 @@ def prepare_data(config, workdir: str, mesh):
     cache = data.build_token_cache(tokenizer, config.data.source, cache_dir,
                                    eval_fraction=config.data.eval_fraction,
                                    max_bytes=config.data.max_bytes, **kw)
+    if len(cache.train) < config.seq_len + 1:
+        raise data.DataError(
+            f"the training split has {len(cache.train):,} tokens, smaller than one sequence of "
+            f"seq_len + 1 = {config.seq_len + 1}: use a larger corpus or a smaller seq_len")
     spec = data.BatchSpec(seq_len=config.seq_len, global_batch=config.global_batch_size,
                           seed=config.seed, kind=config.parallel.attention,
                           num_seq_shards=mesh.shape[parallel.SEQ],
@@ -88,65 +103,121 @@ def evaluate(eval_step, params, eval_batches) -> dict:
     return {"eval/loss": loss, "eval/perplexity": math.exp(min(loss, 80.0))}
 
 
+def _check_finite(step: int, metrics: dict, config, checkpointer) -> None:
+    """Stops the run before a non-finite state can reach a checkpoint."""
+    if config.optim.skip_nonfinite:
+        return
+    bad = [k for k in ("train/loss", "learning/grad_norm", "learning/param_norm")
+           if not math.isfinite(metrics[k])]
+    if bad:
+        kept = checkpointer.steps()
+        raise NonFiniteError(
+            f"{bad[0]} is {metrics[bad[0]]} at step {step}; stopped without saving "
+            f"(last good checkpoint: {kept[-1] if kept else 'none'}): lower "
+            f"optim.learning_rate, or set optim.skip_nonfinite=True to skip such batches")
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
-    """Trains for config.num_train_steps; returns the last logged metrics."""
+    """Trains (or resumes) up to config.num_train_steps; returns the last logged metrics."""
     validate_config(config, jax.device_count(), jax.process_count())
-    os.makedirs(workdir, exist_ok=True)
+    resume.check_inputs(config, workdir)
     mesh = parallel.make_mesh(config.mesh.data, config.mesh.seq)
-    tokenizer, cache, spec = prepare_data(config, workdir, mesh)
+    mesh_shape = (mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ])
+    prepared = prepare_data(config, workdir, mesh)  # user errors in the data surface here
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
+                                keep=config.checkpoint_keep)
+    try:
+        return _run(config, workdir, mesh, mesh_shape, checkpointer, prepared)
+    finally:
+        checkpointer.close()
+
+
+def _restore(config, checkpointer, state):
+    """(start step, state, progress): the latest good checkpoint, or a fresh start."""
+    check = functools.partial(resume.check_compatible, config, checkpointer.directory)
+    restored = checkpointer.restore_latest(abstract_like(state), check, log=_say)
+    if restored is None:
+        return 0, state, resume.Progress()
+    step, state, meta = restored
+    return step, state, resume.Progress.from_meta(meta)
+
+
+def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
+    tokenizer, cache, spec = prepared
     state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh)
+    start_step, state, progress = _restore(config, checkpointer, state)
+
     mask_docs = config.data.mask_documents
     shardings = jax.tree.map(lambda x: x.sharding, state)
     train_step = jax.jit(
         step_lib.make_train_step(graphdef, tx, schedule, mask_documents=mask_docs,
-                                 grad_accum_steps=config.optim.grad_accum_steps),
+                                 grad_accum_steps=config.optim.grad_accum_steps,
+                                 skip_nonfinite=config.optim.skip_nonfinite),
         donate_argnums=0, out_shardings=(shardings, None))
     eval_step = jax.jit(step_lib.make_eval_step(graphdef, mask_documents=mask_docs))
     eval_fn = functools.partial(data.eval_rows, cache.eval, spec)
     eval_batches = [data.to_global(eval_fn, i, mesh, spec)
                     for i in range(data.num_eval_batches(cache.eval, spec, config.eval_batches))]
 
-    is_main = jax.process_index() == 0
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
-    track = trackers.make_trackers(config, workdir, (mesh.shape["data"], mesh.shape["seq"]),
-                                   is_main)
-    if is_main:
-        print(f"ringstripe: {config.parallel.attention} attention, mesh data "
-              f"{mesh.shape['data']} x seq {mesh.shape['seq']} on {jax.device_count()} "
-              f"{jax.devices()[0].platform} devices; {model.count_params(nnx.merge(graphdef, state['params'])):,} "
-              f"parameters; {cache.num_tokens:,} tokens in the cache; "
-              f"{config.global_batch_size * config.seq_len:,} tokens per step", flush=True)
+    track = trackers.make_trackers(config, workdir, mesh_shape, jax.process_index() == 0,
+                                   progress.wandb_run_id)
+    num_params = model.count_params(nnx.merge(graphdef, state["params"]))
+    _say(f"ringstripe: {config.parallel.attention} attention, mesh data {mesh_shape[0]} x seq "
+         f"{mesh_shape[1]} on {jax.device_count()} {jax.devices()[0].platform} devices; "
+         f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
+         f"{config.global_batch_size * config.seq_len:,} tokens per step")
+    if start_step:
+        track.event(start_step, "resumed", {"restored_step": start_step, "attention":
+                                            config.parallel.attention, "mesh": list(mesh_shape)})
 
+    def save(step):
+        checkpointer.save(step, state, resume.checkpoint_meta(config, step, progress, mesh_shape))
+
+    tokens_per_step = config.global_batch_size * config.seq_len
     train_fn = functools.partial(data.batch_rows, cache.train, spec)
-    prefetch = data.Prefetcher(train_fn, mesh, spec, start_step=0)
-    last = {}
-    window_start, window_steps = None, 0
+    prefetch = data.Prefetcher(train_fn, mesh, spec, start_step=start_step)
+    stop = StopRequest(checkpointer)
+    last, window_start, window_steps = {}, None, 0
     try:
         with jax.set_mesh(mesh):
-            for step in range(1, config.num_train_steps + 1):
+            for step in range(start_step + 1, config.num_train_steps + 1):
                 batch_step, batch = prefetch.next()
                 assert batch_step == step - 1, (batch_step, step)
                 state, metrics = train_step(state, batch)
+                window_steps += 1
                 if window_start is None:  # the first step compiles: time from its end
                     jax.block_until_ready(state)
                     window_start, window_steps = time.perf_counter(), 0
+                    progress.train_tokens += tokens_per_step
+                is_last = step == config.num_train_steps
+                is_eval = step % config.eval_every_steps == 0 or is_last
+                is_save = step % config.checkpoint_every_steps == 0 or is_last
+                stopping = stop.should_stop(step) or step == config.stop_at_step
+                if not (step % config.log_every_steps == 0 or is_eval or is_save or stopping):
                     continue
-                window_steps += 1
-                is_eval = step % config.eval_every_steps == 0 or step == config.num_train_steps
-                if step % config.log_every_steps and not is_eval:
-                    continue
-                metrics = jax.device_get(metrics)  # waits for this step: ends the window
+                host = {k: float(v) for k, v in jax.device_get(metrics).items()}  # ends window
                 now = time.perf_counter()
-                last = {k: float(v) for k, v in metrics.items()}
-                if not math.isfinite(last["train/loss"]):
-                    raise FloatingPointError(f"loss is {last['train/loss']} at step {step}")
-                last.update(_throughput(config, model_cfg, mesh, window_steps,
-                                        now - window_start, peak))
-                if is_eval:
-                    last.update(evaluate(eval_step, state["params"], eval_batches))
-                track.log(step, last)
+                _check_finite(step, host, config, checkpointer)
+                if window_steps:
+                    progress.train_time_s += now - window_start
+                    progress.train_tokens += window_steps * tokens_per_step
+                    last = {**host, **_throughput(config, model_cfg, mesh, window_steps,
+                                                  now - window_start, peak)}
+                    last.update({"progress/train_time_s": progress.train_time_s,
+                                 "progress/train_tokens": progress.train_tokens})
+                    if is_eval:
+                        last.update(evaluate(eval_step, state["params"], eval_batches))
+                    track.log(step, last)
+                if is_save or stopping:
+                    save(step)
+                if stopping:
+                    checkpointer.wait()
+                    track.event(step, "stopped on request", {"checkpoint": step})
+                    return last
                 window_start, window_steps = time.perf_counter(), 0
     finally:
+        stop.close()
         prefetch.close()
         track.close()
     return last

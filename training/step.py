@@ -33,8 +33,13 @@ def _micro_batches(batch, count: int):
     return jax.tree.map(split, batch)
 
 
-def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_steps: int = 1):
-    """train_step(state, batch) -> (state, metrics); state = {'step', 'params', 'opt_state'}."""
+def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_steps: int = 1,
+                    skip_nonfinite: bool = False):
+    """train_step(state, batch) -> (state, metrics); state = {'step', 'params', 'opt_state'}.
+
+    With skip_nonfinite, a step whose loss or gradients are not finite leaves parameters and
+    optimizer state unchanged (the step counter still advances) and reports learning/skipped 1.
+    """
 
     def sums_and_grads(params, batch):
         def weighted_sum(params):
@@ -57,10 +62,17 @@ def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_
         weight = jnp.maximum(weight, 1.0)
         grads = jax.tree.map(lambda g: g / weight, grads)
         updates, opt_state = tx.update(grads, state["opt_state"], params)
-        new_state = {"step": state["step"] + 1, "params": optax.apply_updates(params, updates),
-                     "opt_state": opt_state}
-        metrics = {"train/loss": total / weight, "learning/grad_norm": optax.global_norm(grads),
-                   "learning/lr": schedule(state["step"])}
+        new_params = optax.apply_updates(params, updates)
+        loss, grad_norm = total / weight, optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        if skip_nonfinite:
+            keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+            new_params, opt_state = keep((new_params, opt_state), (params, state["opt_state"]))
+        new_state = {"step": state["step"] + 1, "params": new_params, "opt_state": opt_state}
+        metrics = {"train/loss": loss, "learning/grad_norm": grad_norm,
+                   "learning/param_norm": optax.global_norm(new_params),
+                   "learning/lr": schedule(state["step"]),
+                   "learning/skipped": 1 - finite.astype(jnp.int32)}
         return new_state, metrics
 
     return train_step

@@ -17,6 +17,9 @@ class NullTracker:
     def log(self, step: int, metrics: dict) -> None:
         pass
 
+    def event(self, step: int, message: str, fields: dict) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -26,12 +29,16 @@ class JsonlTracker:
 
     def __init__(self, path: str):
         self.path = path
+        _drop_torn_last_line(path)
         self._file = open(path, "a", buffering=1)
 
     def log(self, step, metrics):
         row = {"step": int(step), "time": time.time()}
         row.update({k: _plain(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
+
+    def event(self, step, message, fields):
+        self.log(step, {"event": message, **fields})
 
     def close(self):
         self._file.close()
@@ -40,7 +47,7 @@ class JsonlTracker:
 class WandbTracker:
     """wandb on process 0: offline unless WANDB_MODE (or config.wandb_mode) says online."""
 
-    def __init__(self, config, workdir: str, mesh_shape):
+    def __init__(self, config, workdir: str, mesh_shape, run_id: str):
         import wandb  # imported here: it is slow to import and optional for other trackers
 
         kind, seq_len = config.parallel.attention, config.seq_len
@@ -48,12 +55,15 @@ class WandbTracker:
         self._run = wandb.init(
             project=config.wandb_project, group=group,
             name=f"{group}-d{mesh_shape[0]}x{mesh_shape[1]}",
-            config=config.to_dict(), dir=workdir,
+            config=config.to_dict(), dir=workdir, id=run_id, resume="allow",
             mode=os.environ.get("WANDB_MODE", config.wandb_mode),
             tags=[kind, f"seq{seq_len}", f"mesh{mesh_shape[0]}x{mesh_shape[1]}"])
 
     def log(self, step, metrics):
         self._run.log({k: _plain(v) for k, v in metrics.items()}, step=int(step))
+
+    def event(self, step, message, fields):
+        pass  # wandb marks resumed runs itself
 
     def close(self):
         self._run.finish()
@@ -83,6 +93,11 @@ class Console:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def event(self, step, message, fields):
+        details = ", ".join(f"{k} {v}" for k, v in fields.items())
+        self.stream.write(("\n" if self.tty else "") + f"{message} at step {step}: {details}\n")
+        self.stream.flush()
+
     def close(self):
         pass
 
@@ -97,20 +112,35 @@ class Trackers:
         for t in self.trackers:
             t.log(step, metrics)
 
+    def event(self, step, message, fields):
+        for t in self.trackers:
+            t.event(step, message, fields)
+
     def close(self):
         for t in self.trackers:
             t.close()
 
 
-def make_trackers(config, workdir: str, mesh_shape, is_main: bool) -> Trackers:
+def make_trackers(config, workdir: str, mesh_shape, is_main: bool, run_id: str) -> Trackers:
     if not is_main:
         return Trackers([NullTracker()])
     trackers = [Console(config.num_train_steps)]
     if config.tracker in ("jsonl", "wandb"):
         trackers.append(JsonlTracker(os.path.join(workdir, "metrics.jsonl")))
     if config.tracker == "wandb":
-        trackers.append(WandbTracker(config, workdir, mesh_shape))
+        trackers.append(WandbTracker(config, workdir, mesh_shape, run_id))
     return Trackers(trackers)
+
+
+def _drop_torn_last_line(path: str) -> None:
+    """A process killed mid-write can leave half a line at the end; cut it so that every line of
+    the file stays one JSON object. Complete lines are never touched."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb+") as f:
+        content = f.read()
+        if content and not content.endswith(b"\n"):
+            f.truncate(content.rfind(b"\n") + 1)
 
 
 def _plain(value):

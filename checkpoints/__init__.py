@@ -1,0 +1,13 @@
+"""Checkpoints: Orbax save/restore with fallback, and preemption.
+
+Public API:
+  Checkpointer(directory, keep=, async_save=)   save / restore / restore_latest / steps
+  abstract_like(tree)                           restore target with the current shardings
+  StopRequest(checkpointer)                     SIGTERM / distributed preemption between steps
+  CheckpointError                               user-facing checkpoint problems
+"""
+
+from checkpoints.manager import Checkpointer, CheckpointError, abstract_like
+from checkpoints.preemption import StopRequest
+
+__all__ = ["CheckpointError", "Checkpointer", "StopRequest", "abstract_like"]

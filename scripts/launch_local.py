@@ -1,0 +1,87 @@
+"""Start N local processes of a JAX program joined by jax.distributed on 127.0.0.1.
+
+    python scripts/launch_local.py --processes 2 -- \
+        train.py --config configs/tiny.py --workdir runs/mp --config.cpu_devices=2
+
+Each process gets --coordinator_address=127.0.0.1:PORT --num_processes=N --process_id=I appended
+to its arguments (train.py understands them), its own fake CPU devices (the program's config
+decides how many), and its output prefixed with [I]. If any process fails, the others are
+stopped: a JAX process whose peer died would otherwise wait, or abort, on its own. Exit code: the
+first non-zero exit code, or 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pump(prefix: str, stream, sink) -> None:
+    for line in stream:
+        sink.write(f"{prefix}{line}")
+        sink.flush()
+
+
+def launch(program: list[str], processes: int, timeout: float | None = None,
+           env: dict | None = None) -> int:
+    port = free_port()
+    env = dict(os.environ if env is None else env)
+    env.pop("XLA_FLAGS", None)  # the program sets its own device count
+    procs, pumps = [], []
+    for i in range(processes):
+        args = [sys.executable, *program, f"--coordinator_address=127.0.0.1:{port}",
+                f"--num_processes={processes}", f"--process_id={i}"]
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env)
+        pumps.append(threading.Thread(target=_pump, args=(f"[{i}] ", p.stdout, sys.stdout),
+                                      daemon=True))
+        pumps[-1].start()
+        procs.append(p)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    code = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+            if failed or (deadline is not None and time.monotonic() > deadline):
+                code = failed[0] if failed else 124
+                break
+            time.sleep(0.2)
+        else:
+            code = next((p.returncode for p in procs if p.returncode), 0)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+            p.wait()
+        for t in pumps:
+            t.join(timeout=5)
+    return code
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before all are killed")
+    parser.add_argument("program", nargs=argparse.REMAINDER,
+                        help="-- then the script and its arguments")
+    args = parser.parse_args()
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
+        parser.error("give the program after --, e.g. -- train.py --config configs/tiny.py ...")
+    sys.exit(launch(program, args.processes, args.timeout))
+
+
+if __name__ == "__main__":
+    main()

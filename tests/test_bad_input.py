@@ -1,0 +1,136 @@
+"""Bad input to train.py: one line naming the problem and the fix, a non-zero exit, no traceback,
+and nothing written or overwritten."""
+
+import os
+import shutil
+
+import pytest
+
+from tests.train_runs import completed_checkpoints, read_metrics, run_train
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache):
+    """A workdir with checkpoints at steps 6 and 12, and its tokenizer."""
+    workdir = tmp_path_factory.mktemp("trained")
+    result = run_train(workdir, f"--config.data.cache_dir={cache}", "--config.stop_at_step=12",
+                       "--config.checkpoint_every_steps=6")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert completed_checkpoints(workdir) == [6, 12]
+    tokenizer = next(os.path.join(cache, f) for f in os.listdir(cache) if f.endswith(".model"))
+    return workdir, tokenizer
+
+
+def assert_user_error(result, *fragments, code=2):
+    assert result.returncode == code, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr[-3000:]
+
+
+def snapshot(directory):
+    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+            for d, _, files in os.walk(directory) for f in files}
+
+
+def test_value_of_wrong_type(tmp_path):
+    result = run_train(tmp_path / "run", "--config.seq_len=long")
+    assert result.returncode != 0 and "seq_len" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_processes_not_dividing_the_batch(tmp_path):
+    from training.validate import ConfigError, validate_config
+    from configs import tiny
+
+    config = tiny.get_config()
+    config.global_batch_size = 6  # divisible by data shards (2), not by 4 processes
+    config.mesh.data, config.mesh.seq = 2, 2
+    with pytest.raises(ConfigError, match="not divisible by the processes \\(4\\)"):
+        validate_config(config, device_count=4, process_count=4)
+
+
+@pytest.mark.parametrize("make_source,fragments", [
+    (lambda d: str(d / "missing.txt"), ["data.source", "no such file or directory"]),
+    (lambda d: str(_mkdir(d / "empty")), ["data.source", "empty"]),
+    (lambda d: str(_write(d / "blob.bin", bytes(range(256)) * 64)), ["data.source"]),
+])
+def test_bad_data_source(tmp_path, make_source, fragments):
+    source = make_source(tmp_path)
+    result = run_train(tmp_path / "run", f"--config.data.source={source}")
+    assert_user_error(result, *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_corpus_smaller_than_one_sequence(tmp_path, trained):
+    corpus = _write(tmp_path / "small.txt", b"def f():\n    return 1\n")
+    result = run_train(tmp_path / "run", f"--config.data.source={corpus}",
+                       f"--config.data.tokenizer_path={trained[1]}")
+    assert_user_error(result, "smaller than one sequence")
+    assert not read_metrics(tmp_path / "run")
+
+
+def test_tokenizer_missing(tmp_path):
+    result = run_train(tmp_path / "run", f"--config.data.tokenizer_path={tmp_path / 'no.model'}")
+    assert_user_error(result, "data.tokenizer_path", "does not exist")
+    assert not (tmp_path / "run").exists()
+
+
+def test_tokenizer_corrupt(tmp_path, cache):
+    bad = _write(tmp_path / "bad.model", b"this is not a sentencepiece model" * 10)
+    result = run_train(tmp_path / "run", f"--config.data.tokenizer_path={bad}",
+                       f"--config.data.cache_dir={cache}")
+    assert_user_error(result, str(bad))
+
+
+def test_tokenizer_vocabulary_not_matching_model(tmp_path, trained, cache):
+    _, tokenizer = trained
+    result = run_train(tmp_path / "run", f"--config.data.tokenizer_path={tokenizer}",
+                       "--config.model.vocab_size=1024", f"--config.data.cache_dir={cache}")
+    assert_user_error(result, "has 512 pieces but model.vocab_size is 1024",
+                      "--config.model.vocab_size=512")
+    assert not read_metrics(tmp_path / "run")
+
+
+def test_incompatible_checkpoint_is_refused_and_kept(tmp_path, trained, cache):
+    workdir = tmp_path / "copy"
+    shutil.copytree(trained[0], workdir)
+    before = snapshot(workdir)
+    result = run_train(workdir, f"--config.data.cache_dir={cache}", "--config.model.d_model=128")
+    assert_user_error(result, "model.d_model=64", "model.d_model=128", "another --workdir")
+    assert snapshot(workdir) == before
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_previous(tmp_path, trained, cache):
+    workdir = tmp_path / "copy"
+    shutil.copytree(trained[0], workdir)
+    for path in snapshot(workdir / "checkpoints" / "12" / "state"):  # truncate every array file
+        if os.path.getsize(path) > 64:
+            with open(path, "r+b") as f:
+                f.truncate(16)
+    result = run_train(workdir, f"--config.data.cache_dir={cache}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checkpoint 12" in result.stdout and "damaged" in result.stdout
+    resumed = [r for r in read_metrics(workdir) if r.get("event") == "resumed"]
+    assert resumed[-1]["restored_step"] == 6
+
+
+def test_workdir_not_writable(tmp_path):
+    blocker = _write(tmp_path / "a_file", b"x")
+    result = run_train(os.path.join(blocker, "run"))
+    assert_user_error(result, "not writable", "choose another --workdir")
+
+
+def _mkdir(path):
+    path.mkdir()
+    return path
+
+
+def _write(path, content: bytes):
+    path.write_bytes(content)
+    return str(path)

@@ -1,0 +1,170 @@
+"""Checkpoints: exact resume, other meshes and layouts, preemption, SIGKILL, NaN, multi-host."""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.train_runs import (ROOT, clean_env, completed_checkpoints, losses, read_metrics,
+                              run_train, start_train, terminate, wait_for_step)
+
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return f"--config.data.cache_dir={tmp_path_factory.mktemp('cache')}"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, cache):
+    """The reference: tiny, striped, data 2 x seq 2, 20 steps without a stop."""
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    result = run_train(workdir, cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def load_state(workdir, step):
+    """A checkpoint's arrays as numpy, whatever mesh wrote them."""
+    path = os.path.join(workdir, "checkpoints", str(step), "state")
+    checkpointer = ocp.PyTreeCheckpointer()
+    tree = checkpointer.metadata(path).item_metadata.tree
+    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    return jax.tree.leaves(checkpointer.restore(path, restore_args=args))
+
+
+def test_resume_is_bitwise_identical(tmp_path, cache, uninterrupted):
+    first = run_train(tmp_path, cache, "--config.stop_at_step=6")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert completed_checkpoints(tmp_path) == [6]
+    second = run_train(tmp_path, cache)  # the same command again: resumes without any flag
+    assert second.returncode == 0, second.stderr[-3000:]
+    rows = read_metrics(tmp_path)
+    events = [r for r in rows if "event" in r]
+    assert [(e["event"], e["step"]) for e in events] == [("stopped on request", 6), ("resumed", 6)]
+    want = losses(read_metrics(uninterrupted))
+    assert losses(rows) == want  # every logged step, before and after the restart, bitwise
+    for got, expected in zip(load_state(tmp_path, STEPS), load_state(uninterrupted, STEPS)):
+        np.testing.assert_array_equal(got, expected)
+    # Counters continue across the restart.
+    assert rows[-1]["progress/train_tokens"] == STEPS * 4 * 128
+
+
+def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted):
+    first = run_train(tmp_path, cache, "--config.stop_at_step=10", "--config.mesh.data=1",
+                      "--config.mesh.seq=4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_train(tmp_path, cache, "--config.parallel.attention=ring", "--config.cpu_devices=2",
+                       "--config.mesh.data=2", "--config.mesh.seq=1")
+    assert second.returncode == 0, second.stderr[-3000:]
+    rows = read_metrics(tmp_path)
+    resumed = next(r for r in rows if r.get("event") == "resumed")
+    assert resumed["attention"] == "ring" and resumed["mesh"] == [2, 1]
+    got, want = losses(rows), losses(read_metrics(uninterrupted))
+    assert sorted(got) == sorted(want)
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [want[s] for s in sorted(want)],
+                               rtol=1e-4)
+
+
+def test_sigterm_saves_the_current_step_and_exits_zero(tmp_path, cache):
+    proc = start_train(tmp_path, cache, "--config.num_train_steps=2000",
+                       "--config.checkpoint_every_steps=1000")
+    wait_for_step(tmp_path, 6, proc)
+    code, out, err = terminate(proc, signal.SIGTERM)
+    assert code == 0, err[-3000:]
+    rows = read_metrics(tmp_path)
+    stopped = [r for r in rows if r.get("event") == "stopped on request"]
+    assert len(stopped) == 1
+    step = stopped[0]["step"]
+    assert 6 <= step < 2000 and completed_checkpoints(tmp_path) == [step]
+    proc = start_train(tmp_path, cache, "--config.num_train_steps=2000",
+                       "--config.checkpoint_every_steps=1000")
+    wait_for_step(tmp_path, step + 4, proc)
+    terminate(proc, signal.SIGTERM)
+    rows = read_metrics(tmp_path)
+    assert next(r for r in rows if r.get("event") == "resumed")["restored_step"] == step
+    after = [r["step"] for r in rows if "train/loss" in r and r["time"] > stopped[0]["time"]]
+    assert after and min(after) > step
+
+
+def test_sigkill_ten_times_then_same_final_loss(tmp_path, cache, uninterrupted):
+    """Kills land at varied moments, many while an asynchronous save is being written
+    (a save every 2 steps); each restart must resume from the last completed checkpoint."""
+    rng = random.Random(0)
+    overrides = (cache, "--config.checkpoint_every_steps=2", "--config.log_every_steps=1")
+    for attempt in range(10):
+        before = completed_checkpoints(tmp_path)
+        proc = start_train(tmp_path, *overrides)
+        if before:
+            wait_for_step(tmp_path, before[-1] + 1, proc)  # the restart has resumed
+        time.sleep(rng.uniform(0.0, 1.5))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=120)
+        resumes = [r for r in read_metrics(tmp_path) if r.get("event") == "resumed"]
+        if before:
+            assert resumes and resumes[-1]["restored_step"] == before[-1], (attempt, before)
+        leftovers = [d for d in os.listdir(tmp_path / "checkpoints") if not d.isdigit()]
+        assert all("tmp" in d for d in leftovers)  # only unfinished saves, cleaned on restart
+    final = run_train(tmp_path, *overrides)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert not [d for d in os.listdir(tmp_path / "checkpoints") if "tmp" in d]
+    got, want = losses(read_metrics(tmp_path)), losses(read_metrics(uninterrupted))
+    assert got[STEPS] == want[STEPS]
+    for a, b in zip(load_state(tmp_path, STEPS), load_state(uninterrupted, STEPS)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_nonfinite_loss_stops_without_touching_the_last_good_checkpoint(tmp_path, cache):
+    good = run_train(tmp_path, cache, "--config.stop_at_step=10")
+    assert good.returncode == 0
+    files = {p: os.stat(p).st_mtime_ns for p in _files(tmp_path / "checkpoints")}
+    bad = run_train(tmp_path, cache, "--config.optim.learning_rate=1e30")
+    assert bad.returncode == 3
+    step = re.search(r"is (nan|inf|-inf) at step (\d+)", bad.stderr)
+    assert step and int(step.group(2)) > 10, bad.stderr[-2000:]
+    assert "last good checkpoint: 10" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert completed_checkpoints(tmp_path) == [10]
+    assert {p: os.stat(p).st_mtime_ns for p in _files(tmp_path / "checkpoints")} == files
+
+
+def test_nonfinite_batches_can_be_skipped(tmp_path, cache):
+    result = run_train(tmp_path, cache, "--config.optim.learning_rate=1e30",
+                       "--config.optim.skip_nonfinite=True", "--config.num_train_steps=6")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [r for r in read_metrics(tmp_path) if "train/loss" in r]
+    assert any(r["learning/skipped"] == 1 for r in rows)
+    assert completed_checkpoints(tmp_path) == [6]
+
+
+def test_two_processes_match_one_and_their_checkpoint_restores_in_one(tmp_path, cache,
+                                                                      uninterrupted):
+    workdir = tmp_path / "mp"
+    launcher = [sys.executable, "scripts/launch_local.py", "--processes", "2", "--timeout", "400",
+                "--", "train.py", "--config", "configs/tiny.py", "--workdir", str(workdir),
+                "--config.cpu_devices=2", cache, "--config.stop_at_step=10"]
+    result = subprocess.run(launcher, cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                            timeout=500)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert completed_checkpoints(workdir) == [10]
+    # The two processes wrote one checkpoint; a single process with 4 devices continues it.
+    single = run_train(workdir, cache)
+    assert single.returncode == 0, single.stderr[-3000:]
+    got, want = losses(read_metrics(workdir)), losses(read_metrics(uninterrupted))
+    assert sorted(got) == sorted(want)
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [want[s] for s in sorted(want)],
+                               rtol=1e-4)
+
+
+def _files(directory):
+    return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files]

@@ -1,0 +1,68 @@
+"""Running train.py as a user does, for the end-to-end tests."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def clean_env():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # train.py sets devices
+    env["WANDB_MODE"] = "disabled"
+    return env
+
+
+def command(workdir, *overrides, config="configs/tiny.py"):
+    return [sys.executable, "train.py", "--config", config, "--workdir", str(workdir), *overrides]
+
+
+def run_train(workdir, *overrides, timeout=600):
+    return subprocess.run(command(workdir, *overrides), cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_train(workdir, *overrides):
+    return subprocess.Popen(command(workdir, *overrides), cwd=ROOT, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def read_metrics(workdir):
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def losses(rows):
+    """{step: train/loss} of the metric rows (events excluded)."""
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+
+
+def completed_checkpoints(workdir):
+    directory = os.path.join(workdir, "checkpoints")
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(d) for d in os.listdir(directory) if d.isdigit())
+
+
+def wait_for_step(workdir, step, proc, timeout=300):
+    """Blocks until metrics.jsonl shows `step` (or the process ends)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if any(r.get("step", 0) >= step for r in read_metrics(workdir)):
+                return
+        except json.JSONDecodeError:  # a line being written
+            pass
+        time.sleep(0.05)
+
+
+def terminate(proc, sig=signal.SIGTERM, timeout=120):
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err

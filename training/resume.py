@@ -1,0 +1,94 @@
+"""What a checkpoint carries besides arrays, and the checks made before a run writes anything.
+
+The JSON record saved with every checkpoint:
+
+    {"config": {...}, "data": {"seed": 0, "step": 120}, "wandb_run_id": "3f9a1c2b",
+     "train_time_s": 812.4, "train_tokens": 983040, "code_version": "ringstripe 0.1.0 (git 1a2b3c4)",
+     "mesh": [1, 4], "attention": "striped"}
+
+The data position is only (seed, step): batches are a pure function of them, so a run resumes on
+any mesh, process count or attention kind and sees the same tokens in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import subprocess
+from importlib import metadata
+
+import data
+from checkpoints import CheckpointError
+from training.validate import ConfigError
+
+# Fields that fix the shapes of the parameters: a checkpoint with other values cannot be restored.
+SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                "mlp_dim", "tie_embeddings")
+
+
+@dataclasses.dataclass
+class Progress:
+    """Counters that continue across restarts (throughput and time curves stay continuous)."""
+
+    train_time_s: float = 0.0
+    train_tokens: int = 0
+    wandb_run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> "Progress":
+        return cls(float(meta.get("train_time_s", 0.0)), int(meta.get("train_tokens", 0)),
+                   meta.get("wandb_run_id") or secrets.token_hex(4))
+
+
+def checkpoint_meta(config, step: int, progress: Progress, mesh_shape) -> dict:
+    return {"config": config.to_dict(), "data": {"seed": config.seed, "step": int(step)},
+            "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
+            "train_tokens": progress.train_tokens, "code_version": code_version(),
+            "mesh": list(mesh_shape), "attention": config.parallel.attention}
+
+
+def check_compatible(config, directory: str, step: int, meta: dict) -> None:
+    """Raises CheckpointError when the checkpoint's model shapes differ from the config's."""
+    saved = meta.get("config", {}).get("model", {})
+    for field in SHAPE_FIELDS:
+        if field in saved and saved[field] != config.model[field]:
+            raise CheckpointError(
+                f"the checkpoint at step {step} in {directory} has model.{field}={saved[field]} "
+                f"but this run has model.{field}={config.model[field]}: use another --workdir, "
+                f"or set --config.model.{field}={saved[field]} to continue that run")
+
+
+def check_inputs(config, workdir: str) -> None:
+    """User errors that need no devices: data source, tokenizer file, workdir. Writes nothing."""
+    if config.data.tokenizer_path and not os.path.isfile(config.data.tokenizer_path):
+        raise ConfigError(f"data.tokenizer_path {config.data.tokenizer_path!r} does not exist: "
+                          f"point it at a sentencepiece .model file, or set it to '' to train one")
+    data.describe_source(config.data.source)  # DataError when missing or empty
+    if next(iter(data.iter_documents(config.data.source)), None) is None:  # reads one document
+        raise data.DataError(f"data.source {config.data.source!r} holds no document: point it "
+                             f"at text files")
+    _check_writable(workdir)
+
+
+def _check_writable(workdir: str) -> None:
+    path = os.path.abspath(workdir)
+    while not os.path.exists(path):  # the nearest existing ancestor must accept new entries
+        path = os.path.dirname(path)
+    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"workdir {workdir!r} is not writable ({path} is not a writable "
+                          f"directory): choose another --workdir")
+
+
+def code_version() -> str:
+    try:
+        version = metadata.version("ringstripe")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"ringstripe {version}" + (f" (git {commit})" if commit else "")
