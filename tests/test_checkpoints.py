@@ -168,3 +168,16 @@ def test_two_processes_match_one_and_their_checkpoint_restores_in_one(tmp_path, 
 
 def _files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files]
+
+
+def test_wandb_resumes_the_same_run(tmp_path, cache):
+    env = dict(clean_env(), WANDB_MODE="offline")
+    for extra in ("--config.stop_at_step=4", "--config.num_train_steps=8"):
+        cmd = [sys.executable, "train.py", "--config", "configs/tiny.py", "--workdir",
+               str(tmp_path), cache, "--config.tracker=wandb", extra]
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    runs = sorted(d for d in os.listdir(tmp_path / "wandb") if d.startswith("offline-run-"))
+    assert len(runs) == 2 and runs[0].split("-")[-1] == runs[1].split("-")[-1]
+    assert (tmp_path / "metrics.jsonl").exists()  # wandb implies jsonl
