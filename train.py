@@ -25,6 +25,21 @@ flags.mark_flags_as_required(["config", "workdir"])
 FLAGS = flags.FLAGS
 
 
+def parse_flags(argv):
+    """absl's parser, with config mistakes reported as one line (exit 2) instead of a traceback."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:  # e.g. a value of the wrong type
+        fix = "give a value of the field's type" if "--config." in str(e) else "see --helpshort"
+        print(f"error: {e}: {fix}", file=sys.stderr)
+    except (AttributeError, KeyError) as e:  # ml_collections: an override names no field
+        given = [a.split("=")[0] for a in argv if a.startswith("--config.")]
+        name = str(e).strip("\"'")
+        print(f"error: unknown config field '{name}' (overrides: {', '.join(given)}): every "
+              f"--config.FIELD must exist in the config file", file=sys.stderr)
+    sys.exit(2)
+
+
 def start_jax(config):
     """Sets the fake CPU device count before any backend starts, then joins the other
     processes if this is a multi-process run."""
@@ -59,4 +74,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

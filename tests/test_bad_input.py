@@ -40,7 +40,8 @@ def snapshot(directory):
 
 def test_value_of_wrong_type(tmp_path):
     result = run_train(tmp_path / "run", "--config.seq_len=long")
-    assert result.returncode != 0 and "seq_len" in result.stderr
+    assert_user_error(result, "--config.seq_len=long", "give a value of the field's type")
+    assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
 
 

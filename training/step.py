@@ -63,14 +63,14 @@ def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_
         grads = jax.tree.map(lambda g: g / weight, grads)
         updates, opt_state = tx.update(grads, state["opt_state"], params)
         new_params = optax.apply_updates(params, updates)
-        loss, grad_norm = total / weight, optax.global_norm(grads)
+        loss, grad_norm = total / weight, optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         if skip_nonfinite:
             keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
             new_params, opt_state = keep((new_params, opt_state), (params, state["opt_state"]))
         new_state = {"step": state["step"] + 1, "params": new_params, "opt_state": opt_state}
         metrics = {"train/loss": loss, "learning/grad_norm": grad_norm,
-                   "learning/param_norm": optax.global_norm(new_params),
+                   "learning/param_norm": optax.tree.norm(new_params),
                    "learning/lr": schedule(state["step"]),
                    "learning/skipped": 1 - finite.astype(jnp.int32)}
         return new_state, metrics

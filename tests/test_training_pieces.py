@@ -1,0 +1,63 @@
+"""Optimizer schedule, gradient accumulation, FLOPs: checked against hand computations."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+import model
+import parallel
+from configs import tiny
+from training import flops, optim, step as step_lib
+from tests.test_model import SIZES, natural_batch
+
+
+def test_schedule_warms_up_then_decays_to_the_floor():
+    cfg = tiny.get_config().optim
+    cfg.learning_rate, cfg.warmup_steps, cfg.min_lr_ratio = 1.0, 10, 0.1
+    schedule = optim.learning_rate_schedule(cfg, 110)
+    assert float(schedule(0)) == 0.0 and float(schedule(5)) == pytest.approx(0.5)
+    assert float(schedule(10)) == pytest.approx(1.0)
+    assert float(schedule(60)) == pytest.approx(0.1 + 0.9 * 0.5, rel=1e-5)  # cosine midpoint
+    assert float(schedule(110)) == pytest.approx(0.1)
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
+    cfg = model.ModelConfig(attention_kind="striped", **SIZES)
+    graphdef, params = nnx.split(model.create(cfg, mesh, seed=0), nnx.Param)
+    optim_cfg = tiny.get_config().optim
+    tx, schedule = optim.make_optimizer(optim_cfg, 10)
+    perm = parallel.permutation("striped", 32, 2)
+    rows = {k: np.concatenate([v, v[::-1]])[:, perm] for k, v in natural_batch().items()}
+    batch = {k: jax.device_put(v, jax.NamedSharding(mesh, jax.P("data", "seq")))
+             for k, v in rows.items()}
+    results = []
+    for accum in (1, 2):
+        state = {"step": jnp.zeros((), jnp.int32), "params": params,
+                 "opt_state": tx.init(params)}
+        fn = step_lib.make_train_step(graphdef, tx, schedule, mask_documents=True,
+                                      grad_accum_steps=accum)
+        with jax.set_mesh(mesh):
+            results.append(jax.jit(fn)(state, batch))
+    (one, m1), (two, m2) = results
+    assert float(m1["train/loss"]) == pytest.approx(float(m2["train/loss"]), rel=1e-5)
+    assert float(m1["learning/grad_norm"]) == pytest.approx(float(m2["learning/grad_norm"]),
+                                                             rel=1e-4)
+    for a, b in zip(jax.tree.leaves(one["params"]), jax.tree.leaves(two["params"])):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_flops_per_token_by_hand():
+    m = model.ModelConfig(vocab_size=1000, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                          head_dim=16, mlp_dim=128)
+    attention_params = 64 * 16 * (4 + 2 + 2 + 4)  # q, k, v, o
+    mlp_params = 3 * 64 * 128
+    matmul = 2 * (attention_params + mlp_params) + 64 * 1000
+    assert flops.matmul_params(m) == matmul
+    causal_attention = 3 * 2 * (4 * 256 * 4 * 16) / 2  # fwd+bwd x layers x QK,PV / causal
+    assert flops.flops_per_token(m, 256) == 6 * matmul + causal_attention
+    assert flops.peak_flops("TPU v4") == 275e12 and flops.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert flops.peak_flops("anything", override_tflops=2.0) == 2e12
