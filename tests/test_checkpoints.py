@@ -103,17 +103,20 @@ def test_sigkill_ten_times_then_same_final_loss(tmp_path, cache, uninterrupted):
     overrides = (cache, "--config.checkpoint_every_steps=2", "--config.log_every_steps=1")
     for attempt in range(10):
         before = completed_checkpoints(tmp_path)
+        started = time.time()
         proc = start_train(tmp_path, *overrides)
-        if before:
-            wait_for_step(tmp_path, before[-1] + 1, proc)  # the restart has resumed
-        time.sleep(rng.uniform(0.0, 1.5))
+        # Once this attempt is training (past the resumed step), kill at a random moment: with
+        # a save every 2 steps of about 30 ms, many kills land while a save is being written.
+        wait_for_step(tmp_path, (before[-1] if before else 0) + 1, proc, since=started)
+        time.sleep(rng.uniform(0.0, 0.5))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=120)
         resumes = [r for r in read_metrics(tmp_path) if r.get("event") == "resumed"]
         if before:
             assert resumes and resumes[-1]["restored_step"] == before[-1], (attempt, before)
-        leftovers = [d for d in os.listdir(tmp_path / "checkpoints") if not d.isdigit()]
+        names = os.listdir(tmp_path / "checkpoints") if (tmp_path / "checkpoints").exists() else []
+        leftovers = [d for d in names if not d.isdigit()]
         assert all("tmp" in d for d in leftovers)  # only unfinished saves, cleaned on restart
     final = run_train(tmp_path, *overrides)
     assert final.returncode == 0, final.stderr[-3000:]

@@ -50,12 +50,14 @@ def completed_checkpoints(workdir):
     return sorted(int(d) for d in os.listdir(directory) if d.isdigit())
 
 
-def wait_for_step(workdir, step, proc, timeout=300):
-    """Blocks until metrics.jsonl shows `step` (or the process ends)."""
+def wait_for_step(workdir, step, proc, timeout=300, since=0.0):
+    """Blocks until metrics.jsonl shows `step` in a row written after `since` (a time.time()),
+    or the process ends."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            if any(r.get("step", 0) >= step for r in read_metrics(workdir)):
+            rows = [r for r in read_metrics(workdir) if r.get("time", 0) >= since]
+            if any(r.get("step", 0) >= step for r in rows):
                 return
         except json.JSONDecodeError:  # a line being written
             pass

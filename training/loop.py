@@ -172,7 +172,8 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
                                             config.parallel.attention, "mesh": list(mesh_shape)})
 
     def save(step):
-        checkpointer.save(step, state, resume.checkpoint_meta(config, step, progress, mesh_shape))
+        checkpointer.save(step, state, resume.checkpoint_meta(config, step, progress, mesh_shape,
+                                                              tokenizer.path))
 
     tokens_per_step = config.global_batch_size * config.seq_len
     train_fn = functools.partial(data.batch_rows, cache.train, spec)

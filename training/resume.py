@@ -41,8 +41,10 @@ class Progress:
                    meta.get("wandb_run_id") or secrets.token_hex(4))
 
 
-def checkpoint_meta(config, step: int, progress: Progress, mesh_shape) -> dict:
+def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
+                    tokenizer_path: str = "") -> dict:
     return {"config": config.to_dict(), "data": {"seed": config.seed, "step": int(step)},
+            "tokenizer_path": os.path.abspath(tokenizer_path) if tokenizer_path else "",
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
             "train_tokens": progress.train_tokens, "code_version": code_version(),
             "mesh": list(mesh_shape), "attention": config.parallel.attention}

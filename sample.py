@@ -1,0 +1,108 @@
+"""Sample from a trained ringstripe run.
+
+    python sample.py --workdir runs/default --prompt "def fibonacci(n):" --max_new_tokens 200
+    python sample.py --workdir runs/default --temperature 0   # greedy
+
+Loads the latest checkpoint (or --step) and the run's tokenizer, and generates with a KV cache:
+the prompt is processed once, then each new token costs one pass over the cache. On one device
+by default; --devices N shards the parameters over N devices (FSDP layout, as in training).
+"""
+
+import sys
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("workdir", None, "A training run's --workdir.")
+flags.DEFINE_string("prompt", "def ", "Text to continue.")
+flags.DEFINE_integer("max_new_tokens", 200, "Tokens to generate.")
+flags.DEFINE_float("temperature", 0.8, "Sampling temperature; 0 = greedy.")
+flags.DEFINE_integer("top_k", 40, "Sample among the top_k most likely tokens; 0 = all.")
+flags.DEFINE_integer("num_samples", 1, "Samples to draw (a batch).")
+flags.DEFINE_integer("seed", 0, "Sampling seed.")
+flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+flags.DEFINE_integer("devices", 1, "Devices to shard the parameters over.")
+flags.mark_flags_as_required(["workdir"])
+FLAGS = flags.FLAGS
+
+
+class SampleError(ValueError):
+    pass
+
+
+def load_run(workdir: str, step, devices: int):
+    """(config, tokenizer, graphdef, params, step) of a run's checkpoint."""
+    import os
+
+    import jax
+    import ml_collections
+
+    import data
+    import parallel
+    from checkpoints import Checkpointer, abstract_like
+    from training.loop import create_train_state
+
+    directory = os.path.join(workdir, "checkpoints")
+    if not os.path.isdir(directory):
+        raise SampleError(f"no checkpoints in {workdir!r}: train first (python train.py "
+                          f"--workdir {workdir} ...) or point --workdir at a run")
+    checkpointer = Checkpointer(directory, keep=1_000_000)
+    try:
+        steps = checkpointer.steps()
+        if not steps or (step is not None and step not in steps):
+            raise SampleError(f"no checkpoint {'at step ' + str(step) if step else ''} in "
+                              f"{directory} (available: {steps}): choose one of those steps")
+        step = steps[-1] if step is None else step
+        meta = checkpointer.read_meta(step)
+        config = ml_collections.ConfigDict(meta["config"])
+        tokenizer_path = meta.get("tokenizer_path") or config.data.tokenizer_path
+        if tokenizer_path:
+            tokenizer = data.load_tokenizer(tokenizer_path)
+        else:
+            cache_dir = config.data.cache_dir or os.path.join(workdir, "cache")
+            tokenizer = data.get_tokenizer(config.data, cache_dir)
+        mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
+        config.mesh.data, config.mesh.seq = 1, devices
+        state, graphdef, *_ = create_train_state(config, mesh)
+        state, _ = checkpointer.restore(step, abstract_like(state))
+    finally:
+        checkpointer.close()
+    return config, tokenizer, graphdef, state["params"], step
+
+
+def main(argv):
+    del argv
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", max(FLAGS.devices, 1))
+    import numpy as np
+
+    import data
+    from model import decode
+
+    try:
+        config, tokenizer, graphdef, params, step = load_run(FLAGS.workdir, FLAGS.step,
+                                                             FLAGS.devices)
+    except (SampleError, data.DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    prompt = tokenizer.encode(FLAGS.prompt)
+    if not prompt:
+        print("error: the prompt encodes to no tokens: give some text", file=sys.stderr)
+        sys.exit(2)
+    tokens = decode.generate(graphdef, params, np.tile(prompt, (FLAGS.num_samples, 1)),
+                             FLAGS.max_new_tokens, temperature=FLAGS.temperature,
+                             top_k=FLAGS.top_k, seed=FLAGS.seed, eos_id=tokenizer.eos_id)
+    print(f"# {FLAGS.workdir} step {step}, {config.parallel.attention}-trained, temperature "
+          f"{FLAGS.temperature}, top_k {FLAGS.top_k}", file=sys.stderr)
+    for row in tokens:
+        ids = [int(t) for t in row]
+        if tokenizer.eos_id in ids[len(prompt):]:
+            ids = ids[:len(prompt) + ids[len(prompt):].index(tokenizer.eos_id)]
+        print(tokenizer.decode(ids))
+        print("-" * 40)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,370 @@
+"""Train ringstripe on a Cloud TPU pod slice: create it, copy the code, train, follow, delete.
+
+    python scripts/tpu_pod.py all --name rs-v4 --zone us-central2-b \
+        --config configs/tiny.py --workdir gs://my-bucket/runs/tiny -- --config.num_train_steps=100
+
+Subcommands (each can be run on its own; `all` runs create, setup, run, logs, then delete):
+
+  create  gcloud compute tpus tpu-vm create (default v4-32, tpu-ubuntu2204-base)
+  setup   tar the working tree, scp it to every worker, and run an idempotent bootstrap there:
+          the venv is made only if missing, and `pip install -e . jax[tpu]` runs only when
+          pyproject.toml changed since the last install (its sha256 is kept inside the venv)
+  run     start train.py --distributed under nohup on every worker (log in ~/train.log)
+  logs    follow ~/train.log on one worker until its train.py exits
+  delete  gcloud compute tpus tpu-vm delete --quiet
+
+--dry-run prints every command, one per line as `+ COMMAND`, shell-quoted exactly as it would
+run, and runs nothing. Arguments after `--` go to train.py unchanged (--config.FIELD=VALUE).
+Exit codes: 0 done, 1 a command failed, 2 bad input or no gcloud, 130 interrupted.
+Standard library only, so it runs from any Python without the project installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REMOTE_DIR = "ringstripe"            # on each worker, relative to $HOME
+REMOTE_TARBALL = "ringstripe.tar.gz"  # scp'd into $HOME, relative paths land there
+# Never shipped: local environments and outputs (the .gitignore list) and git's own data.
+EXCLUDES = (".git", ".venv", "runs", "__pycache__", "*.egg-info", ".pytest_cache", "wandb")
+# Google's rule for resource names: a lowercase letter first, then letters, digits and hyphens,
+# not ending in a hyphen, at most 63 characters.
+NAME_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+# A pid file lets `run` refuse to start a second trainer (both would claim the TPU chips) and
+# lets `logs` stop following when the trainer exits, which is what lets `all` reach `delete`.
+PID_FILE = "$HOME/train.pid"
+LOG_FILE = "$HOME/train.log"
+
+
+class InputError(Exception):
+    """A mistake in the command line: reported as one line, exit code 2."""
+
+
+class CommandFailed(Exception):
+    """A command exited non-zero (or could not start): reported as one line, exit code 1."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands. Each builder returns argv lists; nothing here runs anything, so --dry-run prints
+# exactly what a real run executes.
+# ---------------------------------------------------------------------------------------------
+
+def gcloud_tpu(args, verb: str, *rest: str) -> list[str]:
+    """`gcloud compute tpus tpu-vm VERB ...` with the zone (and project) every call needs."""
+    cmd = ["gcloud", "compute", "tpus", "tpu-vm", verb, *rest, f"--zone={args.zone}"]
+    if args.project:
+        cmd.append(f"--project={args.project}")
+    return cmd
+
+
+def ssh(args, worker: str, script: str) -> list[str]:
+    """Runs `script` with bash on `worker` ("all" or an index). Wrapping it in `bash -c` makes
+    it independent of the remote login shell and keeps it one shell word for gcloud."""
+    return gcloud_tpu(args, "ssh", args.name, f"--worker={worker}",
+                      f"--command={shlex.join(['bash', '-c', script])}")
+
+
+def create_commands(args) -> list[list[str]]:
+    cmd = gcloud_tpu(args, "create", args.name, f"--accelerator-type={args.accelerator_type}",
+                     f"--version={args.version}")
+    if args.preemptible:
+        cmd.append("--preemptible")
+    if args.spot:
+        cmd.append("--spot")
+    return [cmd]
+
+
+def local_tarball(name: str) -> str:
+    """Where the code tarball is built locally; under the temp dir (TMPDIR is honoured), named
+    after the TPU so two pods set up at once don't overwrite each other's."""
+    return os.path.join(tempfile.gettempdir(), f"ringstripe-{name}.tar.gz")
+
+
+def tar_command(tarball: str) -> list[str]:
+    """Tars the working tree rather than `git archive HEAD`: uncommitted edits and new configs
+    are what one usually wants to try on the pod. Both GNU tar and macOS bsdtar accept this."""
+    return ["tar", "-czf", tarball, *(f"--exclude={p}" for p in EXCLUDES), "-C", str(REPO), "."]
+
+
+def bootstrap_script(python: str) -> str:
+    """The per-worker setup, safe to run any number of times (it is a single line: `;` joins
+    statements under `set -e` exactly like newlines, and --dry-run prints one line per command).
+
+    Unpacks the code over ~/ringstripe (files made on the worker, such as a local workdir, are
+    kept), makes ~/ringstripe/.venv only if it has no python yet, and installs only when
+    pyproject.toml's sha256 differs from the one stored after the last successful install.
+    The stamp lives inside the venv so a removed or rebuilt venv always gets a fresh install,
+    and it is written last so a failed install is retried by the next setup."""
+    lines = [
+        "set -euo pipefail",
+        f'R="$HOME/{REMOTE_DIR}"; V="$R/.venv"; PY={shlex.quote(python)}; '
+        'STAMP="$V/.pyproject.sha256"; W="$(hostname)"',
+        f'mkdir -p "$R"; tar -xzf "$HOME/{REMOTE_TARBALL}" -C "$R"',
+        'if [ -x "$V/bin/python" ]; then echo "$W: $V exists, kept"; else '
+        # TPU images ship Ubuntu's Python 3.10 and ringstripe needs 3.11+. apt waits for the
+        # lock that unattended-upgrades holds for a while after a VM boots instead of failing.
+        'if ! command -v "$PY" >/dev/null; then '
+        'sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq update && '
+        'sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq install -y '
+        '"$PY" "$PY-venv"; fi; '
+        # Checked before the venv exists: a venv of the wrong Python would otherwise be kept
+        # (it "exists") and fail every later install.
+        '"$PY" -c "import sys; sys.exit(sys.version_info < (3, 11))" || '
+        '{ echo "$W: $PY is older than Python 3.11: give another --python" >&2; exit 1; }; '
+        'echo "$W: creating $V with $PY"; "$PY" -m venv "$V" || { rm -rf "$V"; exit 1; }; fi',
+        'H="$(sha256sum "$R/pyproject.toml" | cut -d" " -f1)"',
+        'if [ "$(cat "$STAMP" 2>/dev/null)" = "$H" ]; then '
+        'echo "$W: pyproject.toml unchanged since the last install, nothing to install"; else '
+        # One resolver run for both, so jax[tpu] cannot move jax past what pyproject.toml allows
+        # behind the back of an earlier install. -e: later code copies need no reinstall.
+        'echo "$W: installing ringstripe and jax[tpu]"; cd "$R"; '
+        '"$V/bin/python" -m pip install -q --disable-pip-version-check -e . "jax[tpu]"; '
+        'echo "$H" > "$STAMP"; fi',
+    ]
+    return "; ".join(lines)
+
+
+def setup_commands(args) -> list[list[str]]:
+    tarball = local_tarball(args.name)
+    return [
+        tar_command(tarball),
+        # --recurse matters only for directories; harmless for the one tarball.
+        gcloud_tpu(args, "scp", tarball, f"{args.name}:{REMOTE_TARBALL}", "--worker=all",
+                   "--recurse"),
+        ssh(args, "all", bootstrap_script(args.python)),
+    ]
+
+
+def run_script(config: str, workdir: str, overrides: list[str]) -> str:
+    """Starts train.py in the background so it outlives the ssh session (nohup, stdin from
+    /dev/null so ssh need not wait), unless a trainer from an earlier `run` is still alive."""
+    train = [".venv/bin/python", "train.py", "--config", config, "--workdir", workdir,
+             "--distributed", *overrides]
+    return "; ".join([
+        "set -euo pipefail",
+        f'cd "$HOME/{REMOTE_DIR}"',
+        f'P="$(cat "{PID_FILE}" 2>/dev/null || true)"',
+        'if [ -n "$P" ] && ps -p "$P" -o args= | grep -q train.py; then '
+        'echo "$(hostname): train.py is already running (pid $P, ~/train.log): wait for it, '
+        'stop it with kill $P on every worker, or delete the TPU" >&2; exit 1; fi',
+        # `&` ends a statement itself (`&;` is a syntax error), so the pid is saved after it.
+        f'nohup {shlex.join(train)} > "{LOG_FILE}" 2>&1 < /dev/null & echo $! > "{PID_FILE}"',
+        'echo "$(hostname): started train.py (pid $!), log in ~/train.log"',
+    ])
+
+
+def run_commands(args) -> list[list[str]]:
+    return [ssh(args, "all", run_script(args.remote_config, args.workdir, args.overrides))]
+
+
+def logs_script() -> str:
+    """Prints ~/train.log from its start and follows it until the trainer exits (tail --pid),
+    so that `all` goes on to `delete` when training is over."""
+    return "; ".join([
+        "set -euo pipefail",
+        f'if [ ! -f "{LOG_FILE}" ]; then echo "$(hostname): no ~/train.log yet: start training '
+        'with the run subcommand" >&2; exit 1; fi',
+        f'P="$(cat "{PID_FILE}" 2>/dev/null || true)"',
+        f'if [ -z "$P" ]; then exec cat "{LOG_FILE}"; fi',
+        f'exec tail -n +1 -f --pid="$P" "{LOG_FILE}"',
+    ])
+
+
+def logs_commands(args) -> list[list[str]]:
+    return [ssh(args, str(args.worker), logs_script())]
+
+
+def delete_commands(args) -> list[list[str]]:
+    return [gcloud_tpu(args, "delete", args.name, "--quiet")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks: everything that can be wrong locally is caught before a TPU is created.
+# ---------------------------------------------------------------------------------------------
+
+def check_name(name: str) -> None:
+    if not NAME_RE.fullmatch(name):
+        raise InputError(f"--name {name!r} is not a valid TPU name: use lowercase letters, digits "
+                         f"and hyphens, starting with a letter and not ending with a hyphen "
+                         f"(at most 63 characters), e.g. rs-v4")
+
+
+def remote_config_path(config: str) -> str:
+    """The config's path relative to the repository root, which is where train.py runs on the
+    workers. A config outside the repository, or under an excluded directory, is not shipped."""
+    path = Path(config).expanduser()
+    if not path.is_file():
+        raise InputError(f"config file {config!r} does not exist: give a file such as "
+                         f"configs/tiny.py")
+    try:
+        rel = path.resolve().relative_to(REPO)
+    except ValueError:
+        raise InputError(f"config {config!r} is outside {REPO}, so it would not be copied to the "
+                         f"workers: put it under configs/") from None
+    if any(Path(part).match(pattern) for part in rel.parts for pattern in EXCLUDES):
+        raise InputError(f"config {config!r} is in a directory that is not copied to the workers "
+                         f"({', '.join(EXCLUDES)}): put it under configs/")
+    return rel.as_posix()
+
+
+def check_run_inputs(args) -> None:
+    """Sets args.remote_config; warns (does not stop) when the workdir is not in a bucket."""
+    args.remote_config = remote_config_path(args.config)
+    if "--dry-run" in args.overrides:
+        # After `--` it would go to train.py, and the TPU would really be created.
+        raise InputError("--dry-run is after `--`, where it would be passed to train.py and "
+                         "everything would really run: put it before `--`")
+    bad = [o for o in args.overrides if not o.startswith("--")]
+    if bad:
+        # absl would take these as positional arguments, and train.py ignores those silently.
+        raise InputError(f"training overrides must be flags such as --config.num_train_steps=100, "
+                         f"got {' '.join(map(shlex.quote, bad))}")
+    if not args.workdir.startswith("gs://"):
+        print(f"warning: --workdir {args.workdir} is on each worker's own disk: each worker "
+              f"keeps only its own part and it is lost with the TPU; use gs://BUCKET/...",
+              file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution.
+# ---------------------------------------------------------------------------------------------
+
+def execute(commands: list[list[str]], dry_run: bool) -> None:
+    """Prints each command as `+ COMMAND` and, unless dry_run, runs it; stops at the first one
+    that fails."""
+    for cmd in commands:
+        print(f"+ {shlex.join(cmd)}", flush=True)
+        if dry_run:
+            continue
+        try:
+            subprocess.run(cmd, check=True)
+        except subprocess.CalledProcessError as e:
+            raise CommandFailed(f"`{shlex.join(cmd)}` exited with code {e.returncode}") from None
+        except OSError as e:  # e.g. tar missing
+            raise CommandFailed(f"`{shlex.join(cmd)}` could not start: {e}") from None
+
+
+def run_all(args) -> None:
+    """create, setup, run, logs, delete (unless --keep). If anything after create fails or is
+    interrupted, the TPU is left up for inspection and the way to delete it is printed."""
+    execute(create_commands(args), args.dry_run)
+    delete_hint = (f"; the TPU {args.name} is still up, delete it with: "
+                   f"{shlex.join(delete_commands(args)[0])}")
+    following = False
+    try:
+        execute(setup_commands(args) + run_commands(args), args.dry_run)
+        following = True
+        execute(logs_commands(args), args.dry_run)
+    except CommandFailed as e:
+        raise CommandFailed(f"{e}{delete_hint}") from None
+    except KeyboardInterrupt:
+        # Ctrl-C while following the log means "stop watching", not "throw the run away".
+        what = "stopped following the log; training goes on" if following else "interrupted"
+        print(f"\n{what}{delete_hint}", file=sys.stderr)
+        sys.exit(130)
+    if args.keep:
+        print(f"kept {args.name} (--keep){delete_hint}", file=sys.stderr)
+    else:
+        execute(delete_commands(args), args.dry_run)
+
+
+PLANS = {"create": create_commands, "setup": setup_commands, "run": run_commands,
+         "logs": logs_commands, "delete": delete_commands}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--name", required=True, help="TPU name (lowercase letters, digits, -)")
+    common.add_argument("--zone", required=True, help="e.g. us-central2-b (where v4 lives)")
+    common.add_argument("--project", help="Google Cloud project (default: gcloud's own setting)")
+    common.add_argument("--accelerator-type", default="v4-32",
+                        help="slice type, e.g. v4-32, v5litepod-16 (default: %(default)s)")
+    common.add_argument("--version", default="tpu-ubuntu2204-base",
+                        help="TPU VM software version (default: %(default)s)")
+    common.add_argument("--dry-run", action="store_true",
+                        help="print every command as `+ COMMAND`, exactly as it would run, and "
+                             "run nothing")
+
+    capacity = argparse.ArgumentParser(add_help=False)
+    group = capacity.add_mutually_exclusive_group()
+    group.add_argument("--preemptible", action="store_true", help="create a preemptible TPU")
+    group.add_argument("--spot", action="store_true", help="create a Spot TPU")
+
+    setup = argparse.ArgumentParser(add_help=False)
+    setup.add_argument("--python", default="python3.11",
+                       help="interpreter for the workers' venv, Python 3.11+; installed with "
+                            "apt when missing (default: %(default)s)")
+
+    train = argparse.ArgumentParser(add_help=False)
+    train.add_argument("--config", required=True,
+                       help="config file inside this repository, e.g. configs/tiny.py")
+    train.add_argument("--workdir", required=True,
+                       help="train.py's --workdir; normally a gs:// bucket path such as "
+                            "gs://BUCKET/runs/NAME, which every worker shares and which "
+                            "outlives the TPU (a local path is each worker's own disk)")
+
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Training overrides go after `--`, e.g. -- --config.num_train_steps=100.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("create", parents=[common, capacity], help="create the TPU VM slice")
+    sub.add_parser("setup", parents=[common, setup],
+                   help="copy the code to every worker and bootstrap its venv (idempotent)")
+    sub.add_parser("run", parents=[common, train],
+                   help="start train.py --distributed on every worker (-- overrides)")
+    logs = sub.add_parser("logs", parents=[common], help="follow ~/train.log on one worker")
+    logs.add_argument("--worker", type=int, default=0, help="worker index (default: 0)")
+    sub.add_parser("delete", parents=[common], help="delete the TPU VM slice")
+    everything = sub.add_parser("all", parents=[common, capacity, setup, train],
+                                help="create, setup, run, logs, then delete unless --keep")
+    everything.add_argument("--keep", action="store_true", help="do not delete the TPU at the end")
+    everything.set_defaults(worker=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    # Everything after the first `--` is for train.py, untouched by argparse.
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv[:split])
+    args.overrides = argv[split + 1:]
+    if args.overrides and args.command not in ("run", "all"):
+        parser.error(f"training overrides after -- only apply to run and all, not "
+                     f"{args.command}")
+    try:
+        check_name(args.name)
+        if args.command in ("run", "all"):
+            check_run_inputs(args)
+        if not args.dry_run and shutil.which("gcloud") is None:
+            raise InputError("gcloud is not on PATH: install the Google Cloud SDK "
+                             "(https://cloud.google.com/sdk/docs/install) or use --dry-run to "
+                             "print the commands")
+        if args.command == "all":
+            run_all(args)
+        else:
+            execute(PLANS[args.command](args), args.dry_run)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except CommandFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        following = args.command == "logs"
+        print("\nstopped following the log; training goes on" if following else "\ninterrupted",
+              file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Sampling: the KV-cache decoder equals full recomputation; a trained model continues its corpus."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import model
+import parallel
+from model import decode
+from tests.train_runs import ROOT, clean_env, run_train
+
+SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+             mlp_dim=64)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    cfg = model.ModelConfig(attention_kind="ring", **SIZES)
+    graphdef, params = nnx.split(model.create(cfg, mesh, seed=3), nnx.Param)
+    return mesh, graphdef, params
+
+
+def full_logits(mesh, graphdef, params, tokens):
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    with jax.set_mesh(mesh):
+        return nnx.merge(graphdef, params)(jnp.asarray(tokens), positions)
+
+
+def test_prefill_logits_equal_the_training_forward(tiny_model):
+    mesh, graphdef, params = tiny_model
+    prompt = np.random.default_rng(0).integers(0, 64, (2, 12)).astype(np.int32)
+    net = nnx.merge(graphdef, params)
+    cached, _ = decode.prefill(net, jnp.asarray(prompt), decode.init_cache(net.cfg, 2, 20))
+    np.testing.assert_allclose(cached, full_logits(mesh, graphdef, params, prompt), atol=1e-5)
+
+
+def test_greedy_with_cache_equals_greedy_by_recomputation(tiny_model):
+    mesh, graphdef, params = tiny_model
+    prompt = np.random.default_rng(1).integers(0, 64, (2, 5)).astype(np.int32)
+    with_cache = decode.generate(graphdef, params, prompt, 16, temperature=0.0)
+    tokens = prompt
+    for _ in range(16):  # recompute the whole sequence for every new token
+        logits = full_logits(mesh, graphdef, params, tokens)
+        tokens = np.concatenate([tokens, np.asarray(logits[:, -1].argmax(-1))[:, None]], axis=1)
+    np.testing.assert_array_equal(with_cache, tokens)
+
+
+def test_top_k_and_temperature():
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+    draws = jax.vmap(lambda k: decode.sample_token(logits, k, 1.0, 2))(
+        jax.random.split(jax.random.key(0), 2000))[:, 0]
+    counts = np.bincount(np.asarray(draws), minlength=4) / 2000
+    assert counts[2] == counts[3] == 0  # outside the top 2
+    assert abs(counts[0] - 0.5 / 0.8) < 0.05
+    assert int(decode.sample_token(logits, jax.random.key(0), 0.0, 0)[0]) == 0
+
+
+def test_model_trained_on_a_repeating_corpus_continues_it(tmp_path):
+    line = "one two three four five six seven eight nine ten eleven twelve\n"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(line * 3000)
+    result = run_train(tmp_path / "run", f"--config.data.source={corpus}",
+                       "--config.model.vocab_size=320", "--config.num_train_steps=60",
+                       "--config.data.mask_documents=False", "--config.data.eval_fraction=0.05")
+    assert result.returncode == 0, result.stderr[-3000:]
+    cmd = [sys.executable, "sample.py", "--workdir", str(tmp_path / "run"), "--prompt",
+           "three four", "--max_new_tokens", "30", "--temperature", "0"]
+    sample = subprocess.run(cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert sample.returncode == 0, sample.stderr[-3000:]
+    text = sample.stdout.split("-" * 40)[0]
+    assert text.startswith("three four five six seven eight nine ten eleven twelve\none two "
+                           "three four"), text
+
+
+def test_sample_without_checkpoints_is_a_clear_error(tmp_path):
+    cmd = [sys.executable, "sample.py", "--workdir", str(tmp_path)]
+    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2
+    assert "no checkpoints" in result.stderr and "Traceback" not in result.stderr
