@@ -55,7 +55,9 @@ def get_config():
     config.model.tile_k = 32  # attention key tile
 
     config.data = ml_collections.ConfigDict()
-    config.data.source = "stdlib"  # 'stdlib' | a text file | a directory | a glob
+    config.data.source = "stdlib"  # 'stdlib' | a text file | a directory | a glob | 'tfds:NAME[/CONFIG][:VERSION][:SPLIT]'
+    config.data.tfds_data_dir = ""  # prepared TFDS data (local path or gs://); '' = TFDS default
+    config.data.tfds_text_field = "text"  # TFDS feature holding each example's text
     config.data.tokenizer_path = ""  # a sentencepiece .model; '' = train one on the source
     config.data.vocab_size = vocab_size  # pieces when training the tokenizer (= model.vocab_size)
     config.data.tokenizer_model_type = "bpe"  # sentencepiece model type when training
@@ -64,6 +66,8 @@ def get_config():
     config.data.eval_fraction = 0.005  # held-out tail of the token stream for evaluation
     config.data.mask_documents = True  # attention stays within documents (EOS boundaries)
     config.data.reset_positions = True  # RoPE positions restart at each document
+    config.data.loader = "thread"  # 'thread' (a prefetch thread) | 'grain' (grain pipeline)
+    config.data.grain_workers = 0  # with loader='grain': 0 = threads, N = worker processes
 
     config.optim = ml_collections.ConfigDict()
     config.optim.learning_rate = 3e-3  # peak learning rate

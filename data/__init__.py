@@ -1,26 +1,32 @@
 """Data for ringstripe: corpus -> tokenizer -> token cache -> step-indexed, layout-ordered batches.
 
 Public API (see data/README.md):
-  iter_documents(source), describe_source(source)            sources.py
-  Tokenizer, load_tokenizer, train_tokenizer, get_tokenizer   tokenizer.py
-  TokenCache, build_token_cache                               token_cache.py
-  BatchSpec, num_windows, batch_rows, process_batch,          batches.py
+  iter_documents(source, options), describe_source(source, options),    sources.py
+  SourceOptions, source_options(config.data), parse_tfds_source
+  Tokenizer, load_tokenizer, train_tokenizer, get_tokenizer             tokenizer.py
+  TokenCache, build_token_cache                                         token_cache.py
+  BatchSpec, num_windows, batch_rows, process_batch,                    batches.py
   eval_rows, eval_batches
-  to_global, Prefetcher                                       pipeline.py
-  DataError                                                   every user error
+  to_global, local_rows, assemble_global, Prefetcher                    pipeline.py
+  GrainPrefetcher, CacheRows, make_prefetcher                           grain_loader.py
+  DataError                                                             every user error
 """
 
 from data.batches import (FIELDS, BatchSpec, batch_rows, eval_batches, eval_rows,
                           num_eval_batches, num_windows, process_batch)
 from data.errors import DataError
-from data.pipeline import Prefetcher, to_global
-from data.sources import SOURCE_KINDS, describe_source, iter_documents
+from data.grain_loader import LOADERS, CacheRows, GrainPrefetcher, make_prefetcher
+from data.pipeline import Prefetcher, assemble_global, local_rows, to_global
+from data.sources import (SOURCE_KINDS, SourceOptions, TfdsSource, describe_source,
+                          iter_documents, parse_tfds_source, source_options)
 from data.token_cache import TokenCache, build_token_cache
 from data.tokenizer import Tokenizer, get_tokenizer, load_tokenizer, train_tokenizer
 
 __all__ = [
-    "FIELDS", "SOURCE_KINDS", "BatchSpec", "DataError", "Prefetcher", "TokenCache", "Tokenizer",
+    "FIELDS", "LOADERS", "SOURCE_KINDS", "BatchSpec", "CacheRows", "DataError", "GrainPrefetcher",
+    "Prefetcher", "SourceOptions", "TfdsSource", "TokenCache", "Tokenizer", "assemble_global",
     "batch_rows", "build_token_cache", "describe_source", "eval_batches", "eval_rows",
-    "get_tokenizer", "iter_documents", "load_tokenizer", "num_eval_batches", "num_windows",
-    "process_batch", "to_global", "train_tokenizer",
+    "get_tokenizer", "iter_documents", "load_tokenizer", "local_rows", "make_prefetcher",
+    "num_eval_batches", "num_windows", "parse_tfds_source", "process_batch", "source_options",
+    "to_global", "train_tokenizer",
 ]

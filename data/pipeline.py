@@ -26,15 +26,26 @@ BatchFn = Callable[[int, np.ndarray], dict]   # (step, global rows) -> {field: [
 
 def to_global(batch_fn: BatchFn, step: int, mesh, spec: BatchSpec) -> dict[str, jax.Array]:
     """Global arrays [global_batch, S] sharded P('data', 'seq'), built from local rows only."""
+    rows = local_rows(mesh, spec)
+    return assemble_global(batch_fn(step, rows), rows, mesh, spec)
+
+
+def local_rows(mesh, spec: BatchSpec) -> np.ndarray:
+    """The global row indices, sorted, that this process's devices hold under P('data', 'seq').
+
+    A process may hold only its seq slice of a row, but builds the whole row: simple, and cheap on
+    the host. These are the rows to pass to batch_fn(step, rows).
+    """
     _check_mesh(mesh, spec)
-    shape = (spec.global_batch, spec.seq_len)
-    sharding = NamedSharding(mesh, P("data", "seq"))
-    index_map = sharding.addressable_devices_indices_map(shape)
-    # The union of the rows this process's devices hold; a process may need whole rows but only
-    # its seq slice of them: building full rows and slicing is simple and cheap on the host.
-    rows = np.unique(np.concatenate(
-        [np.arange(*index[0].indices(shape[0])) for index in index_map.values()]))
-    local = batch_fn(step, rows)
+    index_map = _sharding(mesh).addressable_devices_indices_map(_shape(spec))
+    return np.unique(np.concatenate(
+        [np.arange(*index[0].indices(spec.global_batch)) for index in index_map.values()]))
+
+
+def assemble_global(local: dict[str, np.ndarray], rows: np.ndarray, mesh,
+                    spec: BatchSpec) -> dict[str, jax.Array]:
+    """Global arrays from `local`, this process's rows `rows` (from local_rows) of every field."""
+    shape, sharding = _shape(spec), _sharding(mesh)
 
     def field_array(name: str) -> jax.Array:
         def shard(index):
@@ -108,6 +119,14 @@ class Prefetcher:
                 return
             except queue.Full:
                 continue
+
+
+def _shape(spec: BatchSpec) -> tuple[int, int]:
+    return (spec.global_batch, spec.seq_len)
+
+
+def _sharding(mesh) -> NamedSharding:
+    return NamedSharding(mesh, P("data", "seq"))
 
 
 def _check_mesh(mesh, spec: BatchSpec) -> None:

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 import sentencepiece as spm
 
 from data.errors import DataError
-from data.sources import describe_source, iter_documents, take_bytes
+from data.sources import describe_source, iter_documents, source_options, take_bytes
 
 # sentencepiece reads its training text one line per sentence: documents are split into lines.
 # More lines than this are thinned evenly (deterministically) so training takes seconds.
@@ -120,14 +120,15 @@ def get_tokenizer(config_data, cache_dir: str, *, process_index: int = 0,
     vocab_size = int(_required(config_data, "vocab_size"))
     model_type = getattr(config_data, "tokenizer_model_type", "bpe")
     max_bytes = int(getattr(config_data, "max_bytes", 0))
-    key = json.dumps([describe_source(source), vocab_size, model_type, max_bytes])
+    options = source_options(config_data)
+    key = json.dumps([describe_source(source, options), vocab_size, model_type, max_bytes])
     path = os.path.join(cache_dir, f"tokenizer-{_short_hash(key)}.model")
     if process_index == 0 and not os.path.exists(path):
         os.makedirs(cache_dir, exist_ok=True)
         print(f"data: training a {model_type} tokenizer, vocab {vocab_size}, on {source!r} "
               f"-> {path}", flush=True)
         train_bytes = min(max_bytes, TOKENIZER_TRAIN_BYTES) if max_bytes else TOKENIZER_TRAIN_BYTES
-        train_tokenizer(iter_documents(source), path, vocab_size=vocab_size,
+        train_tokenizer(iter_documents(source, options), path, vocab_size=vocab_size,
                         model_type=model_type, max_bytes=train_bytes)
     barrier()
     return load_tokenizer(path)

@@ -1,6 +1,6 @@
 """Train ringstripe on a Cloud TPU pod slice: create it, copy the code, train, follow, delete.
 
-    python scripts/tpu_pod.py all --name rs-v4 --zone us-central2-b \
+    python scripts/tpu_pod.py all --name rs-v4 --zone us-central2-b --bucket my-bucket \
         --config configs/tiny.py --workdir gs://my-bucket/runs/tiny -- --config.num_train_steps=100
 
 Subcommands (each can be run on its own; `all` runs create, setup, run, logs, then delete):
@@ -8,8 +8,11 @@ Subcommands (each can be run on its own; `all` runs create, setup, run, logs, th
   create  gcloud compute tpus tpu-vm create (default v4-32, tpu-ubuntu2204-base)
   setup   tar the working tree, scp it to every worker, and run an idempotent bootstrap there:
           the venv is made only if missing, and `pip install -e . jax[tpu]` runs only when
-          pyproject.toml changed since the last install (its sha256 is kept inside the venv)
-  run     start train.py --distributed under nohup on every worker (log in ~/train.log)
+          pyproject.toml changed since the last install (its sha256 is kept inside the venv);
+          with --bucket NAME it then mounts gs://NAME at /mnt/NAME on every worker with gcsfuse
+          (installed from Google's apt repository if missing; mounted only if not mounted yet)
+  run     start train.py --distributed under nohup on every worker (log in ~/train.log); a
+          --workdir gs://NAME/PATH becomes /mnt/NAME/PATH, the mounted bucket
   logs    follow ~/train.log on one worker until its train.py exits
   delete  gcloud compute tpus tpu-vm delete --quiet
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import posixpath
 import re
 import shlex
 import shutil
@@ -43,6 +47,14 @@ NAME_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 # lets `logs` stop following when the trainer exits, which is what lets `all` reach `delete`.
 PID_FILE = "$HOME/train.pid"
 LOG_FILE = "$HOME/train.log"
+# train.py reads and writes its workdir with plain file operations, and every process of a pod
+# must see the same one, so a bucket is mounted with gcsfuse at MOUNT_ROOT/BUCKET on every worker
+# and gs://BUCKET/PATH workdirs are rewritten to MOUNT_ROOT/BUCKET/PATH.
+MOUNT_ROOT = "/mnt"
+# The characters Cloud Storage allows in bucket names (lowercase letters, digits, -, _ and ., a
+# letter or digit at each end), which also keeps the name one plain word in the worker scripts;
+# the length rules (3 to 63, or 222 with dots) are left to Cloud Storage.
+BUCKET_RE = re.compile(r"[a-z0-9](?:[-_.a-z0-9]{0,220}[a-z0-9])?")
 
 
 class InputError(Exception):
@@ -133,15 +145,48 @@ def bootstrap_script(python: str) -> str:
     return "; ".join(lines)
 
 
+def mount_script(bucket: str) -> str:
+    """Mounts gs://BUCKET at /mnt/BUCKET, safe to run any number of times (one line, like the
+    bootstrap). gcsfuse is installed from Google's apt repository only when it is not on PATH
+    (the commands of https://cloud.google.com/storage/docs/cloud-storage-fuse/install), and the
+    bucket is mounted only when `mountpoint -q` says nothing is mounted there yet, so a second
+    setup neither reinstalls nor mounts twice. --implicit-dirs shows directories that exist
+    only as prefixes of object names (written by gsutil, or by another worker's gcsfuse)."""
+    apt = "sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq"
+    keyring = "/usr/share/keyrings/cloud.google.asc"
+    mount_point = f"{MOUNT_ROOT}/{bucket}"
+    lines = [
+        "set -euo pipefail",
+        f'B={shlex.quote(bucket)}; M={shlex.quote(mount_point)}; W="$(hostname)"',
+        'if command -v gcsfuse >/dev/null; then echo "$W: gcsfuse is installed"; else '
+        'echo "$W: installing gcsfuse"; '
+        f'echo "deb [signed-by={keyring}] https://packages.cloud.google.com/apt '
+        'gcsfuse-$(lsb_release -c -s) main" | sudo tee /etc/apt/sources.list.d/gcsfuse.list '
+        '>/dev/null; '
+        'curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg | '
+        f'sudo tee {keyring} >/dev/null; '
+        f'{apt} update; {apt} install -y gcsfuse; fi',
+        'if mountpoint -q "$M"; then echo "$W: gs://$B is already mounted at $M"; else '
+        'sudo mkdir -p "$M"; sudo chown "$(id -u):$(id -g)" "$M"; '
+        'gcsfuse --implicit-dirs "$B" "$M" || { echo "$W: could not mount gs://$B at $M: is '
+        'there such a bucket, and may the TPU service account read and write it?" >&2; exit 1; }; '
+        'echo "$W: mounted gs://$B at $M"; fi',
+    ]
+    return "; ".join(lines)
+
+
 def setup_commands(args) -> list[list[str]]:
     tarball = local_tarball(args.name)
-    return [
+    commands = [
         tar_command(tarball),
         # --recurse matters only for directories; harmless for the one tarball.
         gcloud_tpu(args, "scp", tarball, f"{args.name}:{REMOTE_TARBALL}", "--worker=all",
                    "--recurse"),
         ssh(args, "all", bootstrap_script(args.python)),
     ]
+    if args.bucket:
+        commands.append(ssh(args, "all", mount_script(args.bucket)))
+    return commands
 
 
 def run_script(config: str, workdir: str, overrides: list[str]) -> str:
@@ -163,7 +208,8 @@ def run_script(config: str, workdir: str, overrides: list[str]) -> str:
 
 
 def run_commands(args) -> list[list[str]]:
-    return [ssh(args, "all", run_script(args.remote_config, args.workdir, args.overrides))]
+    return [ssh(args, "all", run_script(args.remote_config, args.remote_workdir,
+                                        args.overrides))]
 
 
 def logs_script() -> str:
@@ -216,8 +262,48 @@ def remote_config_path(config: str) -> str:
     return rel.as_posix()
 
 
-def check_run_inputs(args) -> None:
-    """Sets args.remote_config; warns (does not stop) when the workdir is not in a bucket."""
+def check_bucket(bucket: str) -> str:
+    """The bucket name as gcsfuse takes it (a gs:// prefix or a trailing / is dropped)."""
+    name = bucket.removeprefix("gs://").rstrip("/")
+    if not BUCKET_RE.fullmatch(name) or ".." in name:
+        raise InputError(f"--bucket {bucket!r} is not a bucket name: give the name alone, without "
+                         f"gs:// or a path, e.g. --bucket my-bucket")
+    return name
+
+
+def bucket_of(workdir: str) -> str | None:
+    """The bucket a (rewritten) workdir /mnt/BUCKET/... is in, else None."""
+    parts = workdir.split("/")
+    if workdir.startswith(MOUNT_ROOT + "/") and len(parts) > 2 and parts[2]:
+        return parts[2]
+    return None
+
+
+def remote_workdir(workdir: str, notes: list[str]) -> str:
+    """train.py's --workdir on the workers: gs://BUCKET/PATH becomes /mnt/BUCKET/PATH (where
+    `setup --bucket BUCKET` mounts it), with a one-line note; a path under /mnt/ is kept; any
+    other path is kept with a warning, since it is each worker's own disk."""
+    if workdir.startswith("gs://"):
+        bucket, _, rest = workdir.removeprefix("gs://").partition("/")
+        root = f"{MOUNT_ROOT}/{bucket}"
+        local = posixpath.normpath(posixpath.join(root, rest))
+        if not BUCKET_RE.fullmatch(bucket) or not (local == root or local.startswith(root + "/")):
+            raise InputError(f"--workdir {workdir!r} is not a bucket path: use gs://BUCKET/PATH, "
+                             f"e.g. gs://my-bucket/runs/tiny")
+        notes.append(f"note: --workdir {workdir} is {local} on the workers, where "
+                     f"`setup --bucket {bucket}` mounts the bucket")
+        return local
+    if bucket_of(posixpath.normpath(workdir)) is None:
+        notes.append(f"warning: --workdir {workdir} is on each worker's own disk: each worker "
+                     f"keeps only its own part and it is lost with the TPU; use gs://BUCKET/... "
+                     f"with the bucket mounted by `setup --bucket BUCKET`")
+    return workdir
+
+
+def check_run_inputs(args) -> list[str]:
+    """Sets args.remote_config and args.remote_workdir (a gs:// workdir rewritten to its
+    mount). Returns the lines to print once all input is known to be good: the rewrite, or a
+    warning (which does not stop anything) when the workdir is not in a mounted bucket."""
     args.remote_config = remote_config_path(args.config)
     if "--dry-run" in args.overrides:
         # After `--` it would go to train.py, and the TPU would really be created.
@@ -228,10 +314,19 @@ def check_run_inputs(args) -> None:
         # absl would take these as positional arguments, and train.py ignores those silently.
         raise InputError(f"training overrides must be flags such as --config.num_train_steps=100, "
                          f"got {' '.join(map(shlex.quote, bad))}")
-    if not args.workdir.startswith("gs://"):
-        print(f"warning: --workdir {args.workdir} is on each worker's own disk: each worker "
-              f"keeps only its own part and it is lost with the TPU; use gs://BUCKET/...",
-              file=sys.stderr)
+    notes = []
+    args.remote_workdir = remote_workdir(args.workdir, notes)
+    if args.command != "all":
+        return notes
+    # `all` starts from a new TPU, so only the bucket it mounts itself can be there.
+    bucket = bucket_of(posixpath.normpath(args.remote_workdir))
+    if args.bucket and bucket and bucket != args.bucket:
+        raise InputError(f"--workdir {args.workdir} is in bucket {bucket}, but --bucket "
+                         f"{args.bucket} is the one mounted: give --bucket {bucket}")
+    if bucket and not args.bucket:
+        notes = [f"warning: --workdir {args.workdir} is {args.remote_workdir} on the workers, "
+                 f"but nothing mounts bucket {bucket} on the new TPU: add --bucket {bucket}"]
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,13 +398,17 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--python", default="python3.11",
                        help="interpreter for the workers' venv, Python 3.11+; installed with "
                             "apt when missing (default: %(default)s)")
+    setup.add_argument("--bucket", metavar="NAME",
+                       help="Cloud Storage bucket (the name, without gs://) to mount with "
+                            "gcsfuse at /mnt/NAME on every worker, for --workdir gs://NAME/...")
 
     train = argparse.ArgumentParser(add_help=False)
     train.add_argument("--config", required=True,
                        help="config file inside this repository, e.g. configs/tiny.py")
     train.add_argument("--workdir", required=True,
-                       help="train.py's --workdir; normally a gs:// bucket path such as "
-                            "gs://BUCKET/runs/NAME, which every worker shares and which "
+                       help="train.py's --workdir; normally a bucket path such as "
+                            "gs://BUCKET/runs/NAME, run as /mnt/BUCKET/runs/NAME where "
+                            "`setup --bucket BUCKET` mounts it: every worker shares it and it "
                             "outlives the TPU (a local path is each worker's own disk)")
 
     parser = argparse.ArgumentParser(
@@ -343,12 +442,19 @@ def main(argv: list[str] | None = None) -> None:
                      f"{args.command}")
     try:
         check_name(args.name)
+        if getattr(args, "bucket", None):
+            args.bucket = check_bucket(args.bucket)
         if args.command in ("run", "all"):
-            check_run_inputs(args)
+            notes = check_run_inputs(args)
+        else:
+            notes = []
         if not args.dry_run and shutil.which("gcloud") is None:
             raise InputError("gcloud is not on PATH: install the Google Cloud SDK "
                              "(https://cloud.google.com/sdk/docs/install) or use --dry-run to "
                              "print the commands")
+        # Only now, so that bad input stays a single line.
+        for note in notes:
+            print(note, file=sys.stderr)
         if args.command == "all":
             run_all(args)
         else:

@@ -92,7 +92,7 @@ def test_stdlib_source():
 @pytest.mark.parametrize("source, words", [
     ("/no/such/dir", "no such file or directory"),
     ("/no/such/*.txt", "matches no files"),
-    ("tfds:lm1b", "issue 5"),
+    ("tfds:no_such_dataset_xyz", "no TFDS dataset"),
     ("", "non-empty string"),
 ])
 def test_bad_sources(source, words):

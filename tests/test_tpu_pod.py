@@ -24,7 +24,7 @@ GCLOUD_TPU = ["gcloud", "compute", "tpus", "tpu-vm"]
 # Tools the launcher and the scripts it prints need, and no gcloud: a test can never reach a
 # real gcloud (one may be installed here), even by a mistake in the test.
 TOOLS = ("bash", "tar", "gzip", "ps", "grep", "cat", "sha256sum", "cut", "mkdir", "cp", "mv",
-         "rm", "sleep", "seq", "tail", "hostname", "printf", "echo", "nohup")
+         "rm", "sleep", "seq", "tail", "hostname", "printf", "echo", "nohup", "id")
 SAFE_PATH = None
 
 
@@ -122,6 +122,27 @@ def test_all_runs_every_step_in_order_and_ends_with_delete():
     with_project = dry_run("all", *POD, *TRAIN, "--project", "p1")
     assert all("--zone=us-central2-b" in c and "--project=p1" in c
                for c in with_project if c[0] == "gcloud")
+
+
+def test_all_with_a_bucket_mounts_it_in_setup_before_training():
+    commands = dry_run("all", *POD, "--bucket", "my-bucket", *TRAIN)
+    assert [verb(c) for c in commands] == ["create", "tar", "scp", "ssh", "ssh", "ssh", "ssh",
+                                           "delete"]
+    assert "gcsfuse --implicit-dirs" in remote_script(commands[4])
+    assert "--worker=all" in commands[4]
+    assert "--workdir /mnt/my-bucket/runs/tiny" in remote_script(commands[5])
+
+
+def test_all_refuses_a_workdir_in_another_bucket():
+    result = launcher("all", *POD, "--bucket", "other", *TRAIN, "--dry-run")
+    assert result.returncode == 2
+    assert "--bucket my-bucket" in result.stderr.strip().splitlines()[-1]
+
+
+def test_all_without_a_bucket_warns_that_the_workdir_is_not_mounted():
+    result = launcher("all", *POD, *TRAIN, "--dry-run")
+    assert result.returncode == 0
+    assert "add --bucket my-bucket" in result.stderr
 
 
 def test_all_with_keep_does_not_delete():
@@ -264,6 +285,115 @@ def test_bootstrap_refuses_an_old_python(worker):
     assert venvs_made(calls) == [] and not (worker.home / "ringstripe" / ".venv").exists()
 
 
+# --- setup --bucket: gcsfuse mount on every worker ------------------------------------------
+
+def test_setup_with_a_bucket_mounts_it_after_the_bootstrap(tmp_path):
+    tar, scp, bootstrap, mount = dry_run("setup", *POD, "--bucket", "b",
+                                         env=with_tmpdir(tmp_path))
+    assert "pip install" in remote_script(bootstrap)
+    assert mount[:6] == [*GCLOUD_TPU, "ssh", "rs-v4"] and "--worker=all" in mount
+    script = remote_script(mount)
+    # The install only when gcsfuse is missing, the mount only when nothing is mounted there.
+    guard, install = script.index("if command -v gcsfuse"), script.index("install -y gcsfuse")
+    unmounted, mount_call = (script.index('if mountpoint -q "$M"'),
+                             script.index('gcsfuse --implicit-dirs "$B" "$M"'))
+    assert guard < install < unmounted < mount_call
+    assert "M=/mnt/b" in script
+    # gs:// is dropped from the name; a path or a bad name is refused.
+    (_, _, _, mount2) = dry_run("setup", *POD, "--bucket", "gs://b/", env=with_tmpdir(tmp_path))
+    assert mount2 == mount
+    for bad in ("b/runs", "B", "b-", "a b", "a;b"):
+        result = launcher("setup", *POD, "--bucket", bad, "--dry-run")
+        assert result.returncode == 2
+        one_line_error(result, "not a bucket name")
+
+
+class MountWorker:
+    """Runs the printed mount script with stubs on PATH that append each call to a log: sudo
+    (runs apt-get, swallows tee's input into a file, does nothing else: /mnt and /etc are not
+    the test's), apt-get (`install` puts the gcsfuse stub on PATH), curl, lsb_release, and
+    mountpoint, which says mounted for the paths the gcsfuse stub has "mounted"."""
+
+    def __init__(self, tmp_path: Path, script: str):
+        self.bin = tmp_path / "bin"
+        self.state = tmp_path / "state"
+        self.state.mkdir()
+        self.log = self.state / "calls.log"
+        self.log.touch()
+        self.mounts = self.state / "mounts"
+        log = 'echo "${0##*/} $*" >> "$STUB_LOG"\n'
+        write_executable(self.bin / "sudo", "#!/bin/bash\n" + log + """\
+while [[ "$1" == *=* ]]; do shift; done
+case "$1" in
+  apt-get) exec "$@";;
+  tee) cat >> "$STUB_STATE/tee.out";;
+esac
+""")
+        write_executable(self.bin / "apt-get", "#!/bin/bash\n" + log + """\
+case " $* " in *" install "*) cp "$STUB_STATE/gcsfuse" "$STUB_BIN/gcsfuse";; esac
+""")
+        write_executable(self.bin / "curl", "#!/bin/bash\n" + log + "echo KEY\n")
+        write_executable(self.bin / "lsb_release", "#!/bin/bash\necho jammy\n")
+        write_executable(self.bin / "mountpoint", "#!/bin/bash\n" + log +
+                         '[ "$1" = -q ] && grep -qxF "$2" "$STUB_STATE/mounts" 2>/dev/null\n')
+        # Not on PATH until apt-get installs it.
+        write_executable(self.state / "gcsfuse", "#!/bin/bash\n" + log + """\
+if [ -n "${STUB_GCSFUSE_FAIL:-}" ]; then exit 1; fi
+echo "$3" >> "$STUB_STATE/mounts"
+""")
+        self.env = {"HOME": str(tmp_path), "PATH": f"{self.bin}:{SAFE_PATH}",
+                    "STUB_LOG": str(self.log), "STUB_STATE": str(self.state),
+                    "STUB_BIN": str(self.bin)}
+        self.script = script
+
+    def mount(self, **env):
+        before = self.log.read_text().splitlines()
+        result = subprocess.run(["bash", "-c", self.script], env={**self.env, **env},
+                                capture_output=True, text=True, timeout=60)
+        return result, self.log.read_text().splitlines()[len(before):]
+
+
+@pytest.fixture
+def mount_worker(tmp_path):
+    *_, mount = dry_run("setup", *POD, "--bucket", "b", env=with_tmpdir(tmp_path))
+    return MountWorker(tmp_path, remote_script(mount))
+
+
+def test_mount_installs_gcsfuse_and_mounts_once(mount_worker):
+    first, calls = mount_worker.mount()
+    assert first.returncode == 0, first.stderr
+    installs = [c for c in calls if c.startswith("apt-get") and "install -y gcsfuse" in c]
+    assert len(installs) == 1 and any(c.startswith("apt-get") and c.endswith(" update")
+                                      for c in calls)
+    assert "curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg" in calls
+    assert ("deb [signed-by=/usr/share/keyrings/cloud.google.asc] "
+            "https://packages.cloud.google.com/apt gcsfuse-jammy main") in (
+        mount_worker.state / "tee.out").read_text()
+    assert "sudo mkdir -p /mnt/b" in calls
+    assert any(c.startswith("sudo chown ") and c.endswith(" /mnt/b") for c in calls)
+    assert calls.index(installs[0]) < calls.index("gcsfuse --implicit-dirs b /mnt/b")
+    assert "mounted gs://b at /mnt/b" in first.stdout
+
+    # Run again: gcsfuse is there and the bucket is mounted, so nothing is installed or mounted.
+    second, calls = mount_worker.mount()
+    assert second.returncode == 0, second.stderr
+    assert calls == ["mountpoint -q /mnt/b"]
+    assert "gcsfuse is installed" in second.stdout and "already mounted" in second.stdout
+
+    # After an unmount (a rebooted worker): mounted again, still not reinstalled.
+    mount_worker.mounts.unlink()
+    third, calls = mount_worker.mount()
+    assert third.returncode == 0, third.stderr
+    assert not any(c.startswith(("apt-get", "curl")) for c in calls)
+    assert calls[-1] == "gcsfuse --implicit-dirs b /mnt/b"
+
+
+def test_mount_failure_stops_setup(mount_worker):
+    failed, calls = mount_worker.mount(STUB_GCSFUSE_FAIL="1")
+    assert failed.returncode != 0
+    assert "could not mount gs://b at /mnt/b" in failed.stderr
+
+
 # --- run and logs ---------------------------------------------------------------------------
 
 OVERRIDES = ["--config.num_train_steps=100", "--config.data.source=/data/my corpus/*.txt"]
@@ -295,7 +425,7 @@ for _ in $(seq 200); do [ -f "$HOME/stop" ] && exit 0; sleep 0.05; done
             time.sleep(0.05)
         args = (home / "args").read_text().splitlines()
         assert args == ["train.py", "--config", "configs/tiny.py", "--workdir",
-                        "gs://my-bucket/runs/tiny", "--distributed", *OVERRIDES]
+                        "/mnt/my-bucket/runs/tiny", "--distributed", *OVERRIDES]
         assert (home / "train.log").exists()
 
         again = run_remote()  # a second trainer would fight the first for the TPU
@@ -311,6 +441,42 @@ for _ in $(seq 200); do [ -f "$HOME/stop" ] && exit 0; sleep 0.05; done
     restarted = run_remote()  # the old one is gone: starting again is fine
     assert restarted.returncode == 0, restarted.stderr
     (home / "stop").touch()
+
+
+def train_workdir(ssh):
+    """The --workdir value in the train.py command line of a `run` ssh command."""
+    words = shlex.split(remote_script(ssh).split("nohup ", 1)[1].split(" > ", 1)[0])
+    return words[words.index("--workdir") + 1]
+
+
+def test_run_rewrites_a_bucket_workdir_to_its_mount():
+    result = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
+                      "--workdir", "gs://b/runs/x")
+    assert result.returncode == 0, result.stderr
+    (ssh,) = [shlex.split(line[2:]) for line in result.stdout.splitlines()]
+    assert train_workdir(ssh) == "/mnt/b/runs/x"
+    assert ".venv/bin/python train.py --config configs/tiny.py --workdir /mnt/b/runs/x " \
+           "--distributed" in remote_script(ssh)
+    (note,) = result.stderr.strip().splitlines()
+    assert "gs://b/runs/x" in note and "/mnt/b/runs/x" in note
+
+    # A path in the mount is kept as it is, without a word.
+    mounted = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
+                       "--workdir", "/mnt/b/runs/x")
+    assert mounted.returncode == 0 and mounted.stderr == ""
+    assert train_workdir(shlex.split(mounted.stdout[2:])) == "/mnt/b/runs/x"
+
+    # A local path is kept, with the warning that it is each worker's own disk.
+    local = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
+                     "--workdir", "runs/x")
+    assert local.returncode == 0 and "each worker's own disk" in local.stderr
+    assert train_workdir(shlex.split(local.stdout[2:])) == "runs/x"
+
+    for bad in ("gs://", "gs:///runs/x", "gs://b/../../etc"):
+        result = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
+                          "--workdir", bad)
+        assert result.returncode == 2
+        one_line_error(result, "not a bucket path")
 
 
 def test_logs_follows_worker_0_until_training_ends(tmp_path):
@@ -405,6 +571,8 @@ def test_all_stops_after_a_failure_and_says_how_to_delete(tmp_path):
     result = launcher("all", *POD, *TRAIN, env=env)
     assert result.returncode == 1
     assert [line.split()[3] for line in log.read_text().splitlines()] == ["create", "scp"]
-    (line,) = result.stderr.strip().splitlines()
+    # The warning that nothing mounts the workdir's bucket (no --bucket), then the failure.
+    warning, line = result.stderr.strip().splitlines()
+    assert warning.startswith("warning: ") and "add --bucket my-bucket" in warning
     assert "exited with code 7" in line
     assert "gcloud compute tpus tpu-vm delete rs-v4 --quiet --zone=us-central2-b" in line

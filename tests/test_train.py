@@ -74,3 +74,12 @@ def test_unknown_config_key_is_rejected(tmp_path):
     assert "unknown config field" in result.stderr and "no_such_field" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_grain_loader_gives_the_same_run(tmp_path, shared_cache, losses_by_kind):
+    result = run_train(tmp_path, "--config.data.loader=grain",
+                       f"--config.data.cache_dir={shared_cache}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = [r["train/loss"] for r in read_metrics(tmp_path)]
+    want = [r["train/loss"] for r in losses_by_kind["striped"][0]]
+    assert got == want

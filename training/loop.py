@@ -54,7 +54,8 @@ def prepare_data(config, workdir: str, mesh):
             f"{tokenizer.vocab_size} or use a matching tokenizer")
     cache = data.build_token_cache(tokenizer, config.data.source, cache_dir,
                                    eval_fraction=config.data.eval_fraction,
-                                   max_bytes=config.data.max_bytes, **kw)
+                                   max_bytes=config.data.max_bytes,
+                                   options=data.source_options(config.data), **kw)
     if len(cache.train) < config.seq_len + 1:
         raise data.DataError(
             f"the training split has {len(cache.train):,} tokens, smaller than one sequence of "
@@ -176,8 +177,7 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
                                                               tokenizer.path))
 
     tokens_per_step = config.global_batch_size * config.seq_len
-    train_fn = functools.partial(data.batch_rows, cache.train, spec)
-    prefetch = data.Prefetcher(train_fn, mesh, spec, start_step=start_step)
+    prefetch = data.make_prefetcher(config.data, cache, mesh, spec, start_step=start_step)
     stop = StopRequest(checkpointer)
     last, window_start, window_steps = {}, None, 0
     try:

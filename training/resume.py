@@ -66,8 +66,9 @@ def check_inputs(config, workdir: str) -> None:
     if config.data.tokenizer_path and not os.path.isfile(config.data.tokenizer_path):
         raise ConfigError(f"data.tokenizer_path {config.data.tokenizer_path!r} does not exist: "
                           f"point it at a sentencepiece .model file, or set it to '' to train one")
-    data.describe_source(config.data.source)  # DataError when missing or empty
-    if next(iter(data.iter_documents(config.data.source)), None) is None:  # reads one document
+    options = data.source_options(config.data)
+    data.describe_source(config.data.source, options)  # DataError when missing or empty
+    if next(iter(data.iter_documents(config.data.source, options)), None) is None:  # one doc
         raise data.DataError(f"data.source {config.data.source!r} holds no document: point it "
                              f"at text files")
     _check_writable(workdir)
