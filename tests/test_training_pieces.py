@@ -61,3 +61,18 @@ def test_flops_per_token_by_hand():
     assert flops.flops_per_token(m, 256) == 6 * matmul + causal_attention
     assert flops.peak_flops("TPU v4") == 275e12 and flops.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
     assert flops.peak_flops("anything", override_tflops=2.0) == 2e12
+
+
+def test_optimizer_state_is_sharded_like_the_parameters():
+    """FSDP covers AdamW's moments too: per device they are 1/devices of the full state."""
+    from training.loop import create_train_state
+
+    config = tiny.get_config()
+    state, *_ = create_train_state(config, parallel.make_mesh(2, 4))
+    adam = state["opt_state"][1][0]
+    for moments in (adam.mu, adam.nu):
+        for param, moment in zip(jax.tree.leaves(state["params"]), jax.tree.leaves(moments)):
+            assert moment.sharding.is_equivalent_to(param.sharding, moment.ndim)
+            assert moment.addressable_shards[0].data.size == param.addressable_shards[0].data.size
+    kernel = jax.tree.leaves(adam.mu)[1]
+    assert kernel.addressable_shards[0].data.size * 8 == kernel.size

@@ -75,8 +75,9 @@ def create_train_state(config, mesh):
     net = model.create(model_cfg, mesh, config.seed)
     graphdef, params = nnx.split(net, nnx.Param)
     tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
+    opt_shardings = optim.optimizer_shardings(tx, params, mesh)
     with jax.set_mesh(mesh):
-        opt_state = jax.jit(tx.init)(params)
+        opt_state = jax.jit(tx.init, out_shardings=opt_shardings)(params)
     step = jax.device_put(jnp.zeros((), jnp.int32), jax.NamedSharding(mesh, jax.P()))
     state = {"step": step, "params": params, "opt_state": opt_state}
     return state, graphdef, tx, schedule, model_cfg

@@ -25,3 +25,14 @@ def make_optimizer(optim_cfg, num_train_steps: int):
                     weight_decay=optim_cfg.weight_decay, mask=decay_mask),
     )
     return tx, schedule
+
+
+def optimizer_shardings(tx, params, mesh):
+    """Shardings for tx.init(params): every parameter-shaped leaf (AdamW's mu, nu) takes its
+    parameter's sharding (FSDP); scalars such as the step count are replicated. Left to jit, the
+    moments would come out replicated: the whole optimizer state on every device."""
+    replicated = jax.NamedSharding(mesh, jax.P())
+    return optax.tree_map_params(
+        tx, lambda _, sharding: sharding, jax.eval_shape(tx.init, params),
+        jax.tree.map(lambda p: p.sharding, params),
+        transform_non_params=lambda _: replicated)

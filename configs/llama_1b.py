@@ -1,0 +1,43 @@
+"""TinyLlama-1.1B-sized model on one 8-GPU node, 128k tokens per sequence.
+
+    python train.py --config configs/llama_1b.py --workdir runs/llama_1b
+    python scripts/plan.py --config configs/llama_1b.py        # memory and speed on 8 x A100 80GB
+
+1.10B parameters (d_model 2048, 22 layers, 32 query heads and 4 KV heads x 64, SwiGLU 5632, vocab
+32000), bfloat16 compute, float32 parameters and AdamW state, every block rematerialised. Mesh
+data 1 x seq 8: each GPU holds 16,384 tokens of each sequence. Tokens per step:
+global_batch_size 2 x seq_len 131,072 = 262,144. Data and tokenizer as in configs/llama_7b.py.
+
+Memory (scripts/plan.py): about 22 GB per 80 GB GPU (weights and AdamW state sharded over the
+8 GPUs); about 30 GB even if XLA kept every layer's gathered weights alive. Fits.
+"""
+
+from configs import default, llama_7b
+
+DEVICE = "a100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
+
+
+def set_model(model):
+    """TinyLlama-1.1B shapes on accelerator precision; `model` is a config's `model` section."""
+    model.vocab_size = 32000  # tokenizer pieces = embedding rows (shared with data.vocab_size)
+    model.d_model = 2048  # residual width
+    model.num_layers = 22  # transformer blocks
+    model.num_heads = 32  # query heads
+    model.num_kv_heads = 4  # key/value heads (GQA: 8 query heads share each)
+    model.head_dim = 64  # per-head width
+    model.mlp_dim = 5632  # SwiGLU hidden width
+    llama_7b.set_accelerator_precision(model)
+
+
+def get_config():
+    config = default.get_config()
+    llama_7b.set_accelerator_run(config)
+    config.seq_len = 131072  # tokens per sequence
+    config.global_batch_size = 2  # sequences per step, all devices together
+    config.mesh.data = 1  # data-parallel shards
+    config.mesh.seq = 8  # sequence shards: the attention ring's length (one 8-GPU node)
+    set_model(config.model)
+    config.model.tile_q = 2048  # attention query tile (block 16384 -> 8 tiles per side)
+    config.model.tile_k = 2048  # attention key tile
+    config.optim.learning_rate = 4e-4  # peak learning rate (TinyLlama's)
+    return config

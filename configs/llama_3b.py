@@ -1,0 +1,42 @@
+"""OpenLLaMA-3B-sized model on one 8-GPU node, 64k tokens per sequence.
+
+    python train.py --config configs/llama_3b.py --workdir runs/llama_3b
+    python scripts/plan.py --config configs/llama_3b.py        # memory and speed on 8 x A100 80GB
+
+3.43B parameters (d_model 3200, 26 layers, 32 heads x 100, no GQA, SwiGLU 8640, vocab 32000),
+bfloat16 compute, float32 parameters and AdamW state, every block rematerialised. Mesh data 1 x
+seq 8: each GPU holds 8,192 tokens of each sequence. Tokens per step: global_batch_size 4 x
+seq_len 65,536 = 262,144. Data and tokenizer as in configs/llama_7b.py.
+
+Memory (scripts/plan.py): about 34 GB per 80 GB GPU (weights and AdamW state sharded over the
+8 GPUs); about 59 GB even if XLA kept every layer's gathered weights alive. Fits.
+"""
+
+from configs import default, llama_7b
+
+DEVICE = "a100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
+
+
+def set_model(model):
+    """OpenLLaMA-3B shapes on accelerator precision; `model` is a config's `model` section."""
+    model.vocab_size = 32000  # tokenizer pieces = embedding rows (shared with data.vocab_size)
+    model.d_model = 3200  # residual width
+    model.num_layers = 26  # transformer blocks
+    model.num_heads = 32  # query heads
+    model.num_kv_heads = 32  # key/value heads (no GQA in OpenLLaMA-3B)
+    model.head_dim = 100  # per-head width
+    model.mlp_dim = 8640  # SwiGLU hidden width
+    llama_7b.set_accelerator_precision(model)
+
+
+def get_config():
+    config = default.get_config()
+    llama_7b.set_accelerator_run(config)
+    config.seq_len = 65536  # tokens per sequence
+    config.global_batch_size = 4  # sequences per step, all devices together
+    config.mesh.data = 1  # data-parallel shards
+    config.mesh.seq = 8  # sequence shards: the attention ring's length (one 8-GPU node)
+    set_model(config.model)
+    config.model.tile_q = 1024  # attention query tile (block 8192 -> 8 tiles per side)
+    config.model.tile_k = 1024  # attention key tile
+    return config

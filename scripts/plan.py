@@ -1,0 +1,758 @@
+"""Memory and throughput planner: will a run fit on its accelerators, and how fast could it go?
+
+    python scripts/plan.py --config configs/paper_a100_256k.py
+    python scripts/plan.py --config configs/paper_tpuv4_786k.py --device tpu-v4
+    python scripts/plan.py --config configs/llama_7b.py --config.seq_len=65536 --device h100-80gb
+    python scripts/plan.py --config configs/tiny.py --device cpu --compile yes --json /tmp/plan.json
+
+Needs no accelerator. Config overrides (--config.FIELD=VALUE) work as in train.py. --device
+defaults to the config file's module-level DEVICE (e.g. "a100-80gb"), else "cpu". The device
+count is the mesh's (mesh.data x mesh.seq); where the mesh has a -1, --devices (default: 8 on an
+accelerator, config.cpu_devices on cpu). Every figure is per device unless it says otherwise.
+
+Notation: P parameters (P_mm of them in matmuls, training/flops.py), D devices, N = mesh.seq (the
+ring), n = seq_len / N (the block), b = global_batch_size / mesh.data / grad_accum_steps (rows per
+device in one micro-step), L layers, d d_model, H query heads, K KV heads, Dh head_dim, F mlp_dim,
+V vocab, c compute-dtype bytes, p param-dtype bytes, tq x tk the attention tile, T = n / tq.
+
+1. Memory per device (analytic; bytes):
+
+| term | formula | what |
+|---|---|---|
+| parameters | (P_matrices / D + P_vectors) p | FSDP: every matrix sharded on its first axis over all D devices; RMSNorm scales replicated |
+| optimizer state | 2 x parameters | AdamW mu and nu in the parameter dtype (clip has no state) |
+| gradients | parameters (x2 with grad_accum_steps > 1) | one gradient per parameter; accumulation adds the running sum |
+| FSDP gather | 2 max(P_layer, V d) p | one gathered layer's weights and its full gradient before the reduce-scatter |
+| block inputs | L b n d c (remat only) | what remat keeps of each block for the backward: its input |
+| norms | 2 b n ((8 + c) d + 8), x L without remat | each RMSNorm saves its float32 input, the float32 normalised value, its output and two float32 row statistics |
+| SwiGLU | 6 c b n F, x L without remat | gate and up outputs, silu's three residuals, gate * up |
+| attention residuals | b n (c Dh (2H + 2K) + 4H + 8 Dh), x L without remat | the custom VJP's q, out (H heads), k, v (K heads), float32 lse; RoPE's float32 sin, cos for q and k |
+| KV ring buffers | 4 c b n K Dh + 16 b n K Dh + 8 b n | backward ring: K, V and float32 dK, dV, each held and arriving (double-buffered), + segment ids |
+| kernel accumulators | 4 b n H Dh + 4 b H n | float32 dQ and D = rowsum(dO * O) of the backward ring pass |
+| tile scratch | 3 x 4 b H tq tk | float32 scores/probabilities, dP and dS of one tile |
+| final norm | b n ((8 + c) d + 8) | the last RMSNorm's saved values (outside every block) |
+| logits | 2 x 4 b n V | float32 [b, n, V]: exp(logits - max) saved by the loss's logsumexp, then its gradient |
+
+With remat, one layer's norms, SwiGLU and attention residuals are alive at a time (the layer being
+recomputed in the backward); without it, every layer's. The saved terms (block inputs, norms,
+SwiGLU, attention residuals, final norm, half the logits) are what jax.ad_checkpoint's
+saved_residuals lists for this model (tests/test_plan.py checks it), less a reshape of the
+attention output that shares its buffer; the kernel's buffers are read from parallel/ring.py.
+
+"Fits" means the total is at most 90% of the device's nominal memory (decimal GB, from the
+device table), leaving room for the runtime, fragmentation and what the model leaves out
+(elementwise temporaries XLA does not fuse, RoPE tables, collectives' buffers).
+
+2. Compiled memory: the real train step (training/step.py, jitted as training/loop.py does, state
+built as create_train_state builds it) lowered for D fake CPU devices from abstract inputs and
+compiled ahead of time; XLA's per-device memory_analysis(): arguments + outputs - aliased
+(donated state) + temporaries. XLA:CPU lays out buffers differently from XLA:GPU/TPU (other
+fusions, no latency-hiding scheduler), so this is a cross-check of the analytic model, not the
+accelerator's exact figure. "--compile auto" compiles only small problems (COMPILE_AUTO_LIMIT).
+
+3. Time per step at the device's peak, times an efficiency factor (--efficiency, default 1.0:
+"at peak", every FLOP at the table's bf16 rate, which no real run reaches):
+
+    attention, per layer:  the ring's critical path. On ring step s the slowest device computes
+                           t_s tiles (cost model, DESIGN.md section 3), each 4 b tq tk Dh H FLOPs
+                           forward; the backward is 2x the forward (fwd + bwd = 3x fwd).
+                           ring:    t = [T(T+1)/2, T^2 x (N-1)]      total T(T+1)/2 + (N-1)T^2
+                           striped: t = [T(T+1)/2 x N]               total N T(T+1)/2
+                           zigzag:  t = [T(T+1)/2, T^2/2 x (N-1)]    total T(T+1)/2 + (N-1)T^2/2
+                           A step's transfer overlaps its compute (the kernel issues the hop
+                           first): step time = max(compute, bytes / link bandwidth).
+                           forward  = sum_{s<N-1} max(C_s, kv) + C_{N-1}
+                           backward = sum_{s<N-1} max(2 C_s, kv + dkv) + 2 C_{N-1} + dkv
+                           with kv = 2 b n K Dh c (+ 4 b n segment ids) / link bandwidth,
+                           dkv = 8 b n K Dh / link bandwidth, C_s = t_s 4 b tq tk Dh H / peak
+                           remat runs the forward twice (the block is recomputed in the backward).
+    dense:                 6 P_mm b n FLOPs per micro-step (8 P_mm b n with remat: one more
+                           forward), overlapped with the FSDP traffic: 2 all-gathers of the
+                           weights and 1 reduce-scatter of the gradients, each (D-1)/D P p bytes
+                           over one link: time = max(compute, traffic / link bandwidth).
+    optimizer:             memory-bound: about 8 P p / D bytes of HBM traffic (clip reads the
+                           gradients; AdamW reads parameters, gradients, mu, nu, writes three).
+    step = grad_accum_steps x (L x attention + dense) + optimizer
+    tokens/s = global_batch_size x seq_len / step.
+    Not modelled: elementwise work (norms, RoPE, softmax of the loss), kernel launch and loop
+    overheads, imperfect overlap. Model FLOPs per step (what MFU counts) come from
+    training/flops.py and exclude the remat recompute, so even at peak MFU is below 100% with remat.
+
+4. Devices (peak bf16 FLOP/s from training/flops.py; the rest nominal, "assumed" where the vendor
+   gives no per-link figure; memory in decimal GB, which understates the GiB parts a little):
+
+| --device | peak | HBM | HBM bandwidth | ring link, per direction | chips per host |
+|---|---|---|---|---|---|
+| a100-80gb | 312e12 | 80 GB | 2.0 TB/s | NVLink 3: 300 GB/s | 8 |
+| h100-80gb | 989e12 | 80 GB | 3.35 TB/s | NVLink 4: 450 GB/s | 8 |
+| h200 | 989e12 | 141 GB | 4.8 TB/s | NVLink 4: 450 GB/s | 8 |
+| tpu-v4 | 275e12 | 32 GB | 1.2 TB/s | ICI ~50 GB/s, one link per hop (assumed) | 4 |
+| tpu-v5e | 197e12 | 16 GB | 0.82 TB/s | ICI ~50 GB/s (assumed) | 4 |
+| tpu-v5p | 459e12 | 95 GB | 2.76 TB/s | ICI ~100 GB/s (assumed) | 4 |
+| cpu | 0.1e12 (nominal) | host memory / devices | nominal | nominal 10 GB/s | all |
+
+   The process count (devices / chips per host) is what training/validate.py checks the batch
+   against.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+KINDS = ("ring", "striped", "zigzag")
+GB = 1e9
+FIT_FRACTION = 0.9  # "fits" if the analytic total is at most this share of the device memory
+# --compile auto compiles when P x seq_len x rows (P x tokens per data shard) is at most this.
+# Measured on 2 busy cores: tiny.py (3.6e7) 5 s; default.py (1.1e10) 8 s; llama_1b at 4k tokens
+# (9e12) 45 s; the 7B at 256k (1.8e15) 70 s and 1.6 GB of host memory. Compile time grows with the
+# program (layers), not with tensor sizes, so --compile yes is affordable for every config here;
+# the limit keeps the default run to seconds.
+COMPILE_AUTO_LIMIT = 1e11
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """One accelerator: peak from training/flops.py, the rest nominal vendor figures."""
+
+    title: str
+    flops_key: str  # device_kind substring looked up in training.flops.PEAK_FLOPS
+    memory_bytes: float  # HBM capacity, nominal decimal GB
+    hbm_bytes_per_s: float
+    link_bytes_per_s: float  # one ring hop: bytes/s from a device to its neighbour, one direction
+    link_note: str
+    chips_per_host: int  # processes = devices / chips_per_host (one process per host)
+
+
+DEVICES = {
+    "a100-80gb": Device("A100 80GB", "a100", 80 * GB, 2.0e12, 300 * GB,
+                        "NVLink 3: 300 GB/s per direction", 8),
+    "h100-80gb": Device("H100 80GB", "h100", 80 * GB, 3.35e12, 450 * GB,
+                        "NVLink 4: 450 GB/s per direction", 8),
+    "h200": Device("H200", "h200", 141 * GB, 4.8e12, 450 * GB,
+                   "NVLink 4: 450 GB/s per direction", 8),
+    "tpu-v4": Device("TPU v4", "tpu v4", 32 * GB, 1.2e12, 50 * GB,
+                     "ICI: ~50 GB/s per link per direction, the ring using one link per hop "
+                     "(assumed; all-gathers over the 3D torus could use more)", 4),
+    "tpu-v5e": Device("TPU v5e", "tpu v5e", 16 * GB, 0.82e12, 50 * GB,
+                      "ICI: ~50 GB/s per link per direction (1,600 Gbit/s per chip over 4 "
+                      "links; assumed)", 4),
+    "tpu-v5p": Device("TPU v5p", "tpu v5p", 95 * GB, 2.76e12, 100 * GB,
+                      "ICI: ~100 GB/s per link per direction (4,800 Gbit/s per chip over 6 "
+                      "links; assumed)", 4),
+    "cpu": Device("CPU (fake device)", "cpu", 0.0, 20 * GB, 10 * GB,  # memory: host / devices
+                  "nominal 10 GB/s between fake devices", 1 << 30),
+}
+
+config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
+                                 lock_config=True)
+flags.DEFINE_enum("device", None, list(DEVICES), "Accelerator to plan for (default: the config "
+                  "file's DEVICE, else cpu).")
+flags.DEFINE_enum("compile", "auto", ["auto", "yes", "no"], "Ahead-of-time compile the train step "
+                  "on fake CPU devices for XLA's memory figures (auto: only small problems).")
+flags.DEFINE_string("json", None, "Write every figure to this JSON file.")
+flags.DEFINE_integer("devices", 0, "Device count where the mesh has a -1 (0: 8 on accelerators, "
+                     "config.cpu_devices on cpu).")
+flags.DEFINE_float("efficiency", 1.0, "Share of peak FLOP/s and bandwidth assumed reached "
+                   "(1.0 = at peak).")
+flags.mark_flags_as_required(["config"])
+FLAGS = flags.FLAGS
+
+
+# ------------------------------------------------------------------------------ run shape
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """The sizes the formulas need, resolved from the config and the device count."""
+
+    devices: int
+    data: int
+    seq: int  # N, the ring
+    seq_len: int
+    global_batch: int
+    accum: int
+    kind: str
+
+    @property
+    def block(self) -> int:  # n: tokens of one sequence per device
+        return self.seq_len // self.seq
+
+    @property
+    def rows(self) -> int:  # b: sequences per device in one micro-step
+        return self.global_batch // self.data // self.accum
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+def mesh_shape(data: int, seq: int, devices: int) -> tuple[int, int]:
+    """(data, seq) with a -1 filled from the device count (both -1: data 1), as make_mesh does."""
+    if data == -1 and seq == -1:
+        data = 1
+    if data == -1:
+        data = devices // seq
+    if seq == -1:
+        seq = devices // data
+    return data, seq
+
+
+def device_count(config, device_name: str, given: int) -> int:
+    """mesh.data x mesh.seq when both are set; else --devices, else 8 (cpu: cpu_devices)."""
+    if config.mesh.data > 0 and config.mesh.seq > 0:
+        return config.mesh.data * config.mesh.seq
+    if given:
+        return given
+    return config.cpu_devices if device_name == "cpu" else 8
+
+
+def make_run(config, devices: int) -> Run:
+    data, seq = mesh_shape(config.mesh.data, config.mesh.seq, devices)
+    return Run(devices=devices, data=data, seq=seq, seq_len=config.seq_len,
+               global_batch=config.global_batch_size, accum=config.optim.grad_accum_steps,
+               kind=config.parallel.attention)
+
+
+def process_count(device: Device, devices: int) -> int:
+    """One process per host: GPUs 8 per host, TPU v4/v5p/v5e 4 chips per host (assumed)."""
+    return max(1, math.ceil(devices / device.chips_per_host))
+
+
+def tile_sizes(m, kind: str, block: int) -> tuple[int, int]:
+    """(tile_q, tile_k): the config's, or parallel's default for this kind (0 in the config)."""
+    from parallel import default_tile
+    return (m.tile_q or default_tile(kind, block), m.tile_k or default_tile(kind, block))
+
+
+# ------------------------------------------------------------------------------ parameters
+
+def param_counts(m) -> dict:
+    """Parameter counts of model.Transformer for a ModelConfig `m`.
+
+    matmul  = training.flops.matmul_params: L (d Dh (2H + 2K) + 3 d F) + d V (output head)
+    total   = matmul + V d (embedding; not with tied embeddings) + (2L + 1) d (RMSNorm scales)
+    vectors = (2L + 1) d, replicated; every other parameter is a matrix, sharded over all devices
+    layer   = d Dh (2H + 2K) + 3 d F, the matrices of one block
+    """
+    from training.flops import matmul_params
+    matmul = matmul_params(m)
+    embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
+    vectors = (2 * m.num_layers + 1) * m.d_model
+    attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+    layer = attention + 3 * m.d_model * m.mlp_dim
+    return {"total": matmul + embed + vectors, "matmul": matmul, "matrices": matmul + embed,
+            "vectors": vectors, "layer": layer}
+
+
+# ------------------------------------------------------------------------------ memory
+
+def state_memory(m, run: Run) -> dict:
+    """Bytes per device of parameters, AdamW state and gradients under FSDP over all devices."""
+    counts, p = param_counts(m), _bytes(m.param_dtype)
+    params = (counts["matrices"] / run.devices + counts["vectors"]) * p
+    return {"parameters": params, "optimizer_state": 2 * params,
+            "gradients": params * (2 if run.accum > 1 else 1),
+            "fsdp_gather": 2 * max(counts["layer"], m.vocab_size * m.d_model) * p}
+
+
+def gather_all_bytes(m) -> float:
+    """2 (L P_layer + V d) p: every layer's gathered weights and full gradient alive at once.
+
+    What XLA:CPU's compile of this program holds (its temporaries grow by exactly 2 P_layer p per
+    layer): the forward's all-gathers are kept for the backward instead of being re-issued layer
+    by layer. The embedding table is looked up sharded, so it is not counted.
+    """
+    counts = param_counts(m)
+    return 2 * (m.num_layers * counts["layer"] + m.vocab_size * m.d_model) * _bytes(m.param_dtype)
+
+
+def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
+    """Bytes per device of activations; the formulas are in the module docstring's table."""
+    b, n, c, f32 = run.rows, run.block, _bytes(m.dtype), 4
+    d, heads, kv, dh = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim
+    kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
+    tokens = b * n
+    return {
+        "block_inputs": (m.num_layers * tokens * d * c) if m.remat else 0,
+        "norms": kept * tokens * 2 * ((2 * f32 + c) * d + 2 * f32),
+        "swiglu": kept * tokens * 6 * c * m.mlp_dim,
+        "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
+                                                + 2 * f32 * dh),
+        "kv_ring_buffers": tokens * (4 * c * kv * dh + 4 * f32 * kv * dh + 2 * 4),
+        "kernel_accumulators": tokens * f32 * (heads * dh + heads),
+        "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
+        "final_norm": tokens * ((2 * f32 + c) * d + 2 * f32),
+        "logits": 2 * f32 * tokens * m.vocab_size,
+    }
+
+
+def fit(total: float, device: Device) -> dict:
+    """Verdict against the nominal memory: fits (<= 90%), tight (90-100%), does not fit."""
+    share = total / device.memory_bytes
+    verdict = ("fits" if share <= FIT_FRACTION else "tight" if share <= 1.0 else "does not fit")
+    return {"total_bytes": total, "device_bytes": device.memory_bytes, "share": share,
+            "headroom_bytes": device.memory_bytes - total, "verdict": verdict}
+
+
+# ------------------------------------------------------------------------------ time
+
+def ring_step_tiles(kind: str, num_shards: int, tiles_per_side: int) -> list[float]:
+    """Tiles the slowest device computes on each ring step (causal, tile skipping).
+
+    ring:    step 0 the causal triangle T(T+1)/2; later steps some device holds keys all in its
+             past: a dense T^2.
+    striped: every step at most T(T+1)/2 (keys from a lower device: diagonal included).
+    zigzag:  step 0 T(T+1)/2; later steps exactly half a block pair, T^2/2, on every device.
+    """
+    t = tiles_per_side
+    first, later = t * (t + 1) / 2, {"ring": t * t, "striped": t * (t + 1) / 2,
+                                      "zigzag": t * t / 2}[kind]
+    return [first] + [later] * (num_shards - 1)
+
+
+def critical_path_tiles(kind: str, num_shards: int, tiles_per_side: int) -> float:
+    """ring T(T+1)/2 + (N-1)T^2; striped N T(T+1)/2; zigzag T(T+1)/2 + (N-1)T^2/2."""
+    return sum(ring_step_tiles(kind, num_shards, tiles_per_side))
+
+
+def ring_transfer_bytes(m, run: Run, with_segments: bool) -> tuple[float, float]:
+    """(KV bytes a device sends per forward hop, extra float32 dK/dV bytes per backward hop)."""
+    b, n, kv_elems = run.rows, run.block, run.rows * run.block * m.num_kv_heads * m.head_dim
+    kv = 2 * kv_elems * _bytes(m.dtype) + (4 * b * n if with_segments else 0)
+    return kv, 2 * kv_elems * 4
+
+
+def attention_layer_seconds(m, run: Run, kind: str, tiles: tuple[int, int], rate: float,
+                            link: float, with_segments: bool) -> dict:
+    """One layer's attention, forward (x2 with remat) and backward, on the critical path."""
+    tq, tk = tiles
+    per_side = run.block / math.sqrt(tq * tk)  # T (exact for square tiles)
+    tile_flops = 4 * run.rows * tq * tk * m.head_dim * m.num_heads
+    compute = [t * tile_flops / rate for t in ring_step_tiles(kind, run.seq, per_side)]
+    kv, dkv = (x / link for x in ring_transfer_bytes(m, run, with_segments))
+    if run.seq == 1:
+        kv = dkv = 0.0
+    forward = sum(max(c, kv) for c in compute[:-1]) + compute[-1]
+    backward = sum(max(2 * c, kv + dkv) for c in compute[:-1]) + 2 * compute[-1] + dkv
+    comm_bound_steps = sum(c < kv for c in compute[:-1])
+    return {"tiles_per_side": per_side, "critical_path_tiles": sum(compute) * rate / tile_flops,
+            "forward_s": forward, "backward_s": backward,
+            "seconds": forward * (2 if m.remat else 1) + backward,
+            "hop_compute_s_min": min(compute), "hop_transfer_s": kv,
+            "comm_bound_forward_steps": comm_bound_steps}
+
+
+def dense_seconds(m, run: Run, rate: float, link: float) -> dict:
+    """Matmuls outside attention (x4/3 with remat) overlapped with FSDP gathers/scatters."""
+    counts, p = param_counts(m), _bytes(m.param_dtype)
+    flops = (8 if m.remat else 6) * counts["matmul"] * run.rows * run.block
+    traffic = 3 * (run.devices - 1) / run.devices * counts["total"] * p
+    compute, comm = flops / rate, traffic / link
+    return {"flops": flops, "compute_s": compute, "fsdp_traffic_bytes": traffic,
+            "fsdp_comm_s": comm, "seconds": max(compute, comm)}
+
+
+def optimizer_seconds(m, run: Run, device: Device, efficiency: float) -> float:
+    """About 8 parameter-sized HBM passes (clip + AdamW) over this device's shard."""
+    shard_bytes = param_counts(m)["total"] * _bytes(m.param_dtype) / run.devices
+    return 8 * shard_bytes / (device.hbm_bytes_per_s * efficiency)
+
+
+def step_time(m, run: Run, kind: str, device: Device, efficiency: float, mask_documents: bool,
+              model_flops: float) -> dict:
+    """Predicted step time, tokens/s and MFU for one attention kind."""
+    from training.flops import peak_flops
+    peak = peak_flops(device.flops_key)
+    rate, link = peak * efficiency, device.link_bytes_per_s * efficiency
+    tiles = tile_sizes(m, kind, run.block)
+    attn = attention_layer_seconds(m, run, kind, tiles, rate, link, mask_documents)
+    dense = dense_seconds(m, run, rate, link)
+    opt = optimizer_seconds(m, run, device, efficiency)
+    seconds = run.accum * (m.num_layers * attn["seconds"] + dense["seconds"]) + opt
+    return {"kind": kind, "tiles": list(tiles), "attention_layer": attn, "dense": dense,
+            "attention_s": run.accum * m.num_layers * attn["seconds"],
+            "dense_s": run.accum * dense["seconds"], "optimizer_s": opt, "step_s": seconds,
+            "tokens_per_s": run.tokens_per_step / seconds,
+            "mfu": model_flops / (seconds * run.devices * peak)}
+
+
+# ------------------------------------------------------------------------------ the plan
+
+def analytic_plan(config, device: Device, run: Run, efficiency: float) -> dict:
+    """Every analytic figure: parameters, memory terms, fit, FLOPs and time per kind."""
+    import model
+    from training.flops import flops_per_token, peak_flops
+    m = model.ModelConfig.from_config(config.model, run.kind)
+    tiles = tile_sizes(m, run.kind, run.block)
+    state = state_memory(m, run)
+    acts = activation_memory(m, run, tiles)
+    total = sum(state.values()) + sum(acts.values())
+    model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
+    times = {kind: step_time(m, run, kind, device, efficiency, config.data.mask_documents,
+                             model_flops) for kind in _kinds_for(run)}
+    return {"params": param_counts(m), "state_bytes": state, "activation_bytes": acts,
+            "fit": fit(total, device), "tiles": list(tiles), "model_flops_per_step": model_flops,
+            "peak_flops": peak_flops(device.flops_key), "efficiency": efficiency, "time": times}
+
+
+def _kinds_for(run: Run) -> list[str]:
+    """Kinds this sequence length allows (zigzag needs seq_len % 2N == 0)."""
+    return [k for k in KINDS if run.seq_len % (2 * run.seq if k == "zigzag" else run.seq) == 0]
+
+
+def _bytes(dtype: str) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
+
+
+# ------------------------------------------------------------------------------ XLA's view
+
+def abstract_train_state(config, mesh):
+    """(abstract state, graphdef, tx, schedule) as training.loop.create_train_state builds it,
+    without allocating: nnx.eval_shape for the model, the optimizer state's shardings from the
+    same training.optim.optimizer_shardings the run uses (compiled, never run)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    import model
+    from training import optim
+
+    cfg = model.ModelConfig.from_config(config.model, config.parallel.attention)
+    with jax.set_mesh(mesh):
+        net = nnx.eval_shape(lambda: model.Transformer(cfg, mesh, nnx.Rngs(config.seed)))
+    graphdef, params = nnx.split(net, nnx.Param)
+    params = jax.tree.map(lambda x: _on_mesh(x, mesh, x.sharding.spec), params)
+    tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
+    with jax.set_mesh(mesh):
+        init = jax.jit(tx.init, out_shardings=optim.optimizer_shardings(tx, params, mesh))
+        init = init.lower(params).compile()
+    opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                             jax.eval_shape(tx.init, params), init.output_shardings)
+    step = _on_mesh(jax.ShapeDtypeStruct((), jnp.int32), mesh, jax.P())
+    return {"step": step, "params": params, "opt_state": opt_state}, graphdef, tx, schedule
+
+
+def _on_mesh(x, mesh, spec):
+    import jax
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=jax.NamedSharding(mesh, spec))
+
+
+def bytes_per_device(tree) -> float:
+    """Sum over leaves of the bytes one device holds (shard shape x itemsize)."""
+    import jax
+    import numpy as np
+    return float(sum(np.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+                     for x in jax.tree.leaves(tree)))
+
+
+def abstract_batch(config, mesh):
+    """The batch train_step receives: int32 [B, S] fields and float32 weights, P('data', 'seq')."""
+    import jax
+    import jax.numpy as jnp
+    from data.batches import FIELDS
+    shape = (config.global_batch_size, config.seq_len)
+    return {f: _on_mesh(jax.ShapeDtypeStruct(shape, jnp.float32 if f == "weights" else jnp.int32),
+                        mesh, jax.P("data", "seq")) for f in FIELDS}
+
+
+def run_mesh(run: Run):
+    """The run's ('data', 'seq') mesh over the first run.devices (fake) devices."""
+    import jax
+    import parallel
+    return parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:run.devices])
+
+
+def state_as_built(config, run: Run) -> dict:
+    """Bytes per device of parameters and optimizer state as the code shards them today."""
+    mesh = run_mesh(run)
+    state, *_ = abstract_train_state(config, mesh)
+    return {"parameters": bytes_per_device(state["params"]),
+            "optimizer_state": bytes_per_device(state["opt_state"])}
+
+
+def compiled_memory(config, run: Run) -> dict:
+    """XLA's memory_analysis() of the train step compiled for run.devices fake CPU devices."""
+    import time
+    import jax
+    from training import step as step_lib
+
+    start = time.perf_counter()
+    mesh = run_mesh(run)
+    state, graphdef, tx, schedule = abstract_train_state(config, mesh)
+    train_step = step_lib.make_train_step(
+        graphdef, tx, schedule, mask_documents=config.data.mask_documents,
+        grad_accum_steps=config.optim.grad_accum_steps,
+        skip_nonfinite=config.optim.skip_nonfinite)
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    with jax.set_mesh(mesh):
+        jitted = jax.jit(train_step, donate_argnums=0, out_shardings=(shardings, None))
+        stats = jitted.lower(state, abstract_batch(config, mesh)).compile().memory_analysis()
+    figures = {k: int(getattr(stats, f"{k}_size_in_bytes")) for k in
+               ("argument", "output", "alias", "temp", "generated_code")}
+    figures["total"] = (figures["argument"] + figures["output"] - figures["alias"]
+                        + figures["temp"])
+    figures["compile_s"] = time.perf_counter() - start
+    return figures
+
+
+def compile_decision(mode: str, params: int, run: Run) -> tuple[bool, str]:
+    """(compile?, why). auto: P x tokens per data shard <= COMPILE_AUTO_LIMIT."""
+    size = params * run.seq_len * run.global_batch / run.data
+    if mode == "yes":
+        return True, "asked (--compile yes)"
+    if mode == "no":
+        return False, "skipped (--compile no)"
+    if size <= COMPILE_AUTO_LIMIT:
+        return True, f"small problem (P x tokens per data shard = {size:.1e})"
+    return False, (f"skipped (too large to compile on this host: P x tokens per data shard = "
+                   f"{size:.1e} > {COMPILE_AUTO_LIMIT:.0e}; --compile yes forces it)")
+
+
+# ------------------------------------------------------------------------------ printing
+
+def _unit(largest: float) -> tuple[str, float]:
+    """The unit a memory table is printed in: GB, MB or KB (decimal), by its largest figure."""
+    for name, size in (("GB", GB), ("MB", 1e6)):
+        if largest >= size:
+            return name, size
+    return "KB", 1e3
+
+
+def _count(x: float) -> str:
+    """1.10B, 3.4M, 139,584."""
+    return f"{x / 1e9:.2f}B" if x >= 1e9 else f"{x / 1e6:.1f}M" if x >= 1e7 else f"{x:,.0f}"
+
+
+def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
+    name, size = unit
+    b, n = run.rows, run.block
+    every = "one layer" if m.remat else f"{m.num_layers} layers"
+    act_labels = {
+        "block_inputs": f"block inputs (remat): {m.num_layers} x [{b}, {n:,}, {m.d_model}] "
+                        f"{m.dtype}",
+        "norms": f"RMSNorm saved values, fp32 ({every})",
+        "swiglu": f"SwiGLU gate, up, silu, product ({every})",
+        "attention_residuals": f"attention residuals q, k, v, out, lse, RoPE ({every})",
+        "kv_ring_buffers": "KV ring buffers: K, V, fp32 dK, dV, x2 in flight",
+        "kernel_accumulators": "kernel accumulators: fp32 dQ, D",
+        "tile_scratch": f"tile scratch: 3 fp32 [{b}, {m.num_heads}, {plan['tiles'][0]}, "
+                        f"{plan['tiles'][1]}]",
+        "final_norm": "final RMSNorm saved values",
+        "logits": f"logits [{b}, {n:,}, {m.vocab_size}] fp32: saved exp + gradient",
+    }
+    s, f = plan["state_bytes"], plan["fit"]
+
+    def row(label, x, indent=2):
+        return f"{' ' * indent}{label:<{60 - indent}}{x / size:9.2f}"
+
+    lines = [f"Memory per device (analytic, {name}; FSDP over {run.devices} devices)",
+             row(f"parameters ({m.param_dtype})", s["parameters"]),
+             row("optimizer state (AdamW mu, nu)", s["optimizer_state"]),
+             row("gradients" + (" + accumulator" if run.accum > 1 else ""), s["gradients"]),
+             row("FSDP: one gathered layer + its gradient", s["fsdp_gather"]),
+             "  activations:"]
+    lines += [row(act_labels[k], v, 4) for k, v in plan["activation_bytes"].items() if v]
+    lines.append(row("total (design: FSDP, one layer gathered at a time)", f["total_bytes"])
+                 + f"  of {f['device_bytes'] / size:,.0f} {name}: {f['verdict'].upper()} "
+                 f"({f['share']:.0%} of it; headroom {f['headroom_bytes'] / size:,.1f} {name})")
+    return lines
+
+
+def format_as_built(plan: dict, unit) -> list[str]:
+    """The design's total with the optimizer state as create_train_state really shards it."""
+    name, size = unit
+    design, opt = plan["state_bytes"]["optimizer_state"], plan["as_built"]["optimizer_state"]
+    f = plan["today"]["optimizer_as_built"]
+    if abs(opt - design) <= 0.01 * max(design, 1.0):
+        return [f"  optimizer state as create_train_state builds it: {opt / size:.2f} {name}, "
+                "sharded as planned"]
+    return [f"  {'as the code runs today: AdamW state not sharded (note 1)':<58}"
+            f"{f['total_bytes'] / size:9.2f}  ({f['added_bytes'] / size:+,.2f}): "
+            f"{f['verdict'].upper()} ({f['share']:.0%})"]
+
+
+def format_notes(plan: dict, unit) -> list[str]:
+    name, size = unit
+    notes = []
+    if plan["as_built"]["optimizer_state"] > 1.01 * plan["state_bytes"]["optimizer_state"]:
+        notes += ["  1. the optimizer state that training.loop.create_train_state builds is not sharded "
+                  "like the parameters",
+                  "     (AdamW's mu and nu replicated on every device): check that it still uses "
+                  "training.optim.optimizer_shardings."]
+    g = plan["today"]["gather_all"]
+    notes += ["  2. XLA:CPU's compile of this step (--compile yes) is not memory-aware: its "
+              "temporaries come out (nearly)",
+              "     the same with remat on and off, and grow by 2 x one layer's float32 weights "
+              "per layer (every layer's",
+              "     gathered weights and full gradient alive). If XLA:GPU/TPU did that too, on "
+              f"top of today's total: {g['added_bytes'] / size:+,.2f} {name}",
+              f"     -> {g['total_bytes'] / size:,.2f} {name}, {g['verdict'].upper()}. Check on "
+              "the accelerator: jitted.lower(...).compile().memory_analysis()."]
+    return ["Notes:"] + notes
+
+
+def format_compiled(plan: dict, run: Run, unit) -> list[str]:
+    name, size = unit
+    c = plan["compiled"]
+    head = f"Compiled train step (XLA:CPU, {run.devices} fake devices, per device): "
+    if "total" not in c:
+        return [head + c["status"]]
+    ratio = plan["fit"]["total_bytes"] / c["total"]
+    return [head + f"compiled in {c['compile_s']:.0f} s",
+            f"  arguments {c['argument'] / size:.2f} {name}, outputs {c['output'] / size:.2f} "
+            f"(aliased with the donated state {c['alias'] / size:.2f}), temporaries "
+            f"{c['temp'] / size:.2f}: total {c['total'] / size:.2f} {name}",
+            f"  analytic (design) / compiled = {ratio:.2f}; XLA:CPU's schedule ignores remat "
+            "(note 2): a cross-check, not the accelerator's figure"]
+
+
+def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
+    eff = plan["efficiency"]
+    at = "peak" if eff == 1 else f"{eff:.0%} of peak"
+    lines = [f"Time per step at {at} (efficiency {eff:.2f}"
+             f"{' = at peak' if eff == 1 else ''}: FLOP/s, links and HBM at that share of "
+             "their nominal rates)",
+             f"  compute {plan['peak_flops'] / 1e12:g} TFLOP/s bf16 per device; HBM "
+             f"{device.hbm_bytes_per_s / 1e12:.2f} TB/s; ring hops overlap their step's compute",
+             f"  {device.link_note}",
+             f"  model FLOPs per step {plan['model_flops_per_step']:.3e} (training/flops.py"
+             f"{'; the remat recompute adds one forward, not counted' if m.remat else ''})",
+             f"  {'kind':<8}{'tile':>11}{'T':>6}{'path tiles':>12}{'attention s':>13}"
+             f"{'dense s':>10}{'optim s':>9}{'step s':>9}{'tokens/s':>11}{'MFU':>6}{'vs ring':>9}"]
+    ring = plan["time"].get("ring", {}).get("step_s")
+    for kind, t in plan["time"].items():
+        a = t["attention_layer"]
+        speed = f"{ring / t['step_s']:.2f}x" if ring else "-"
+        lines.append(f"  {kind:<8}{t['tiles'][0]:>5}x{t['tiles'][1]:<5}{a['tiles_per_side']:>6.0f}"
+                     f"{a['critical_path_tiles']:>12,.0f}{t['attention_s']:>13.3f}"
+                     f"{t['dense_s']:>10.3f}{t['optimizer_s']:>9.3f}{t['step_s']:>9.3f}"
+                     f"{t['tokens_per_s']:>11,.0f}{t['mfu']:>6.0%}{speed:>9}")
+    hop = plan["time"][run.kind]["attention_layer"]
+    lines += [f"  {run.kind}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, a "
+              f"ring step >= {hop['hop_compute_s_min'] * 1e3:.2f} ms of compute; "
+              f"{hop['comm_bound_forward_steps']} of {run.seq - 1} forward hops per layer are "
+              "link-bound.",
+              "  Not modelled: elementwise work (norms, RoPE, the loss's softmax), loop overheads, "
+              "imperfect overlap."]
+    return lines
+
+
+def format_plan(plan: dict, config, device: Device, run: Run) -> str:
+    import model
+    m = model.ModelConfig.from_config(config.model, run.kind)
+    pc = plan["params"]
+    head = [f"ringstripe plan: {plan['config_file']} on {run.devices} x {device.title} "
+            f"({plan['device']}, {plan['processes']} process(es))",
+            f"  model  {_count(pc['total'])} parameters: d_model {m.d_model}, {m.num_layers} "
+            f"layers, {m.num_heads} heads ({m.num_kv_heads} KV) x {m.head_dim}, mlp {m.mlp_dim}, "
+            f"vocab {m.vocab_size}; {m.dtype} compute, {m.param_dtype} params, remat "
+            f"{'on' if m.remat else 'off'}",
+            f"  run    {run.global_batch} x {run.seq_len:,} = {run.tokens_per_step:,} tokens per "
+            f"step; mesh data {run.data} x seq {run.seq}; {run.block:,} tokens per device per "
+            f"sequence; {run.rows} row(s) per device per micro-step (grad_accum_steps "
+            f"{run.accum}); {run.kind} attention", ""]
+    unit = _unit(plan["fit"]["total_bytes"])
+    body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
+            + format_compiled(plan, run, unit) + [""] + format_time(plan, m, run, device) + [""]
+            + format_notes(plan, unit))
+    return "\n".join(head + body)
+
+
+# ------------------------------------------------------------------------------ main
+
+def config_device(filename: str) -> str:
+    """The config file's module-level DEVICE = '...' (read, not executed), else 'cpu'."""
+    with open(filename) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DEVICE"
+                                                 for t in node.targets)):
+            return ast.literal_eval(node.value)
+    return "cpu"
+
+
+def use_fake_devices(count: int) -> None:
+    """count fake CPU devices for the compile; must run before JAX starts (it reads XLA_FLAGS)."""
+    flags_now = [f for f in os.environ.get("XLA_FLAGS", "").split()
+                 if not f.startswith("--xla_force_host_platform_device_count")]
+    flags_now.append(f"--xla_force_host_platform_device_count={count}")
+    os.environ["XLA_FLAGS"] = " ".join(flags_now)
+    os.environ["JAX_PLATFORMS"] = "cpu"  # the planner compiles on the host, whatever is attached
+
+
+def make_plan(config, device_name: str, devices: int, compile_mode: str,
+              efficiency: float) -> tuple[dict, Device, Run]:
+    from training.validate import validate_config
+    device, run = DEVICES[device_name], make_run(config, devices)
+    if device_name == "cpu":  # fake devices share the host's memory
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        device = dataclasses.replace(device, memory_bytes=host / devices)
+    validate_config(config, devices, process_count(device, devices))
+    plan = analytic_plan(config, device, run, efficiency)
+    plan.update(device=device_name, device_spec=dataclasses.asdict(device),
+                processes=process_count(device, devices), run=dataclasses.asdict(run))
+    plan["as_built"] = state_as_built(config, run)
+    plan["today"] = today_scenarios(plan, config, run, device)
+    go, why = compile_decision(compile_mode, plan["params"]["total"], run)
+    plan["compiled"] = compiled_memory(config, run) if go else {"status": why}
+    return plan, device, run
+
+
+def today_scenarios(plan: dict, config, run: Run, device: Device) -> dict:
+    """Totals for the program as it is: the optimizer state as built (measured from its
+    shardings), then also every layer's gathered weights and full gradient alive at once."""
+    import model
+    m = model.ModelConfig.from_config(config.model, run.kind)
+    design = plan["fit"]["total_bytes"]
+    opt_added = plan["as_built"]["optimizer_state"] - plan["state_bytes"]["optimizer_state"]
+    gather_added = gather_all_bytes(m) - plan["state_bytes"]["fsdp_gather"]
+    first = dict(fit(design + opt_added, device), added_bytes=opt_added)
+    second = dict(fit(design + opt_added + gather_added, device), added_bytes=gather_added)
+    return {"optimizer_as_built": first, "gather_all": second}
+
+
+def parse_flags(argv):
+    """absl's parser; a config mistake is one line on stderr and exit 2 (as in train.py)."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:  # e.g. a value of the wrong type, an unknown --device
+        print(f"error: {e}", file=sys.stderr)
+    except (AttributeError, KeyError) as e:  # ml_collections: an override names no field
+        name = str(e).strip("\"'")
+        print(f"error: unknown config field '{name}': every --config.FIELD must exist in the "
+              "config file", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv):
+    del argv
+    config = FLAGS.config
+    filename = config_flags.get_config_filename(FLAGS["config"])
+    device_name = FLAGS.device or config_device(filename)
+    devices = device_count(config, device_name, FLAGS.devices)
+    use_fake_devices(devices)
+    from training.validate import ConfigError
+    try:
+        plan, device, run = make_plan(config, device_name, devices, FLAGS.compile,
+                                      FLAGS.efficiency)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
+    print(format_plan(plan, config, device, run))
+    if FLAGS.json:
+        with open(FLAGS.json, "w") as f:
+            json.dump(dict(plan, config=config.to_dict()), f, indent=1, default=float)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)
