@@ -13,6 +13,10 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+# Importable as in Flax's examples: `from train import train_and_evaluate`. (Importing JAX here
+# starts no backend, so main() can still set the fake CPU device count first.)
+from training import train_and_evaluate  # noqa: E402
+
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
                                  lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory for metrics, checkpoints and the data cache.")
@@ -61,7 +65,7 @@ def main(argv):
     start_jax(config)
     import data
     from checkpoints import CheckpointError
-    from training import ConfigError, NonFiniteError, train_and_evaluate
+    from training import ConfigError, NonFiniteError
 
     try:
         train_and_evaluate(config, FLAGS.workdir)

@@ -139,8 +139,20 @@ _COUNTS = P(DATA, SEQ, None)
 
 
 def _sharded(fn, spec: RingSpec, in_specs, out_specs):
-    return jax.shard_map(functools.partial(fn, spec), mesh=spec.mesh, in_specs=in_specs,
-                         out_specs=out_specs)
+    mapped = jax.shard_map(functools.partial(fn, spec), mesh=spec.mesh, in_specs=in_specs,
+                           out_specs=out_specs)
+    return lambda *args: mapped(*(_place(x, spec.mesh, s) for x, s in zip(args, in_specs)))
+
+
+def _place(x, mesh: Mesh, spec: P):
+    """Puts x in the layout shard_map expects, whatever the caller's sharding (or none).
+
+    On a mesh with Explicit axes (jax.make_mesh's default) shard_map insists on inputs typed
+    with exactly these specs, so they are resharded; on Auto axes a constraint suffices."""
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+    if any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return jax.sharding.reshard(x, sharding)
+    return lax.with_sharding_constraint(x, sharding)
 
 
 @functools.partial(jax.jit, static_argnums=0)

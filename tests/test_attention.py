@@ -130,3 +130,23 @@ def test_bfloat16_error_does_not_grow_with_ring_size(kind):
                         *(ref.relative_error(g, w) for g, w in zip(grads, want_grads)))
     assert max(errors.values()) < 2e-2, errors  # about bfloat16's precision, 2**-8
     assert max(errors.values()) <= 1.5 * errors[1], errors
+
+
+@pytest.mark.parametrize("kind", parallel.KINDS)
+def test_mesh_with_explicit_axes(kind):
+    """jax.make_mesh's default (Explicit axes) works too, with plain or sharded inputs."""
+    mesh = jax.make_mesh((2, 4), ("data", "seq"))
+    assert mesh.axis_types[0] == jax.sharding.AxisType.Explicit
+    q, k, v, dout, seg = make_inputs(5, 4, 4, 2, segments="packed")
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, kind=kind, causal=True)
+    want_out, want_grads = ref.attention(q, k, v, seg, True, dout)
+    assert ref.relative_error(out, want_out) < 1e-5
+    for got, want in zip(grads, want_grads):
+        assert ref.relative_error(got, want) < 1e-5
+    perm = parallel.permutation(kind, SEQ_LEN, 4)
+    with jax.set_mesh(mesh):
+        placed = [jax.device_put(x[:, perm], jax.NamedSharding(mesh, jax.P("data", "seq")))
+                  for x in (q, k, v)]
+        y = jax.jit(lambda a, b, c: parallel.attention(a, b, c, mesh=mesh, kind=kind))(*placed)
+    np.testing.assert_allclose(np.asarray(y)[:, parallel.inverse_permutation(kind, SEQ_LEN, 4)],
+                               ref.attention(q, k, v, None, True), rtol=1e-4, atol=1e-5)

@@ -83,3 +83,16 @@ def test_grain_loader_gives_the_same_run(tmp_path, shared_cache, losses_by_kind)
     got = [r["train/loss"] for r in read_metrics(tmp_path)]
     want = [r["train/loss"] for r in losses_by_kind["striped"][0]]
     assert got == want
+
+
+def test_train_and_evaluate_is_importable_and_runs_in_process(tmp_path, shared_cache):
+    from configs import tiny
+    from train import train_and_evaluate
+
+    config = tiny.get_config()
+    config.mesh.data, config.mesh.seq = 2, 4  # this process's 8 test devices
+    config.num_train_steps, config.eval_every_steps = 4, 4
+    config.data.cache_dir = shared_cache
+    last = train_and_evaluate(config, str(tmp_path))
+    assert np.isfinite(last["train/loss"]) and np.isfinite(last["eval/loss"])
+    assert [r["step"] for r in read_metrics(tmp_path)] == [2, 4]
