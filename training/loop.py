@@ -144,11 +144,8 @@ def _restore(config, checkpointer, state):
     return step, state, resume.Progress.from_meta(meta)
 
 
-def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
-    tokenizer, cache, spec = prepared
-    state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh)
-    start_step, state, progress = _restore(config, checkpointer, state)
-
+def _compile_steps(config, graphdef, tx, schedule, state):
+    """The jitted train step (donates the state, keeps every array's sharding) and eval step."""
     mask_docs = config.data.mask_documents
     shardings = jax.tree.map(lambda x: x.sharding, state)
     train_step = jax.jit(
@@ -157,18 +154,33 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
                                  skip_nonfinite=config.optim.skip_nonfinite),
         donate_argnums=0, out_shardings=(shardings, None))
     eval_step = jax.jit(step_lib.make_eval_step(graphdef, mask_documents=mask_docs))
-    eval_fn = functools.partial(data.eval_rows, cache.eval, spec)
-    eval_batches = [data.to_global(eval_fn, i, mesh, spec)
-                    for i in range(data.num_eval_batches(cache.eval, spec, config.eval_batches))]
+    return train_step, eval_step
 
-    peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
-    track = trackers.make_trackers(config, workdir, mesh_shape, jax.process_index() == 0,
-                                   progress.wandb_run_id)
-    num_params = model.count_params(nnx.merge(graphdef, state["params"]))
+
+def _eval_batches(config, cache, spec, mesh):
+    """The fixed evaluation batches, built once, as global arrays."""
+    eval_fn = functools.partial(data.eval_rows, cache.eval, spec)
+    count = data.num_eval_batches(cache.eval, spec, config.eval_batches)
+    return [data.to_global(eval_fn, i, mesh, spec) for i in range(count)]
+
+
+def _announce(config, mesh_shape, num_params: int, cache) -> None:
     _say(f"ringstripe: {config.parallel.attention} attention, mesh data {mesh_shape[0]} x seq "
          f"{mesh_shape[1]} on {jax.device_count()} {jax.devices()[0].platform} devices; "
          f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
          f"{config.global_batch_size * config.seq_len:,} tokens per step")
+
+
+def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
+    tokenizer, cache, spec = prepared
+    state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh)
+    start_step, state, progress = _restore(config, checkpointer, state)
+    train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
+    eval_batches = _eval_batches(config, cache, spec, mesh)
+    peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
+    track = trackers.make_trackers(config, workdir, mesh_shape, jax.process_index() == 0,
+                                   progress.wandb_run_id)
+    _announce(config, mesh_shape, model.count_params(nnx.merge(graphdef, state["params"])), cache)
     if start_step:
         track.event(start_step, "resumed", {"restored_step": start_step, "attention":
                                             config.parallel.attention, "mesh": list(mesh_shape)})
