@@ -1,11 +1,13 @@
 """End to end: train.py with configs/tiny.py, as a user runs it."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from tests.train_runs import read_metrics, run_train
+from tests.train_runs import ROOT, clean_env, read_metrics, run_train
 
 METRIC_NAMES = ["train/loss", "throughput/tokens_per_sec", "throughput/tokens_per_sec_per_device",
                 "throughput/step_time_s", "throughput/model_tflops_per_device", "throughput/mfu",
@@ -58,6 +60,8 @@ def test_same_loss_curve_for_every_layout(losses_by_kind):
     ("--config.seq_len=130 --config.parallel.attention=zigzag", "seq_len=130 is not divisible by 4"),
     ("--config.model.tile_q=48", "model.tile_q=48 does not divide the per-device block of 64"),
     ("--config.model.num_kv_heads=3", "model.num_heads=4 is not a multiple of model.num_kv_heads=3"),
+    ("--config.data.loader=dali", "data.loader='dali': choose one of thread, grain"),
+    ("--config.tracker=tensorboard", "tracker='tensorboard': choose one of wandb, jsonl, none"),
     ("--config.global_batch_size=3", "global_batch_size=3 is not divisible by the data shards"),
 ])
 def test_bad_config_is_one_line_error(tmp_path, override, message):
@@ -86,13 +90,22 @@ def test_grain_loader_gives_the_same_run(tmp_path, shared_cache, losses_by_kind)
 
 
 def test_train_and_evaluate_is_importable_and_runs_in_process(tmp_path, shared_cache):
-    from configs import tiny
-    from train import train_and_evaluate
-
-    config = tiny.get_config()
-    config.mesh.data, config.mesh.seq = 2, 4  # this process's 8 test devices
-    config.num_train_steps, config.eval_every_steps = 4, 4
-    config.data.cache_dir = shared_cache
-    last = train_and_evaluate(config, str(tmp_path))
-    assert np.isfinite(last["train/loss"]) and np.isfinite(last["eval/loss"])
+    """`from train import train_and_evaluate`, as in Flax's examples (in a fresh interpreter:
+    train.py defines absl flags, which other modules imported by the tests define too)."""
+    script = f"""
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+from train import train_and_evaluate
+from configs import tiny
+config = tiny.get_config()
+config.num_train_steps, config.eval_every_steps = 4, 4
+config.data.cache_dir = {shared_cache!r}
+last = train_and_evaluate(config, {str(tmp_path)!r})
+print("LOSS", last["train/loss"], last["eval/loss"])
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=clean_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = [float(x) for x in result.stdout.split("LOSS")[1].split()]
+    assert all(np.isfinite(losses))
     assert [r["step"] for r in read_metrics(tmp_path)] == [2, 4]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import parallel
 
 TRACKERS = ("wandb", "jsonl", "none")
+LOADERS = ("thread", "grain")
 
 
 class ConfigError(ValueError):
@@ -32,6 +33,12 @@ def validate_config(config, device_count: int, process_count: int) -> None:
     if kind not in parallel.KINDS:
         raise ConfigError(f"parallel.attention={kind!r} is not a known kind: choose one of "
                           f"{', '.join(parallel.KINDS)}")
+    loader = config.data.get("loader", "thread")
+    if loader not in LOADERS:
+        raise ConfigError(f"data.loader={loader!r}: choose one of {', '.join(LOADERS)}")
+    if config.data.get("grain_workers", 0) < 0:
+        raise ConfigError(f"data.grain_workers={config.data.grain_workers} must be >= 0 "
+                          f"(0 = threads, N = worker processes)")
     if config.tracker not in TRACKERS:
         raise ConfigError(f"tracker={config.tracker!r}: choose one of {', '.join(TRACKERS)}")
     for name in ("seq_len", "global_batch_size", "num_train_steps", "eval_every_steps",
