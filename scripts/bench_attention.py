@@ -98,7 +98,6 @@ def print_tile_table(rows):
 def time_kinds(args, mesh, sync):
     """Medians of forward and forward+backward per (seq_len, kind), kinds interleaved."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
     import parallel
 

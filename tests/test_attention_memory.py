@@ -5,7 +5,6 @@ and grows linearly; the control below shows this measurement sees that growth.""
 import jax
 import jax.numpy as jnp
 from jax import lax
-import numpy as np
 import pytest
 
 import parallel

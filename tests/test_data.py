@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 
-import jax
 import ml_collections
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """End to end: train.py with configs/tiny.py, as a user runs it."""
 
-import os
 import subprocess
 import sys
 
