@@ -30,7 +30,11 @@ def get_config():
     config.peak_tflops_per_device = 0.0  # MFU denominator; 0 = from the device table
 
     config.parallel = ml_collections.ConfigDict()
-    config.parallel.attention = "striped"  # 'ring' | 'striped' | 'zigzag'
+    # Three separate choices (parallel/README.md): where tokens sit on the seq shards, how keys and
+    # values reach the queries, and what computes one (query block, key block) pair.
+    config.parallel.attention = "striped"  # layout: 'ring' | 'striped' | 'zigzag'
+    config.parallel.strategy = "ring"  # strategy: 'ring' (a ring of ppermutes)
+    config.parallel.kernel = "auto"  # kernel: 'auto' (the backend's fused one, else 'xla') | 'xla'
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)

@@ -5,7 +5,7 @@ tokens[w*S : w*S + S + 1] (consecutive windows share one token: the last target 
 first input of the next). Sample i = step * global_batch + row reads window
 `rng([seed, i // W]).permutation(W)[i % W]`: every window once per epoch, in a new order each
 epoch. Resuming at step t needs only t; any number of processes or devices, and any attention
-kind, see the same tokens in the same order.
+layout, see the same tokens in the same order.
 
 For each row, in natural order (worked example, S=8, EOS=1, window [5 6 1 7 8 9 1 3 4]):
 
@@ -16,7 +16,7 @@ For each row, in natural order (worked example, S=8, EOS=1, window [5 6 1 7 8 9 
     positions   [0 1 2 0 1 2 3 0]      restart after each EOS (reset_positions; else 0..S-1)
 
 An EOS belongs to the document it ends. Then every field is put into the attention layout's
-order with the same permutation, `field[:, parallel.permutation(kind, S, N)]`; for striped, N=2:
+order with the same permutation, `field[:, parallel.permutation(layout, S, N)]`; for striped, N=2:
 perm [0 2 4 6 1 3 5 7], so inputs become [5 1 8 1 6 7 9 3] and positions [0 2 1 3 1 0 2 0].
 """
 
@@ -38,7 +38,7 @@ class BatchSpec:
     seq_len: int            # tokens per sequence S
     global_batch: int       # sequences per step, all processes together
     seed: int
-    kind: str               # 'ring' | 'striped' | 'zigzag'
+    layout: str             # parallel.LAYOUTS: 'ring' | 'striped' | 'zigzag'
     num_seq_shards: int     # N, devices on the mesh's 'seq' axis
     mask_documents: bool    # segment ids from EOS boundaries (else one segment per row)
     reset_positions: bool   # positions restart at 0 after each EOS (else 0..S-1)
@@ -124,12 +124,12 @@ def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray) 
     S = spec.seq_len
     starts = windows[:, None] * S + np.arange(S + 1)           # [R, S+1] token indices
     window = np.asarray(tokens)[starts].astype(np.int32)      # reads only these rows of a memmap
-    inputs, targets = window[:, :-1], window[:, 1:]            # shift first (DESIGN 5.3)
+    inputs, targets = window[:, :-1], window[:, 1:]            # shift before permuting
     segment_ids, positions = _segments_and_positions(inputs, spec)
     natural = {"inputs": inputs, "targets": targets,
                "weights": np.ones(inputs.shape, np.float32),
                "positions": positions, "segment_ids": segment_ids}
-    perm = _layout_permutation(spec.kind, S, spec.num_seq_shards)
+    perm = _layout_permutation(spec.layout, S, spec.num_seq_shards)
     return {name: np.ascontiguousarray(natural[name][:, perm]) for name in FIELDS}
 
 
@@ -162,9 +162,9 @@ def _segments_and_positions(inputs: np.ndarray, spec: BatchSpec):
 
 
 @functools.lru_cache(maxsize=16)
-def _layout_permutation(kind: str, seq_len: int, num_shards: int) -> np.ndarray:
+def _layout_permutation(layout: str, seq_len: int, num_shards: int) -> np.ndarray:
     try:
-        return parallel.permutation(kind, seq_len, num_shards)
+        return parallel.permutation(layout, seq_len, num_shards)
     except ValueError as e:
         raise DataError(f"batch: {e}") from e
 
@@ -176,7 +176,7 @@ def _check_rows(spec: BatchSpec, rows) -> np.ndarray:
     if rows.size and (rows.min() < 0 or rows.max() >= spec.global_batch):
         raise DataError(f"rows must lie in 0..{spec.global_batch - 1} (global_batch), "
                         f"got {rows.min()}..{rows.max()}")
-    _layout_permutation(spec.kind, spec.seq_len, spec.num_seq_shards)  # divisibility, early
+    _layout_permutation(spec.layout, spec.seq_len, spec.num_seq_shards)  # divisibility, early
     return rows
 
 

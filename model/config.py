@@ -22,16 +22,23 @@ class ModelConfig:
     remat: bool = False  # recompute each block in the backward pass (saves activations)
     dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
     param_dtype: str = "float32"
-    attention_kind: str = "striped"  # 'ring' | 'striped' | 'zigzag'
+    attention_layout: str = "striped"  # where tokens sit on the seq shards: parallel.LAYOUTS
+    attention_strategy: str = "ring"  # how K/V meet the queries: parallel.STRATEGIES
+    attention_kernel: str = "auto"  # the block-pair kernel: 'auto' or parallel.KERNELS
     tile_q: int = 0  # attention tile sizes; 0 = parallel.attention's default
     tile_k: int = 0
 
     @classmethod
-    def from_config(cls, model_cfg, attention_kind: str) -> "ModelConfig":
-        """Builds from an ml_collections `config.model` (unknown fields are ignored)."""
+    def from_config(cls, model_cfg, parallel_cfg=None) -> "ModelConfig":
+        """Builds from a run config's `model` section (unknown fields are ignored) and its
+        `parallel` section (attention = the layout, strategy, kernel)."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
-        return cls(attention_kind=attention_kind, **values)
+        if parallel_cfg is not None:
+            values["attention_layout"] = parallel_cfg.attention
+            values["attention_strategy"] = parallel_cfg.get("strategy", "ring")
+            values["attention_kernel"] = parallel_cfg.get("kernel", "auto")
+        return cls(**values)
 
     @property
     def compute_dtype(self):

@@ -73,7 +73,8 @@ class Attention(nnx.Module):
         k = self.k(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
-        out = parallel.attention(q, k, v, mesh=self.mesh, kind=cfg.attention_kind,
+        out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
+                                 strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
                                  segment_ids=segment_ids, tile_q=cfg.tile_q or None,
                                  tile_k=cfg.tile_k or None)
         return self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))

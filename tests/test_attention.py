@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import parallel
+from parallel.kernels import xla
 from tests import dense_reference as ref
 
 SEQ_LEN = 64
@@ -34,18 +35,20 @@ def make_inputs(seed, batch, q_heads, kv_heads, dim=8, seq_len=SEQ_LEN, segments
     return q, k, v, dout, seg
 
 
-def run_kernel(q, k, v, dout, seg, *, mesh, kind, causal, tile_q=None, tile_k=None, dtype=None):
-    """Permutes natural-order inputs into kind's order, runs forward + VJP, un-permutes."""
+def run_kernel(q, k, v, dout, seg, *, mesh, layout, causal, tile_q=None, tile_k=None, dtype=None,
+               **kw):
+    """Permutes natural-order inputs into the layout's order, runs forward + VJP, un-permutes."""
     num_shards = mesh.shape["seq"]
-    perm = parallel.permutation(kind, q.shape[1], num_shards)
-    inv = parallel.inverse_permutation(kind, q.shape[1], num_shards)
+    perm = parallel.permutation(layout, q.shape[1], num_shards)
+    inv = parallel.inverse_permutation(layout, q.shape[1], num_shards)
     cast = (lambda x: jnp.asarray(x, dtype)) if dtype else jnp.asarray
     seg_p = None if seg is None else jnp.asarray(seg[:, perm])
 
     @jax.jit
     def fwd_bwd(q, k, v, dout):
-        fn = lambda q, k, v: parallel.attention(q, k, v, mesh=mesh, kind=kind, segment_ids=seg_p,
-                                                causal=causal, tile_q=tile_q, tile_k=tile_k)
+        fn = lambda q, k, v: parallel.attention(q, k, v, mesh=mesh, layout=layout,
+                                                segment_ids=seg_p, causal=causal, tile_q=tile_q,
+                                                tile_k=tile_k, **kw)
         out, vjp = jax.vjp(fn, q, k, v)
         return out, vjp(dout)
 
@@ -69,18 +72,18 @@ HEADS = [(2, 2), (4, 2), (4, 1)]  # (q_heads, kv_heads): MHA, GQA, MQA
 TILES = [(None, None), (4, 2), (2, 4), (1, 8)]
 MODES = [(True, None), (True, "packed"), (False, None), (False, "scattered")]
 CASES = [
-    (kind, n, causal, segments, HEADS[i % 3], TILES[(i + j) % 4])
-    for i, (kind, n) in enumerate(itertools.product(parallel.KINDS, (1, 2, 4, 8)))
+    (layout, n, causal, segments, HEADS[i % 3], TILES[(i + j) % 4])
+    for i, (layout, n) in enumerate(itertools.product(parallel.LAYOUTS, (1, 2, 4, 8)))
     for j, (causal, segments) in enumerate(MODES)
 ]
 
 
-@pytest.mark.parametrize("kind,num_shards,causal,segments,heads,tile", CASES)
-def test_matches_dense_reference(kind, num_shards, causal, segments, heads, tile):
+@pytest.mark.parametrize("layout,num_shards,causal,segments,heads,tile", CASES)
+def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile):
     mesh = mesh_for(num_shards)
     batch = 2 * mesh.shape["data"]
     q, k, v, dout, seg = make_inputs(num_shards, batch, *heads, segments=segments)
-    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, kind=kind, causal=causal,
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=causal,
                             tile_q=tile[0], tile_k=tile[1])
     assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
 
@@ -102,22 +105,22 @@ def test_reference_agrees_with_autodiff():
         assert ref.relative_error(got, want) < 1e-5
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_data_sharded_two_by_four(kind):
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_data_sharded_two_by_four(layout):
     mesh = mesh_for(4, data=2)
     q, k, v, dout, seg = make_inputs(11, 4, 4, 2, segments="packed")
-    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, kind=kind, causal=True)
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=True)
     assert_matches_reference(out, grads, q, k, v, seg, True, dout)
     # Output keeps the input's sharding: batch over 'data', seq over 'seq'.
-    perm = parallel.permutation(kind, SEQ_LEN, 4)
+    perm = parallel.permutation(layout, SEQ_LEN, 4)
     sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
     qs, ks, vs = (jax.device_put(x[:, perm], sharding) for x in (q, k, v))
-    y = jax.jit(lambda a, b, c: parallel.attention(a, b, c, mesh=mesh, kind=kind))(qs, ks, vs)
+    y = jax.jit(lambda a, b, c: parallel.attention(a, b, c, mesh=mesh, layout=layout))(qs, ks, vs)
     assert y.sharding.is_equivalent_to(sharding, 4)
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_bfloat16_error_does_not_grow_with_ring_size(kind):
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_bfloat16_error_does_not_grow_with_ring_size(layout):
     seq_len = 256
     q, k, v, dout, seg = make_inputs(3, 2, 4, 2, dim=16, seq_len=seq_len, segments="packed")
     # The reference sees exactly the bfloat16 values the kernel sees.
@@ -126,7 +129,7 @@ def test_bfloat16_error_does_not_grow_with_ring_size(kind):
     want_out, want_grads = ref.attention(q, k, v, seg, True, dout)
     errors = {}
     for n in (1, 2, 4, 8):
-        out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(n, data=1), kind=kind,
+        out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(n, data=1), layout=layout,
                                 causal=True, dtype=jnp.bfloat16)
         assert np.isfinite(out).all()
         errors[n] = max(ref.relative_error(out, want_out),
@@ -135,18 +138,41 @@ def test_bfloat16_error_does_not_grow_with_ring_size(kind):
     assert max(errors.values()) <= 1.5 * errors[1], errors
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_mesh_with_explicit_axes(kind):
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_mesh_with_explicit_axes(layout):
     """jax.make_mesh's default (Explicit axes) works too, with plain or sharded inputs."""
     mesh = jax.make_mesh((2, 4), ("data", "seq"))
     assert mesh.axis_types[0] == jax.sharding.AxisType.Explicit
     q, k, v, dout, seg = make_inputs(5, 4, 4, 2, segments="packed")
-    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, kind=kind, causal=True)
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=True)
     assert_matches_reference(out, grads, q, k, v, seg, True, dout)
-    perm = parallel.permutation(kind, SEQ_LEN, 4)
+    perm = parallel.permutation(layout, SEQ_LEN, 4)
     with jax.set_mesh(mesh):
         placed = [jax.device_put(x[:, perm], jax.NamedSharding(mesh, jax.P("data", "seq")))
                   for x in (q, k, v)]
-        y = jax.jit(lambda a, b, c: parallel.attention(a, b, c, mesh=mesh, kind=kind))(*placed)
-    np.testing.assert_allclose(np.asarray(y)[:, parallel.inverse_permutation(kind, SEQ_LEN, 4)],
+        y = jax.jit(lambda a, b, c: parallel.attention(a, b, c, mesh=mesh, layout=layout))(*placed)
+    np.testing.assert_allclose(np.asarray(y)[:, parallel.inverse_permutation(layout, SEQ_LEN, 4)],
                                ref.attention(q, k, v, None, True), rtol=1e-4, atol=1e-5)
+
+
+# (SCORE_BUDGET, MASK_PIECE, (heads per group, query rows per step)) for batch 2, H=4, h=2,
+# tiles of 8: groups smaller than a KV head's query heads, equal to them, one batch row, two rows;
+# row steps smaller than a tile; masked tiles whole (piece 8) or in pieces of 2 and 4.
+GROUPINGS = [(16, 2, (1, 2)), (64, 4, (1, 8)), (128, 8, (2, 8)), (256, 2, (4, 8)),
+             (512, 4, (8, 8))]
+
+
+@pytest.mark.parametrize("budget,piece,grouping", GROUPINGS)
+def test_every_cut_of_heads_rows_and_masked_tiles_is_exact(monkeypatch, budget, piece, grouping):
+    """The xla kernel takes heads in groups and queries in steps sized by SCORE_BUDGET, and
+    computes masked tiles in pieces of MASK_PIECE; every cut gives the reference's numbers,
+    with GQA, documents and causal masks."""
+    monkeypatch.setattr(xla, "SCORE_BUDGET", budget)
+    monkeypatch.setattr(xla, "MASK_PIECE", piece)
+    groups = xla.Groups.choose(2, 4, 2, 8, 8)
+    assert (groups.size, groups.rows) == grouping
+    jax.clear_caches()  # the compiled kernels of other settings must not be reused
+    q, k, v, dout, seg = make_inputs(13, 2, 4, 2, segments="packed")
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(2, data=1), layout="striped",
+                            causal=True, tile_q=8, tile_k=8)
+    assert_matches_reference(out, grads, q, k, v, seg, True, dout)

@@ -19,7 +19,7 @@ def zeros(*shape, dtype=np.float32):
 
 
 def call(mesh, q, k, v, **kw):
-    kw.setdefault("kind", "striped")
+    kw.setdefault("layout", "striped")
     return parallel.attention(q, k, v, mesh=mesh, **kw)
 
 
@@ -40,20 +40,21 @@ def test_mismatched_shapes(mesh, q, k, v, match):
         call(mesh, zeros(*q), zeros(*k), zeros(*v))
 
 
-@pytest.mark.parametrize("kind,seq_len,match", [
+@pytest.mark.parametrize("layout,seq_len,match", [
     ("ring", 62, "seq_len 62 is not divisible by 4"),
     ("striped", 66, "seq_len 66 is not divisible by 4"),
     ("zigzag", 36, r"seq_len 36 is not divisible by 8 \(zigzag needs 2 x 4 seq shards\)"),
 ])
-def test_sequence_not_divisible(mesh, kind, seq_len, match):
+def test_sequence_not_divisible(mesh, layout, seq_len, match):
     with pytest.raises(ValueError, match=match):
         call(mesh, zeros(2, seq_len, 4, 8), zeros(2, seq_len, 2, 8), zeros(2, seq_len, 2, 8),
-             kind=kind)
+             layout=layout)
 
 
-def test_unknown_kind(mesh):
-    with pytest.raises(ValueError, match="unknown attention kind 'stripes'.*ring, striped, zigzag"):
-        call(mesh, zeros(*GOOD_Q), zeros(*GOOD_KV), zeros(*GOOD_KV), kind="stripes")
+def test_unknown_layout(mesh):
+    with pytest.raises(ValueError,
+                       match="unknown attention layout 'stripes'.*ring, striped, zigzag"):
+        call(mesh, zeros(*GOOD_Q), zeros(*GOOD_KV), zeros(*GOOD_KV), layout="stripes")
 
 
 @pytest.mark.parametrize("tiles,match", [
@@ -84,3 +85,14 @@ def test_mesh_without_seq_axis():
     other = jax.make_mesh((8,), ("x",))
     with pytest.raises(ValueError, match="parallel.make_mesh"):
         call(other, zeros(*GOOD_Q), zeros(*GOOD_KV), zeros(*GOOD_KV))
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"strategy": "allgatherr"}, "unknown attention strategy 'allgatherr': choose one of ring"),
+    ({"kernel": "flash"}, "unknown attention kernel 'flash': choose auto or one of xla"),
+    ({"scale": 0.0}, r"scale=0.0 must be positive"),
+    ({"scale": -0.5}, r"scale=-0.5 must be positive"),
+])
+def test_bad_strategy_kernel_or_scale(mesh, kw, match):
+    with pytest.raises(ValueError, match=match):
+        call(mesh, zeros(*GOOD_Q), zeros(*GOOD_KV), zeros(*GOOD_KV), **kw)

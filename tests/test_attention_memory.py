@@ -53,9 +53,9 @@ def measure(attention_fn):
     return sizes
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_gradient_memory_is_flat_in_ring_size(kind):
-    sizes = measure(lambda q, k, v, mesh: parallel.attention(q, k, v, mesh=mesh, kind=kind))
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_gradient_memory_is_flat_in_ring_size(layout):
+    sizes = measure(lambda q, k, v, mesh: parallel.attention(q, k, v, mesh=mesh, layout=layout))
     assert sizes[8] <= sizes[2] * 1.05 + 4096, sizes
 
 

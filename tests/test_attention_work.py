@@ -1,35 +1,36 @@
-"""attention_with_stats: the tiles each device computes match the cost model and skip exactly the
-fully masked tiles (DESIGN.md section 3)."""
+"""attention_with_stats: the tiles each device computes match the cost model (parallel.cost and
+its closed forms) and skip exactly the fully masked tiles."""
 
 import jax
 import numpy as np
 import pytest
 
 import parallel
+from parallel import cost
 from tests import dense_reference as ref
 
 T = 8  # tiles per block side
 TILE = 2
 
 
-def tile_counts(kind, num_shards, causal=True, segment_ids=None, batch=1, data=1):
+def tile_counts(layout, num_shards, causal=True, segment_ids=None, batch=1, data=1):
     """Runs the kernel on a [batch, S] problem in natural order; returns tiles[d, s] as numpy."""
     seq_len = num_shards * T * TILE
     mesh = parallel.make_mesh(data, num_shards, devices=jax.devices()[: data * num_shards])
-    perm = parallel.permutation(kind, seq_len, num_shards)
+    perm = parallel.permutation(layout, seq_len, num_shards)
     x = np.ones((batch, seq_len, 1, 4), np.float32)
     seg = None if segment_ids is None else segment_ids[:, perm]
-    _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, kind=kind, segment_ids=seg,
+    _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout, segment_ids=seg,
                                              causal=causal, tile_q=TILE, tile_k=TILE)
     return np.asarray(tiles)
 
 
-def needed_tiles(kind, num_shards, causal=True, segment_ids=None, batch=1):
+def needed_tiles(layout, num_shards, causal=True, segment_ids=None, batch=1):
     """Brute force from the dense mask: tiles holding at least one visible (query, key) pair."""
     seq_len = num_shards * T * TILE
     block = seq_len // num_shards
     visible = ref.mask(batch, seq_len, segment_ids, causal)[:, 0].any(axis=0)  # [S, S]
-    owner = parallel.permutation(kind, seq_len, num_shards).reshape(num_shards, block)
+    owner = parallel.permutation(layout, seq_len, num_shards).reshape(num_shards, block)
     counts = np.zeros((num_shards, num_shards), int)
     for d in range(num_shards):
         for step in range(num_shards):
@@ -42,8 +43,8 @@ def needed_tiles(kind, num_shards, causal=True, segment_ids=None, batch=1):
 
 TRIANGLE, FULL = T * (T + 1) // 2, T * T
 
-# Slowest device's tiles per ring step, from DESIGN.md section 3's cost model.
-COST_MODEL = {
+# Slowest device's tiles per ring step: the closed forms of the cost model (parallel/cost.py).
+CLOSED_FORMS = {
     "ring": lambda n: [TRIANGLE] + [FULL] * (n - 1),
     "striped": lambda n: [TRIANGLE] * n,
     "zigzag": lambda n: [TRIANGLE] + [FULL // 2] * (n - 1),
@@ -51,37 +52,47 @@ COST_MODEL = {
 
 
 @pytest.mark.parametrize("num_shards", [2, 4, 8])
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_causal_tiles_match_cost_model_and_skip_exactly(kind, num_shards):
-    tiles = tile_counts(kind, num_shards)
-    np.testing.assert_array_equal(tiles.max(axis=0), COST_MODEL[kind](num_shards))
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_causal_tiles_match_cost_model_and_skip_exactly(layout, num_shards):
+    tiles = tile_counts(layout, num_shards)
+    np.testing.assert_array_equal(tiles.max(axis=0), CLOSED_FORMS[layout](num_shards))
+    # The cost model counts every device and step exactly as the kernel does.
+    np.testing.assert_array_equal(
+        tiles, cost.ring_tile_counts(layout, num_shards, T * TILE, TILE, TILE))
     # Every tile with a visible pair is computed, and no other: the skipping is exact.
-    np.testing.assert_array_equal(tiles, needed_tiles(kind, num_shards))
+    np.testing.assert_array_equal(tiles, needed_tiles(layout, num_shards))
 
 
 def test_critical_path_ratios_at_eight_shards():
-    path = {kind: tile_counts(kind, 8).max(axis=0).sum() for kind in parallel.KINDS}
+    counts = {layout: tile_counts(layout, 8) for layout in parallel.LAYOUTS}
+    path = {layout: cost.critical_path(c) for layout, c in counts.items()}
     ideal = (8 * T * TILE) * (8 * T * TILE + 1) / 2 / (8 * TILE * TILE)
+    assert cost.ideal_tiles(8 * T * TILE, 8, TILE, TILE) == ideal
     assert path == {"ring": 484, "striped": 288, "zigzag": 260}
     assert path["ring"] / path["striped"] >= 1.6 and path["ring"] / path["zigzag"] >= 1.8
-    assert ideal / path["zigzag"] >= 0.95 and ideal / path["striped"] >= 0.85
+    efficiency = {layout: cost.efficiency(c, 8 * T * TILE, TILE, TILE)
+                  for layout, c in counts.items()}
+    assert efficiency["zigzag"] >= 0.95 and efficiency["striped"] >= 0.85
+    assert efficiency["zigzag"] == pytest.approx(ideal / 260)
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_bidirectional_computes_every_tile(kind):
-    np.testing.assert_array_equal(tile_counts(kind, 4, causal=False), np.full((4, 4), FULL))
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_bidirectional_computes_every_tile(layout):
+    np.testing.assert_array_equal(tile_counts(layout, 4, causal=False), np.full((4, 4), FULL))
+    np.testing.assert_array_equal(cost.ring_tile_counts(layout, 4, T * TILE, TILE, TILE, False),
+                                  np.full((4, 4), FULL))
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_segments_skip_tiles_whose_documents_cannot_meet(kind):
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_segments_skip_tiles_whose_documents_cannot_meet(layout):
     rng = np.random.default_rng(0)
     seq_len = 4 * T * TILE
     cuts = np.sort(rng.choice(np.arange(1, seq_len), 6, replace=False))
     seg = np.searchsorted(cuts, np.arange(seq_len), side="right")[None].astype(np.int32)
-    with_docs, without = tile_counts(kind, 4, segment_ids=seg), tile_counts(kind, 4)
+    with_docs, without = tile_counts(layout, 4, segment_ids=seg), tile_counts(layout, 4)
     assert (with_docs <= without).all() and with_docs.sum() < without.sum()
     # Skipping is conservative: every tile with a visible pair is still computed.
-    assert (with_docs >= needed_tiles(kind, 4, segment_ids=seg)).all()
+    assert (with_docs >= needed_tiles(layout, 4, segment_ids=seg)).all()
 
 
 def test_ring_with_one_document_per_block_does_no_cross_block_work():
@@ -103,3 +114,27 @@ def test_counts_are_maximum_over_data_shards():
     row1 = tile_counts("ring", 2, segment_ids=seg[1:], batch=1, data=1)
     np.testing.assert_array_equal(both, np.maximum(row0, row1))
     assert (row1 < row0).any()
+
+
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_tile_plan_skips_only_empty_tiles_and_unmasks_only_full_ones(layout):
+    """cost.tile_plan against the dense mask of every block pair of a packed row."""
+    rng = np.random.default_rng(1)
+    n, seq_len = 4, 4 * T * TILE
+    block = seq_len // n
+    seg = np.sort(rng.integers(0, 6, seq_len)).astype(np.int32)  # natural order
+    visible = ref.mask(1, seq_len, seg[None], True)[0, 0]
+    lay = parallel.get_layout(layout)
+    for d in range(n):
+        for src in range(n):
+            q_pos, k_pos = lay.positions(d, block, n), lay.positions(src, block, n)
+            hi, plan = cost.tile_plan(q_pos, k_pos, seg[q_pos][None], seg[k_pos][None], TILE,
+                                      TILE, causal=True)
+            pairs = visible[np.ix_(q_pos, k_pos)].reshape(T, TILE, T, TILE).transpose(0, 2, 1, 3)
+            for qt in range(T):
+                for kt in range(T):
+                    any_visible, all_visible = pairs[qt, kt].any(), pairs[qt, kt].all()
+                    if kt >= hi[qt] or plan[0, qt, kt] == cost.SKIP:
+                        assert not any_visible, (d, src, qt, kt)
+                    elif plan[0, qt, kt] == cost.FULL:
+                        assert all_visible, (d, src, qt, kt)

@@ -44,7 +44,7 @@ def tokenizer(corpus, tmp_path_factory):
 
 
 def spec(**overrides):
-    fields = dict(seq_len=16, global_batch=4, seed=0, kind="striped", num_seq_shards=4,
+    fields = dict(seq_len=16, global_batch=4, seed=0, layout="striped", num_seq_shards=4,
                   mask_documents=False, reset_positions=False, eos_id=None)
     fields.update(overrides)
     return data.BatchSpec(**fields)
@@ -52,7 +52,7 @@ def spec(**overrides):
 
 def natural(batch, s):
     """Un-permutes every field of a batch back to natural order."""
-    inv = parallel.inverse_permutation(s.kind, s.seq_len, s.num_seq_shards)
+    inv = parallel.inverse_permutation(s.layout, s.seq_len, s.num_seq_shards)
     return {name: value[:, inv] for name, value in batch.items()}
 
 
@@ -241,18 +241,18 @@ def test_eval_never_overlaps_train(tokenizer, corpus, tmp_path):
 # --- batches -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
 @pytest.mark.parametrize("shards", [1, 2, 4])
-def test_fields_round_trip_the_permutation(kind, shards):
+def test_fields_round_trip_the_permutation(layout, shards):
     tokens = np.arange(1000, dtype=np.uint16)             # each token is its own index
-    s = spec(kind=kind, num_seq_shards=shards, mask_documents=True, reset_positions=True,
+    s = spec(layout=layout, num_seq_shards=shards, mask_documents=True, reset_positions=True,
              eos_id=7)
     batch = data.process_batch(tokens, s, step=3, process_index=0, process_count=1)
     assert {k: (v.dtype, v.shape) for k, v in batch.items()} == {
         "inputs": (np.int32, (4, 16)), "targets": (np.int32, (4, 16)),
         "weights": (np.float32, (4, 16)), "positions": (np.int32, (4, 16)),
         "segment_ids": (np.int32, (4, 16))}
-    perm = parallel.permutation(kind, 16, shards)
+    perm = parallel.permutation(layout, 16, shards)
     nat = natural(batch, s)
     for name in batch:
         np.testing.assert_array_equal(batch[name], nat[name][:, perm])
@@ -271,7 +271,7 @@ def test_fields_round_trip_the_permutation(kind, shards):
 def test_segments_and_positions_worked_example():
     # EOS = 1. One window of S+1 = 9 tokens: documents [5 6 EOS] [7 8 9 EOS] [3 4 ...
     tokens = np.array([5, 6, 1, 7, 8, 9, 1, 3, 4])
-    s = spec(seq_len=8, global_batch=1, kind="ring", num_seq_shards=1, mask_documents=True,
+    s = spec(seq_len=8, global_batch=1, layout="ring", num_seq_shards=1, mask_documents=True,
              reset_positions=True, eos_id=1)
     batch = data.batch_rows(tokens, s, 0, [0])
     np.testing.assert_array_equal(batch["inputs"], [[5, 6, 1, 7, 8, 9, 1, 3]])
@@ -279,7 +279,7 @@ def test_segments_and_positions_worked_example():
     np.testing.assert_array_equal(batch["segment_ids"], [[0, 0, 0, 1, 1, 1, 1, 2]])
     np.testing.assert_array_equal(batch["positions"], [[0, 1, 2, 0, 1, 2, 3, 0]])
     # Striped over 2 shards, perm [0 2 4 6 1 3 5 7]: the same values, in layout order.
-    striped = data.batch_rows(tokens, dataclasses.replace(s, kind="striped", num_seq_shards=2),
+    striped = data.batch_rows(tokens, dataclasses.replace(s, layout="striped", num_seq_shards=2),
                               0, [0])
     np.testing.assert_array_equal(striped["inputs"], [[5, 1, 8, 1, 6, 7, 9, 3]])
     np.testing.assert_array_equal(striped["positions"], [[0, 2, 1, 3, 1, 0, 2, 0]])
@@ -361,9 +361,9 @@ def test_bad_batch_inputs():
     with pytest.raises(data.DataError, match="global_batch 4 is not divisible by the 3 processes"):
         data.process_batch(tokens, spec(), 0, 0, 3)
     with pytest.raises(data.DataError, match="seq_len 12 is not divisible by 8"):
-        data.batch_rows(tokens, spec(seq_len=12, kind="zigzag"), 0, range(4))
-    with pytest.raises(data.DataError, match="unknown attention kind"):
-        data.batch_rows(tokens, spec(kind="spiral"), 0, range(4))
+        data.batch_rows(tokens, spec(seq_len=12, layout="zigzag"), 0, range(4))
+    with pytest.raises(data.DataError, match="unknown attention layout"):
+        data.batch_rows(tokens, spec(layout="spiral"), 0, range(4))
     with pytest.raises(data.DataError, match="eos_id"):
         data.batch_rows(tokens, spec(mask_documents=True), 0, range(4))
     with pytest.raises(data.DataError, match="rows must lie in 0..3"):

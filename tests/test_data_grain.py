@@ -36,7 +36,7 @@ def mesh():
 
 @pytest.fixture(scope="module")
 def spec():
-    return data.BatchSpec(seq_len=16, global_batch=4, seed=3, kind="zigzag", num_seq_shards=4,
+    return data.BatchSpec(seq_len=16, global_batch=4, seed=3, layout="zigzag", num_seq_shards=4,
                           mask_documents=True, reset_positions=True, eos_id=1)
 
 

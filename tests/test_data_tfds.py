@@ -157,7 +157,7 @@ def test_token_cache_same_from_tfds_and_files(tokenizer, corpus, data_dir, tmp_p
     assert meta["source_description"].startswith(f"tfds:name={NAME} ")
     assert meta["tokenizer_fingerprint"] == tokenizer.fingerprint
     # The same batches reach the model.
-    spec = data.BatchSpec(seq_len=32, global_batch=4, seed=0, kind="striped", num_seq_shards=2,
+    spec = data.BatchSpec(seq_len=32, global_batch=4, seed=0, layout="striped", num_seq_shards=2,
                           mask_documents=True, reset_positions=True, eos_id=tokenizer.eos_id)
     for step in (0, 7):
         a = data.batch_rows(from_tfds.train, spec, step, range(4))

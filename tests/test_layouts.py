@@ -6,7 +6,7 @@ import pytest
 
 import parallel
 
-# DESIGN.md section 1, S=16, N=4: original indices in each device's stored order.
+# parallel/README.md's worked example, S=16, N=4: original indices in stored order.
 WORKED_EXAMPLE = {
     "ring": [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]],
     "striped": [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]],
@@ -14,45 +14,45 @@ WORKED_EXAMPLE = {
 }
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
-def test_worked_example(kind):
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_worked_example(layout):
     tokens = np.arange(16)[None]  # a natural-order sequence whose values are its indices
-    laid_out = tokens[:, parallel.permutation(kind, 16, 4)]
-    np.testing.assert_array_equal(laid_out.reshape(4, 4), WORKED_EXAMPLE[kind])
+    laid_out = tokens[:, parallel.permutation(layout, 16, 4)]
+    np.testing.assert_array_equal(laid_out.reshape(4, 4), WORKED_EXAMPLE[layout])
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
 @pytest.mark.parametrize("seq_len,num_shards", [(8, 1), (24, 2), (64, 4), (96, 8), (320, 16)])
-def test_permutation_properties(kind, seq_len, num_shards):
-    perm = parallel.permutation(kind, seq_len, num_shards)
-    inv = parallel.inverse_permutation(kind, seq_len, num_shards)
+def test_permutation_properties(layout, seq_len, num_shards):
+    perm = parallel.permutation(layout, seq_len, num_shards)
+    inv = parallel.inverse_permutation(layout, seq_len, num_shards)
     assert perm.shape == (seq_len,) and np.issubdtype(perm.dtype, np.integer)
     np.testing.assert_array_equal(np.sort(perm), np.arange(seq_len))
     x = np.random.default_rng(0).standard_normal((3, seq_len, 2))
     np.testing.assert_array_equal(x[:, perm][:, inv], x)
     blocks = perm.reshape(num_shards, -1)
     assert (np.diff(blocks, axis=1) > 0).all(), "indices must increase along every block"
-    if kind == "ring":
+    if layout == "ring":
         np.testing.assert_array_equal(perm, np.arange(seq_len))
-    if kind == "striped":  # token t lives on device t mod N
+    if layout == "striped":  # token t lives on device t mod N
         np.testing.assert_array_equal(blocks % num_shards, np.arange(num_shards)[:, None] + 0 * blocks)
-    if kind == "zigzag":  # device d holds chunks d and 2N - 1 - d
+    if layout == "zigzag":  # device d holds chunks d and 2N - 1 - d
         chunk = seq_len // (2 * num_shards)
         for d, row in enumerate(blocks):
             np.testing.assert_array_equal(np.unique(row // chunk), sorted({d, 2 * num_shards - 1 - d}))
 
 
-@pytest.mark.parametrize("kind,seq_len,num_shards,needed", [
+@pytest.mark.parametrize("layout,seq_len,num_shards,needed", [
     ("ring", 10, 4, "4"), ("striped", 10, 4, "4"), ("zigzag", 12, 4, "8"), ("zigzag", 6, 2, "4")])
-def test_permutation_rejects_indivisible_lengths(kind, seq_len, num_shards, needed):
+def test_permutation_rejects_indivisible_lengths(layout, seq_len, num_shards, needed):
     with pytest.raises(ValueError, match=f"not divisible by {needed}"):
-        parallel.permutation(kind, seq_len, num_shards)
+        parallel.permutation(layout, seq_len, num_shards)
 
 
 def test_permutation_rejects_unknown_kind():
-    with pytest.raises(ValueError, match="unknown attention kind 'spiral'"):
+    with pytest.raises(ValueError, match="unknown attention layout 'spiral'"):
         parallel.permutation("spiral", 16, 4)
-    with pytest.raises(ValueError, match="unknown attention kind"):
+    with pytest.raises(ValueError, match="unknown attention layout"):
         parallel.inverse_permutation("Ring", 16, 4)
 
 

@@ -26,12 +26,12 @@ def natural_batch():
                 segment_ids=segment_ids, weights=weights)
 
 
-def loss_and_grads(kind, data, seq, **overrides):
+def loss_and_grads(layout, data, seq, **overrides):
     mesh = parallel.make_mesh(data, seq, devices=jax.devices()[: data * seq])
-    cfg = model.ModelConfig(attention_kind=kind, **{**SIZES, **overrides})
+    cfg = model.ModelConfig(attention_layout=layout, **{**SIZES, **overrides})
     net = model.create(cfg, mesh, seed=0)
     graphdef, params = nnx.split(net, nnx.Param)
-    perm = parallel.permutation(kind, S, seq)
+    perm = parallel.permutation(layout, S, seq)
     sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
     batch = {k: jax.device_put(v[:, perm], sharding) for k, v in natural_batch().items()}
 
@@ -52,11 +52,11 @@ def single_device():
     return loss_and_grads("ring", 1, 1)
 
 
-@pytest.mark.parametrize("kind,data,seq", [("ring", 1, 4), ("striped", 1, 4), ("zigzag", 1, 4),
-                                           ("striped", 2, 4)])
-def test_same_loss_and_gradients_as_one_device(single_device, kind, data, seq):
+@pytest.mark.parametrize("layout,data,seq", [("ring", 1, 4), ("striped", 1, 4), ("zigzag", 1, 4),
+                                             ("striped", 2, 4)])
+def test_same_loss_and_gradients_as_one_device(single_device, layout, data, seq):
     want_loss, want_grads, _ = single_device
-    loss, grads, _ = loss_and_grads(kind, data, seq)
+    loss, grads, _ = loss_and_grads(layout, data, seq)
     assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
     errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
     assert max(jax.tree.leaves(errors)) < 1e-4
@@ -84,7 +84,7 @@ def test_rope_uses_original_positions():
 
 def test_bfloat16_compute_keeps_float32_parameters():
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
-    cfg = model.ModelConfig(attention_kind="striped", dtype="bfloat16", remat=True, **SIZES)
+    cfg = model.ModelConfig(attention_layout="striped", dtype="bfloat16", remat=True, **SIZES)
     net = model.create(cfg, mesh, seed=0)
     graphdef, params = nnx.split(net, nnx.Param)
     assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype("float32")}

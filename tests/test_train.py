@@ -54,9 +54,9 @@ def test_same_loss_curve_for_every_layout(losses_by_kind):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("--config.parallel.attention=spiral", "parallel.attention='spiral' is not a known kind"),
+    ("--config.parallel.attention=spiral", "parallel.attention='spiral' is not a known layout"),
     ("--config.mesh.data=3", "mesh.data x mesh.seq = 3 x 2 does not match the 4 devices"),
-    ("--config.seq_len=130 --config.parallel.attention=zigzag", "seq_len=130 is not divisible by 4"),
+    ("--config.seq_len=130 --config.parallel.attention=zigzag", "seq_len 130 is not divisible by 4 (zigzag needs 2 x 2 seq shards)"),
     ("--config.model.tile_q=48", "model.tile_q=48 does not divide the per-device block of 64"),
     ("--config.model.num_kv_heads=3", "model.num_heads=4 is not a multiple of model.num_kv_heads=3"),
     ("--config.data.loader=dali", "data.loader='dali': choose one of thread, grain"),

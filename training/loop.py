@@ -61,7 +61,7 @@ def prepare_data(config, workdir: str, mesh):
             f"the training split has {len(cache.train):,} tokens, smaller than one sequence of "
             f"seq_len + 1 = {config.seq_len + 1}: use a larger corpus or a smaller seq_len")
     spec = data.BatchSpec(seq_len=config.seq_len, global_batch=config.global_batch_size,
-                          seed=config.seed, kind=config.parallel.attention,
+                          seed=config.seed, layout=config.parallel.attention,
                           num_seq_shards=mesh.shape[parallel.SEQ],
                           mask_documents=config.data.mask_documents,
                           reset_positions=config.data.reset_positions,
@@ -71,7 +71,7 @@ def prepare_data(config, workdir: str, mesh):
 
 def create_train_state(config, mesh):
     """Sharded model parameters and optimizer state, and the pieces the steps need."""
-    model_cfg = model.ModelConfig.from_config(config.model, config.parallel.attention)
+    model_cfg = model.ModelConfig.from_config(config.model, config.parallel)
     net = model.create(model_cfg, mesh, config.seed)
     graphdef, params = nnx.split(net, nnx.Param)
     tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
@@ -121,7 +121,7 @@ def _check_finite(step: int, metrics: dict, config, checkpointer) -> None:
 
 def train_and_evaluate(config, workdir: str) -> dict:
     """Trains (or resumes) up to config.num_train_steps; returns the last logged metrics."""
-    validate_config(config, jax.device_count(), jax.process_count())
+    validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
     resume.check_inputs(config, workdir)
     mesh = parallel.make_mesh(config.mesh.data, config.mesh.seq)
     mesh_shape = (mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ])
@@ -165,8 +165,11 @@ def _eval_batches(config, cache, spec, mesh):
 
 
 def _announce(config, mesh_shape, num_params: int, cache) -> None:
-    _say(f"ringstripe: {config.parallel.attention} attention, mesh data {mesh_shape[0]} x seq "
-         f"{mesh_shape[1]} on {jax.device_count()} {jax.devices()[0].platform} devices; "
+    p = config.parallel
+    kernel = parallel.resolve_kernel(p.get("kernel", "auto"), jax.default_backend()).name
+    _say(f"ringstripe: {p.attention} attention ({p.get('strategy', 'ring')} strategy, {kernel} "
+         f"kernel), mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on {jax.device_count()} "
+         f"{jax.devices()[0].platform} devices; "
          f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
          f"{config.global_batch_size * config.seq_len:,} tokens per step")
 

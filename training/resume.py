@@ -7,7 +7,7 @@ The JSON record saved with every checkpoint:
      "mesh": [1, 4], "attention": "striped"}
 
 The data position is only (seed, step): batches are a pure function of them, so a run resumes on
-any mesh, process count or attention kind and sees the same tokens in the same order.
+any mesh, process count or attention layout and sees the same tokens in the same order.
 """
 
 from __future__ import annotations

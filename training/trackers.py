@@ -50,14 +50,17 @@ class WandbTracker:
     def __init__(self, config, workdir: str, mesh_shape, run_id: str):
         import wandb  # imported here: it is slow to import and optional for other trackers
 
-        kind, seq_len = config.parallel.attention, config.seq_len
-        group = f"{kind}-S{seq_len}"
+        layout, seq_len = config.parallel.attention, config.seq_len
+        strategy = config.parallel.get("strategy", "ring")
+        kernel = config.parallel.get("kernel", "auto")
+        group = f"{layout}-S{seq_len}"  # layouts of one length and strategy sit side by side
         self._run = wandb.init(
             project=config.wandb_project, group=group,
             name=f"{group}-d{mesh_shape[0]}x{mesh_shape[1]}",
             config=config.to_dict(), dir=workdir, id=run_id, resume="allow",
             mode=os.environ.get("WANDB_MODE", config.wandb_mode),
-            tags=[kind, f"seq{seq_len}", f"mesh{mesh_shape[0]}x{mesh_shape[1]}"])
+            tags=[layout, f"strategy-{strategy}", f"kernel-{kernel}", f"seq{seq_len}",
+                  f"mesh{mesh_shape[0]}x{mesh_shape[1]}"])
 
     def log(self, step, metrics):
         self._run.log({k: _plain(v) for k, v in metrics.items()}, step=int(step))

@@ -28,11 +28,24 @@ def _mesh_shape(config, device_count):
     return data, seq
 
 
-def validate_config(config, device_count: int, process_count: int) -> None:
-    kind = config.parallel.attention
-    if kind not in parallel.KINDS:
-        raise ConfigError(f"parallel.attention={kind!r} is not a known kind: choose one of "
-                          f"{', '.join(parallel.KINDS)}")
+def _validate_parallel(p, platform):
+    """parallel.attention (the layout), parallel.strategy and parallel.kernel name things that
+    exist, and the kernel runs on this backend."""
+    if p.attention not in parallel.LAYOUTS:
+        raise ConfigError(f"parallel.attention={p.attention!r} is not a known layout: choose one "
+                          f"of {', '.join(parallel.LAYOUTS)}")
+    strategy, kernel = p.get("strategy", "ring"), p.get("kernel", "auto")
+    if strategy not in parallel.STRATEGIES:
+        raise ConfigError(f"parallel.strategy={strategy!r} is not a known strategy: choose one "
+                          f"of {', '.join(parallel.STRATEGIES)}")
+    try:
+        parallel.resolve_kernel(kernel, platform)
+    except ValueError as e:
+        raise ConfigError(f"parallel.kernel={kernel!r}: {e}") from None
+
+
+def validate_config(config, device_count: int, process_count: int, platform: str = "cpu") -> None:
+    _validate_parallel(config.parallel, platform)
     loader = config.data.get("loader", "thread")
     if loader not in LOADERS:
         raise ConfigError(f"data.loader={loader!r}: choose one of {', '.join(LOADERS)}")
@@ -46,11 +59,10 @@ def validate_config(config, device_count: int, process_count: int) -> None:
         if config[name] < 1:
             raise ConfigError(f"{name}={config[name]} must be at least 1")
     data, seq = _mesh_shape(config, device_count)
-    chunks = 2 * seq if kind == "zigzag" else seq
-    if config.seq_len % chunks:
-        raise ConfigError(
-            f"seq_len={config.seq_len} is not divisible by {chunks} ({kind} on {seq} seq shards"
-            f"{' needs 2 x shards' if kind == 'zigzag' else ''}): use a multiple of {chunks}")
+    try:
+        parallel.check_divisible(config.parallel.attention, config.seq_len, seq)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     block = config.seq_len // seq
     for tile in ("tile_q", "tile_k"):
         size = config.model.get(tile, 0)

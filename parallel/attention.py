@@ -1,0 +1,138 @@
+"""The public attention functions: checks, the custom VJP, and the shard_map around a strategy.
+
+    attention(q, k, v, *, mesh, layout, ...)             exact attention, differentiable
+    attention_with_stats(q, k, v, *, mesh, layout, ...)  (out, tiles[N, N]) from the kernel
+
+Data path: global [B, S, heads, d] arrays (seq in the layout's order) -> shard_map over the
+('data', 'seq') mesh -> the strategy's per-device forward/backward -> the kernel on block pairs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, PartitionSpec as P
+
+from parallel.mesh import DATA, SEQ
+from parallel.spec import AttentionSpec, make_spec
+
+# Partition specs of the global arrays.
+_QKV = P(DATA, SEQ, None, None)
+_SEG = P(DATA, SEQ)
+_LSE = P(DATA, None, SEQ)  # [B, H, S] float32
+_COUNTS = P(DATA, SEQ, None)  # [data, N devices, N steps]
+
+
+def _place(x, mesh: Mesh, spec: P):
+    """Puts x in the layout shard_map expects, whatever the caller's sharding (or none).
+
+    On a mesh with Explicit axes (jax.make_mesh's default) shard_map insists on inputs typed
+    with exactly these specs, so they are resharded; on Auto axes a constraint suffices."""
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+    if any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return jax.sharding.reshard(x, sharding)
+    return lax.with_sharding_constraint(x, sharding)
+
+
+def _sharded(spec: AttentionSpec, fn, args, in_specs, out_specs):
+    """Runs fn(*args) per device under shard_map; None arguments (no segment ids) stay None."""
+    present = [i for i, a in enumerate(args) if a is not None]
+
+    def local(*xs):
+        full = [None] * len(args)
+        for i, x in zip(present, xs):
+            full[i] = x
+        return fn(*full)
+
+    mapped = jax.shard_map(local, mesh=spec.mesh, in_specs=tuple(in_specs[i] for i in present),
+                           out_specs=out_specs)
+    return mapped(*(_place(args[i], spec.mesh, in_specs[i]) for i in present))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(spec: AttentionSpec, q, k, v, seg):
+    def local(q, k, v, seg):
+        out, lse, counts = spec.strategy.forward(spec, q, k, v, seg)
+        return out, lse, counts[None, None]
+    return _sharded(spec, local, (q, k, v, seg), (_QKV, _QKV, _QKV, _SEG),
+                    (_QKV, _LSE, _COUNTS))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _backward(spec: AttentionSpec, q, k, v, seg, out, lse, dout):
+    local = functools.partial(spec.strategy.backward, spec)
+    return _sharded(spec, local, (q, k, v, seg, out, lse, dout),
+                    (_QKV, _QKV, _QKV, _SEG, _QKV, _LSE, _QKV), (_QKV,) * 3)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _attention(spec, q, k, v, seg):
+    return _forward(spec, q, k, v, seg)[0]
+
+
+def _attention_fwd(spec, q, k, v, seg):
+    out, lse, _ = _forward(spec, q, k, v, seg)
+    return out, (q, k, v, seg, out, lse)
+
+
+def _attention_bwd(spec, residuals, dout):
+    q, k, v, seg, out, lse = residuals
+    dq, dk, dv = _backward(spec, q, k, v, seg, out, lse, dout)
+    seg_ct = None if seg is None else np.zeros(seg.shape, jax.dtypes.float0)
+    return dq, dk, dv, seg_ct
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def attention(q, k, v, *, mesh, layout, segment_ids=None, causal=True, strategy="ring",
+              kernel="auto", tile_q=None, tile_k=None, scale=None):
+    """Exact sequence-parallel attention over the mesh's 'seq' axis.
+
+    Args:
+      q: [batch, seq, q_heads, head_dim]; k, v: [batch, seq, kv_heads, head_dim], with
+        q_heads % kv_heads == 0 (query head i uses KV head i // (q_heads // kv_heads)).
+        The seq axis is in `layout`'s order (see `permutation`); batch is sharded over
+        'data', seq over 'seq'.
+      mesh: a ('data', 'seq') mesh from `make_mesh`.
+      layout: 'ring' | 'striped' | 'zigzag': where tokens sit on the seq shards.
+      segment_ids: optional [batch, seq] integers, in the same order; tokens attend only within
+        their own segment (packed documents).
+      causal: mask keys whose original index is after the query's.
+      strategy: how keys and values reach the queries ('ring').
+      kernel: the work on one block pair: 'auto' (the backend's fused kernel, else 'xla') or a
+        name from `parallel.KERNELS`.
+      tile_q, tile_k: tile sizes inside each block pair (default: the largest divisor of the
+        block, or of half a block for zigzag, up to 512).
+      scale: score scale, > 0 (default 1 / sqrt(head_dim)).
+
+    Returns:
+      [batch, seq, q_heads, head_dim] in q's dtype, order and sharding. A query with no visible
+      key gets 0.
+
+    Example (8 devices, striped, natural-order inputs x [2, 1024, 4, 64]):
+      mesh = make_mesh(1, 8); perm = permutation('striped', 1024, 8)
+      y = attention(x[:, perm], x[:, perm], x[:, perm], mesh=mesh, layout='striped')
+      y[:, inverse_permutation('striped', 1024, 8)]   # natural order again
+    """
+    spec = make_spec(q, k, v, segment_ids, mesh=mesh, layout=layout, strategy=strategy,
+                     kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale)
+    return _attention(spec, q, k, v, segment_ids)
+
+
+def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, causal=True,
+                         strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None):
+    """`attention`'s forward, plus the work it did.
+
+    Returns (out, tiles): tiles [N, N] int32, tiles[d, s] = tile_q x tile_k tiles that seq shard
+    d computed on step s, counted inside the kernel's own loop, one per batch row (all heads);
+    the maximum over 'data' shards when the batch is sharded, since those may skip different
+    tiles.
+    """
+    spec = make_spec(q, k, v, segment_ids, mesh=mesh, layout=layout, strategy=strategy,
+                     kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale)
+    out, _, counts = _forward(spec, q, k, v, segment_ids)
+    return out, counts.max(axis=0)

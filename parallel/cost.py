@@ -1,0 +1,123 @@
+"""The tile rule and the cost model built on it: which tiles run, and what the ring's critical
+path is. The kernels (`tile_plan`), the planner, the benchmarks and the tests all use this
+module, so the work they count and the work that runs cannot drift apart.
+
+A block pair (a device's query block against one key block) is cut into tile_q x tile_k tiles.
+Original indices increase along every block (see `parallel.layouts`), so under the causal mask
+the key tiles a query tile can see are a prefix: key tile kt may hold a visible key for query
+tile qt iff its first key index <= the query tile's last index. Tiles past the prefix never run;
+inside it, with segment ids, a tile whose query and key documents cannot meet is skipped too.
+
+Closed forms (causal, one document, square tiles, T = tiles per block side, W = T^2 = one dense
+block pair), slowest device per ring step:
+
+    layout    step 0         every later step    critical path
+    ring      T(T+1)/2       T^2                 T(T+1)/2 + (N-1) T^2
+    striped   T(T+1)/2       T(T+1)/2            N T(T+1)/2
+    zigzag    T(T+1)/2       T^2 / 2             T(T+1)/2 + (N-1) T^2/2
+
+`ring_tile_counts` computes the per-device, per-step counts exactly from the layout's positions
+(for any layout and tile shape); the tests check them against these forms and against the
+kernels' own counters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parallel.layouts import get_layout
+
+
+def key_tile_limits(q_pos, k_pos, tile_q: int, tile_k: int, causal: bool, xp=np):
+    """hi[qt]: the number of leading key tiles that may hold a key visible to query tile qt.
+
+    q_pos [n_q], k_pos [n_k]: increasing original indices. Returns int32 [n_q / tile_q].
+    Example: q_pos [1 5 9 13], k_pos [3 7 11 15], tiles of 2: query tile 0 ends at 5 and key
+    tiles start at 3 and 11 -> hi = [1, 2].
+    """
+    n_q, n_k = q_pos.shape[0] // tile_q, k_pos.shape[0] // tile_k
+    if not causal:
+        return xp.full((n_q,), n_k, dtype=np.int32)
+    q_last = q_pos[tile_q - 1::tile_q]  # largest original index in each query tile
+    k_first = k_pos[::tile_k]  # smallest original index in each key tile
+    return xp.sum(k_first[None, :] <= q_last[:, None], axis=1).astype(np.int32)
+
+
+def fully_visible(q_pos, k_pos, tile_q: int, tile_k: int, causal: bool, xp=np):
+    """[n_q/tile_q, n_k/tile_k] bool: every key of the tile is visible to every query (causal
+    only; no mask needed). Key tile kt's last index <= query tile qt's first index."""
+    n_q, n_k = q_pos.shape[0] // tile_q, k_pos.shape[0] // tile_k
+    if not causal:
+        return xp.ones((n_q, n_k), dtype=bool)
+    q_first = q_pos[::tile_q]
+    k_last = k_pos[tile_k - 1::tile_k]
+    return k_last[None, :] <= q_first[:, None]
+
+
+SKIP, FULL, MASKED = 0, 1, 2  # what a tile inside the causal prefix needs
+
+
+def tile_plan(q_pos, k_pos, q_seg, k_seg, tile_q: int, tile_k: int, causal: bool, xp=np):
+    """(hi [Tq], plan [b, Tq, Tk] int32): the causal prefix of each query tile, and what each
+    tile needs in each batch row: SKIP (its queries' and keys' segment-id ranges are disjoint,
+    so no pair can be visible), FULL (one shared segment and all keys visible: no mask) or
+    MASKED. Without segment ids b is 1. Ranges make the rule exact for packed (sorted) ids and
+    conservative for any ids.
+
+    Example: causal, positions 0..7 on both sides, tiles of 4, one document -> hi [1, 2],
+    plan [[[MASKED, MASKED], [FULL, MASKED]]] (entries past hi are never visited).
+    """
+    hi = key_tile_limits(q_pos, k_pos, tile_q, tile_k, causal, xp)
+    full = fully_visible(q_pos, k_pos, tile_q, tile_k, causal, xp)  # [Tq, Tk]
+    if q_seg is None:
+        return hi, xp.where(full, FULL, MASKED)[None].astype(np.int32)
+    (q_lo, q_hi), (k_lo, k_hi) = _ranges(q_seg, tile_q, xp), _ranges(k_seg, tile_k, xp)
+    meet = (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
+    one_doc = ((q_lo == q_hi)[:, :, None] & (k_lo == k_hi)[:, None, :]
+               & (q_lo[:, :, None] == k_lo[:, None, :]))
+    plan = xp.where(meet, xp.where(one_doc & full[None], FULL, MASKED), SKIP)
+    return hi, plan.astype(np.int32)
+
+
+def _ranges(seg, tile, xp):
+    """(min, max) segment id of each tile, per batch row: two [b, T] arrays."""
+    tiled = seg.reshape(seg.shape[0], -1, tile)
+    return tiled.min(axis=-1), tiled.max(axis=-1)
+
+
+def ring_tile_counts(layout: str, num_shards: int, block: int, tile_q: int, tile_k: int,
+                     causal: bool = True) -> np.ndarray:
+    """tiles[d, s]: tiles device d computes on ring step s (one document), int64 [N, N].
+
+    On step s device d holds the key block of device (d - s) mod N.
+    Example: ring_tile_counts('ring', 2, 8, 2, 2) -> [[10, 0], [10, 16]]: device 0's keys on
+    step 1 are all in its future; device 1 sees all of device 0's.
+    """
+    lay = get_layout(layout)
+    shards = np.arange(num_shards)
+    pos = [lay.positions(d, block, num_shards) for d in shards]
+    counts = np.zeros((num_shards, num_shards), np.int64)
+    for d in shards:
+        for s in shards:
+            hi = key_tile_limits(pos[d], pos[(d - s) % num_shards], tile_q, tile_k, causal)
+            counts[d, s] = hi.sum()
+    return counts
+
+
+def critical_path(tiles) -> int:
+    """Sum over ring steps of the busiest device's tiles: devices wait for each other at every
+    hop. tiles [N devices, N steps]."""
+    return int(np.asarray(tiles).max(axis=0).sum())
+
+
+def ideal_tiles(seq_len: int, num_shards: int, tile_q: int, tile_k: int,
+                causal: bool = True) -> float:
+    """The useful (query, key) pairs spread evenly over N devices, in tiles."""
+    pairs = seq_len * (seq_len + 1) / 2 if causal else float(seq_len) ** 2
+    return pairs / (num_shards * tile_q * tile_k)
+
+
+def efficiency(tiles, seq_len: int, tile_q: int, tile_k: int, causal: bool = True) -> float:
+    """ideal / critical path: 1.0 is a perfectly balanced ring that computes no masked pair."""
+    tiles = np.asarray(tiles)
+    return ideal_tiles(seq_len, tiles.shape[0], tile_q, tile_k, causal) / critical_path(tiles)

@@ -1,0 +1,63 @@
+"""Token layouts: where each token of a sequence sits on the mesh's 'seq' shards.
+
+    S=16, N=4 (original token indices, in the order each device stores them)
+    ring     dev0 [0 1 2 3]      dev1 [4 5 6 7]      dev2 [8 9 10 11]    dev3 [12 13 14 15]
+    striped  dev0 [0 4 8 12]     dev1 [1 5 9 13]     dev2 [2 6 10 14]    dev3 [3 7 11 15]
+    zigzag   dev0 [0 1 14 15]    dev1 [2 3 12 13]    dev2 [4 5 10 11]    dev3 [6 7 8 9]
+
+A new layout is one file defining a `Layout` subclass and its `LAYOUT` instance, plus one entry
+in the tuple below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parallel.layouts import ring, striped, zigzag
+from parallel.layouts.base import Layout
+
+LAYOUTS: dict[str, Layout] = {m.LAYOUT.name: m.LAYOUT for m in (ring, striped, zigzag)}
+
+
+def get_layout(name: str) -> Layout:
+    """The registered layout called `name`; ValueError naming the choices otherwise."""
+    if isinstance(name, Layout):
+        return name
+    try:
+        return LAYOUTS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown attention layout {name!r}: choose one of "
+                         f"{', '.join(LAYOUTS)}") from None
+
+
+def block_positions(layout: str, shard, block: int, num_shards: int, xp=np):
+    """Original token indices held by seq shard `shard` under `layout`, increasing: [..., block].
+
+    Example: block_positions('zigzag', 1, 4, 4) -> [2 3 12 13].
+    """
+    return get_layout(layout).positions(shard, block, num_shards, xp=xp)
+
+
+def permutation(layout: str, seq_len: int, num_shards: int) -> np.ndarray:
+    """Natural order -> layout order: `x[:, perm]` is x laid out for `layout`.
+
+    After `y = x[:, perm]`, slot j of y holds original token perm[j]; shard d of the seq axis
+    (slots d*B .. d*B+B-1) holds exactly `block_positions(layout, d, B, N)`.
+
+    Example, seq_len=8, num_shards=2:
+      ring    [0 1 2 3 4 5 6 7]   striped [0 2 4 6 1 3 5 7]   zigzag [0 1 6 7 2 3 4 5]
+    """
+    return get_layout(layout).permutation(seq_len, num_shards)
+
+
+def inverse_permutation(layout: str, seq_len: int, num_shards: int) -> np.ndarray:
+    """Layout order -> natural order: `y[:, inv]` undoes `x[:, perm]`."""
+    perm = permutation(layout, seq_len, num_shards)
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(seq_len, dtype=perm.dtype)
+    return inv
+
+
+def check_divisible(layout: str, seq_len: int, num_shards: int) -> None:
+    """ValueError unless seq_len splits into the layout's equal chunks on num_shards shards."""
+    get_layout(layout).check_divisible(seq_len, num_shards)

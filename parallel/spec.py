@@ -1,0 +1,114 @@
+"""Everything static about one attention call, and the checks that build it.
+
+`make_spec` is the one place the public arguments are validated: every bad argument becomes a
+ValueError that names the problem and the fix, before anything is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh
+
+from parallel.kernels import Kernel, resolve_kernel
+from parallel.layouts import Layout, get_layout
+from parallel.mesh import DATA, SEQ
+from parallel.strategies import Strategy, get_strategy
+
+MAX_DEFAULT_TILE = 512  # large enough for efficient matmuls, small enough to skip masked work
+
+
+@dataclasses.dataclass(frozen=True)
+class TileSpec:
+    """Static parameters of the work on one block pair."""
+
+    tile_q: int
+    tile_k: int
+    causal: bool
+    scale: float  # > 0; applied inside the exponent, so the max of raw scores is the max
+    precision: lax.Precision | None  # HIGHEST for float32 inputs (TPU would use bf16 passes)
+    varying_axes: tuple[str, ...]  # mesh axes the kernel's values vary over (for check_vma)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """The three choices and the tiling of one call (hashable: a static jit argument)."""
+
+    mesh: Mesh
+    layout: Layout
+    strategy: Strategy
+    kernel: Kernel
+    tiles: TileSpec
+
+    @property
+    def num_shards(self) -> int:
+        return self.mesh.shape[SEQ]
+
+
+def default_tile(layout: str, block: int) -> int:
+    """Largest divisor of the layout's contiguous run (the block, or half of it for zigzag) that
+    is at most MAX_DEFAULT_TILE, so tiles never straddle the jump between two chunks."""
+    run = get_layout(layout).contiguous_run(block)
+    return max(t for t in range(1, min(run, MAX_DEFAULT_TILE) + 1) if run % t == 0)
+
+
+def make_spec(q, k, v, segment_ids, *, mesh, layout, strategy, kernel, causal, tile_q, tile_k,
+              scale) -> AttentionSpec:
+    """Validates the arguments of `parallel.attention` and gathers the static parameters."""
+    lay, strat = get_layout(layout), get_strategy(strategy)
+    _check_mesh(mesh)
+    kern = resolve_kernel(kernel, mesh.devices.flat[0].platform)
+    _check_shapes(q, k, v, segment_ids)
+    batch, seq_len = q.shape[:2]
+    if batch % mesh.shape[DATA]:
+        raise ValueError(
+            f"batch {batch} is not divisible by the {mesh.shape[DATA]} 'data' shards: "
+            f"use a batch that is a multiple of {mesh.shape[DATA]}")
+    lay.check_divisible(seq_len, mesh.shape[SEQ])
+    block = seq_len // mesh.shape[SEQ]
+    tile_q = default_tile(lay, block) if tile_q is None else int(tile_q)
+    tile_k = default_tile(lay, block) if tile_k is None else int(tile_k)
+    _check_tile("tile_q", tile_q, block)
+    _check_tile("tile_k", tile_k, block)
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+    if not scale > 0:
+        raise ValueError(f"scale={scale} must be positive (default 1 / sqrt(head_dim))")
+    precision = lax.Precision.HIGHEST if jnp.dtype(q.dtype) == jnp.float32 else None
+    tiles = TileSpec(tile_q=tile_q, tile_k=tile_k, causal=bool(causal), scale=scale,
+                     precision=precision, varying_axes=(DATA, SEQ))
+    return AttentionSpec(mesh=mesh, layout=lay, strategy=strat, kernel=kern, tiles=tiles)
+
+
+def _check_mesh(mesh):
+    if not isinstance(mesh, Mesh) or set(mesh.axis_names) != {DATA, SEQ}:
+        raise ValueError("mesh must be a ('data', 'seq') mesh: build it with parallel.make_mesh")
+
+
+def _check_shapes(q, k, v, segment_ids):
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            f"q, k, v must be [batch, seq, heads, head_dim]; got shapes {q.shape}, {k.shape}, "
+            f"{v.shape}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape; got {k.shape} and {v.shape}")
+    if q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"q {q.shape} and k/v {k.shape} must agree in batch, seq and head_dim")
+    if q.shape[2] % k.shape[2]:
+        raise ValueError(
+            f"query heads ({q.shape[2]}) must be a multiple of key/value heads ({k.shape[2]})")
+    if segment_ids is not None:
+        if segment_ids.shape != q.shape[:2]:
+            raise ValueError(
+                f"segment_ids must be [batch, seq] = {q.shape[:2]}; got {segment_ids.shape}")
+        if not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+            raise ValueError(f"segment_ids must be integers; got {segment_ids.dtype}")
+
+
+def _check_tile(name, tile, block):
+    if tile < 1 or block % tile:
+        raise ValueError(
+            f"{name}={tile} does not divide the per-device block of {block} tokens: "
+            f"choose a divisor of {block}")

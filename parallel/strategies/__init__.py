@@ -1,0 +1,24 @@
+"""Strategies: how keys and values meet queries across the 'seq' shards. See base.py.
+
+    ring   K/V blocks hop around the ring with ppermute, N steps, compute overlapping transfer
+
+A new strategy is one file and one entry in the tuple below.
+"""
+
+from __future__ import annotations
+
+from parallel.strategies import ring
+from parallel.strategies.base import Strategy
+
+STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY for m in (ring,)}
+
+
+def get_strategy(name: str) -> Strategy:
+    """The registered strategy called `name`; ValueError naming the choices otherwise."""
+    if isinstance(name, Strategy):
+        return name
+    try:
+        return STRATEGIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown attention strategy {name!r}: choose one of "
+                         f"{', '.join(STRATEGIES)}") from None

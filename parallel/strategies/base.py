@@ -1,0 +1,110 @@
+"""What a strategy is: how key/value blocks meet a device's query block across the 'seq' shards.
+
+A strategy runs inside `jax.shard_map` on one device's shard, in the order the public API uses
+([b, n, heads, d], seq-major, n = S / N):
+
+    forward(spec, q, k, v, seg)                  -> out [b,n,H,d] (q.dtype), lse f32 [b,H,n],
+                                                    tiles int32 [N] (tiles computed per step)
+    backward(spec, q, k, v, seg, out, lse, dout) -> dq, dk, dv in the input dtypes
+
+and calls the kernel on block pairs through `pair_forward` / `pair_backward`, which skip a pair
+with nothing visible, and merges results with `merge`. A new strategy is one file with a
+`Strategy` subclass and its `STRATEGY` instance, and one entry in `parallel/strategies/__init__.py`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from parallel.kernels.base import varying
+
+F32 = jnp.float32
+
+
+class Strategy:
+    """One way of moving keys and values to queries. Instances are stateless singletons."""
+
+    name: str = ""
+
+    def forward(self, spec, q, k, v, seg):
+        raise NotImplementedError
+
+    def backward(self, spec, q, k, v, seg, out, lse, dout):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"Strategy({self.name!r})"
+
+
+def to_heads(x):
+    """[b, n, heads, d] -> head-major [b, heads, n, d], the kernels' order (once per call)."""
+    return None if x is None else jnp.swapaxes(x, 1, 2)
+
+
+def from_heads(x):
+    """[b, heads, n, d] -> [b, n, heads, d]."""
+    return jnp.swapaxes(x, 1, 2)
+
+
+def pair_may_meet(q_pos, k_pos, q_seg, k_seg, causal):
+    """False when no (query, key) pair of the two blocks can be visible: all keys in the
+    queries' future, or no batch row whose segment-id ranges overlap."""
+    meet = k_pos[0] <= q_pos[-1] if causal else jnp.bool_(True)
+    if q_seg is not None:
+        overlap = ((q_seg.min(axis=1) <= k_seg.max(axis=1))
+                   & (k_seg.min(axis=1) <= q_seg.max(axis=1)))
+        meet = meet & overlap.any()
+    return meet
+
+
+def pair_forward(spec, q, k, v, q_pos, k_pos, q_seg, k_seg):
+    """The kernel's forward on one block pair (head-major), or nothing if it is empty:
+    (out f32 [b,H,n,d], lse f32 [b,H,n], tiles int32)."""
+    tiles = spec.tiles
+
+    def empty():
+        return varying((jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32),
+                        jnp.zeros((), jnp.int32)), tiles)
+
+    def run():
+        return spec.kernel.forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles)
+
+    return lax.cond(pair_may_meet(q_pos, k_pos, q_seg, k_seg, tiles.causal), run, empty)
+
+
+def pair_backward(spec, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg):
+    """The kernel's backward on one block pair, or zeros if it is empty: dq, dk, dv f32."""
+    tiles = spec.tiles
+
+    def empty():
+        return varying((jnp.zeros(q.shape, F32), jnp.zeros(k.shape, F32),
+                        jnp.zeros(v.shape, F32)), tiles)
+
+    def run():
+        return spec.kernel.backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles)
+
+    return lax.cond(pair_may_meet(q_pos, k_pos, q_seg, k_seg, tiles.causal), run, empty)
+
+
+def empty_result(q, tiles):
+    """The merge's starting point: out 0, lse -inf (nothing seen), head-major."""
+    return varying((jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32)), tiles)
+
+
+def merge(acc, out_b, lse_b):
+    """Combines two softmax results over disjoint key sets, in float32.
+
+    lse = log(e^lse_a + e^lse_b); out = out_a e^(lse_a - lse) + out_b e^(lse_b - lse). Rows
+    with lse = -inf on both sides stay (0, -inf) instead of producing NaN from -inf - -inf.
+    """
+    out_a, lse_a = acc
+    lse = jnp.logaddexp(lse_a, lse_b)
+    ref = jnp.where(lse == -jnp.inf, 0.0, lse)
+    out = (out_a * jnp.exp(lse_a - ref)[..., None] + out_b * jnp.exp(lse_b - ref)[..., None])
+    return out, lse
+
+
+def delta_rows(out, dout):
+    """D = rowsum(dO * O) of the global output, float32, head-major [b, H, n]."""
+    return jnp.einsum("bnhd,bnhd->bhn", dout.astype(F32), out.astype(F32))
