@@ -1,4 +1,4 @@
-"""Benchmark of ring, striped and zigzag attention: work on the critical path, and wall clock.
+"""Benchmark of the ring, striped and zigzag layouts: work on the critical path, and wall clock.
 
 Usage:
   python scripts/bench_attention.py                      # tiles at N=2,4,8,16; wall clock, 2 processes
@@ -6,14 +6,14 @@ Usage:
   python scripts/bench_attention.py --processes 1        # wall clock in one process (see below)
   python scripts/bench_attention.py --no-wallclock       # tile counts only (seconds)
 
-1. Tiles. For each kind and ring size N, the kernel's own counters (`attention_with_stats`) give
+1. Tiles. For each layout and ring size N, the kernel's own counters (`attention_with_stats`) give
    tiles[d, s], the tiles device d computed on ring step s. Devices wait for each other at every
    hop, so the critical path is sum over s of max over d. The ideal is the causal mask's
    (query, key) pairs spread evenly: S(S+1)/2 / (N * tile_q * tile_k). Efficiency = ideal / path.
    Counted on N fake CPU devices in this process, T tiles per block side.
 
-2. Wall clock: medians of forward and forward+backward at each sequence length, kinds
-   interleaved, and the ratio of ring's time to each kind's. Fake devices inside ONE process share
+2. Wall clock: medians of forward and forward+backward at each sequence length, layouts
+   interleaved, and the ratio of ring's time to each layout's. Fake devices inside ONE process share
    XLA's thread pool: a device idled by the causal mask lends its core to the busy one, and
    ring's imbalance disappears from the clock. So by default each device is its own process,
    pinned to its own core (os.sched_setaffinity), joined with jax.distributed on 127.0.0.1, and
@@ -32,7 +32,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KINDS = ("ring", "striped", "zigzag")
+LAYOUTS = ("ring", "striped", "zigzag")
 
 
 def parse_args(argv=None):
@@ -45,11 +45,13 @@ def parse_args(argv=None):
     p.add_argument("--processes", type=int, default=2,
                    help="wall clock with one pinned process per device (1: fake devices in one "
                         "process, which hides load imbalance)")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions per kind and mode")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions per layout and mode")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=4, help="query heads")
     p.add_argument("--kv-heads", type=int, default=4, help="key/value heads")
     p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--strategy", default="ring", help="parallel.attention's strategy")
+    p.add_argument("--kernel", default="auto", help="parallel.attention's kernel")
     p.add_argument("--no-wallclock", action="store_true", help="tile counts only")
     p.add_argument("--json", help="write every figure to this JSON file")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -63,6 +65,7 @@ def tile_table(shards, tiles_per_block):
     import jax
     import numpy as np
     import parallel
+    from parallel import cost
 
     tile = 4
     rows = []
@@ -70,33 +73,33 @@ def tile_table(shards, tiles_per_block):
         seq_len = n * tiles_per_block * tile
         mesh = parallel.make_mesh(1, n, devices=jax.devices()[:n])
         x = np.zeros((1, seq_len, 1, 8), np.float32)
-        ideal = seq_len * (seq_len + 1) / 2 / (n * tile * tile)
-        for kind in KINDS:
-            _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, kind=kind,
+        ideal = cost.ideal_tiles(seq_len, n, tile, tile)
+        for layout in LAYOUTS:
+            _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout,
                                                      tile_q=tile, tile_k=tile)
             tiles = np.asarray(tiles)
-            path = int(tiles.max(axis=0).sum())
-            rows.append(dict(kind=kind, shards=n, tiles_per_block=tiles_per_block,
+            path = cost.critical_path(tiles)
+            rows.append(dict(layout=layout, shards=n, tiles_per_block=tiles_per_block,
                              critical_path_tiles=path, ideal_tiles=ideal,
                              efficiency=ideal / path, per_step_max=tiles.max(axis=0).tolist()))
     for row in rows:
-        ring = next(r for r in rows if r["shards"] == row["shards"] and r["kind"] == "ring")
-        row["ring_over_kind"] = ring["critical_path_tiles"] / row["critical_path_tiles"]
+        ring = next(r for r in rows if r["shards"] == row["shards"] and r["layout"] == "ring")
+        row["ring_over_layout"] = ring["critical_path_tiles"] / row["critical_path_tiles"]
     return rows
 
 
 def print_tile_table(rows):
     print(f"critical path in tiles (T={rows[0]['tiles_per_block']} tiles per block side)")
-    print(f"{'N':>3} {'kind':<8} {'path':>6} {'ideal':>8} {'efficiency':>10} {'ring/kind':>9}")
+    print(f"{'N':>3} {'layout':<8} {'path':>6} {'ideal':>8} {'efficiency':>10} {'ring/this':>9}")
     for r in rows:
-        print(f"{r['shards']:>3} {r['kind']:<8} {r['critical_path_tiles']:>6} "
-              f"{r['ideal_tiles']:>8.1f} {r['efficiency']:>10.3f} {r['ring_over_kind']:>9.2f}")
+        print(f"{r['shards']:>3} {r['layout']:<8} {r['critical_path_tiles']:>6} "
+              f"{r['ideal_tiles']:>8.1f} {r['efficiency']:>10.3f} {r['ring_over_layout']:>9.2f}")
 
 
 # ---------------------------------------------------------------- wall clock
 
-def time_kinds(args, mesh, sync):
-    """Medians of forward and forward+backward per (seq_len, kind), kinds interleaved."""
+def time_layouts(args, mesh, sync):
+    """Medians of forward and forward+backward per (seq_len, layout), layouts interleaved."""
     import jax
     import numpy as np
     import parallel
@@ -112,43 +115,43 @@ def time_kinds(args, mesh, sync):
 
         q, dout = array(args.heads), array(args.heads)
         k, v = array(args.kv_heads), array(args.kv_heads)
+        tile = seq_len // mesh.shape["seq"] // args.tiles_per_block
         programs = {}
-        for kind in KINDS:
-            attend = lambda q, k, v, kind=kind: parallel.attention(
-                q, k, v, mesh=mesh, kind=kind,
-                tile_q=seq_len // mesh.shape["seq"] // args.tiles_per_block,
-                tile_k=seq_len // mesh.shape["seq"] // args.tiles_per_block)
+        for layout in LAYOUTS:
+            attend = lambda q, k, v, layout=layout: parallel.attention(
+                q, k, v, mesh=mesh, layout=layout, strategy=args.strategy, kernel=args.kernel,
+                tile_q=tile, tile_k=tile)
             fwd = jax.jit(attend)
             fwd_bwd = jax.jit(lambda q, k, v, do, attend=attend: jax.vjp(attend, q, k, v)[1](do))
-            programs[(kind, "forward")] = lambda f=fwd: f(q, k, v)
-            programs[(kind, "forward+backward")] = lambda f=fwd_bwd: f(q, k, v, dout)
+            programs[(layout, "forward")] = lambda f=fwd: f(q, k, v)
+            programs[(layout, "forward+backward")] = lambda f=fwd_bwd: f(q, k, v, dout)
         for run in programs.values():  # compile and warm up, untimed
             for _ in range(2):
                 jax.block_until_ready(run())
                 sync()
         times = {key: [] for key in programs}
         for _ in range(args.reps):
-            for key, run in programs.items():  # kinds alternate within every repetition
+            for key, run in programs.items():  # layouts alternate within every repetition
                 start = time.perf_counter()
                 jax.block_until_ready(run())
                 sync()
                 times[key].append(time.perf_counter() - start)
-        for (kind, mode), ts in times.items():
-            results.append(dict(seq_len=seq_len, kind=kind, mode=mode, median_s=statistics.median(ts),
-                                times_s=ts))
+        for (layout, mode), ts in times.items():
+            results.append(dict(seq_len=seq_len, layout=layout, mode=mode,
+                                median_s=statistics.median(ts), times_s=ts))
     for r in results:
         ring = next(x for x in results if x["seq_len"] == r["seq_len"] and x["mode"] == r["mode"]
-                    and x["kind"] == "ring")
-        r["ring_over_kind"] = ring["median_s"] / r["median_s"]
+                    and x["layout"] == "ring")
+        r["ring_over_layout"] = ring["median_s"] / r["median_s"]
     return results
 
 
 def print_time_table(rows, setup):
     print(f"wall clock, {setup}")
-    print(f"{'seq':>6} {'mode':<17} {'kind':<8} {'median s':>9} {'ring/kind':>9}")
+    print(f"{'seq':>6} {'mode':<17} {'layout':<8} {'median s':>9} {'ring/this':>9}")
     for r in rows:
-        print(f"{r['seq_len']:>6} {r['mode']:<17} {r['kind']:<8} {r['median_s']:>9.3f} "
-              f"{r['ring_over_kind']:>9.2f}")
+        print(f"{r['seq_len']:>6} {r['mode']:<17} {r['layout']:<8} {r['median_s']:>9.3f} "
+              f"{r['ring_over_layout']:>9.2f}")
 
 
 def worker_main(args):
@@ -172,7 +175,7 @@ def worker_main(args):
         # the waiting process busy in gloo and was measured to slow the other one down.)
         distributed.global_state.client.wait_at_barrier(f"bench{next(barriers)}", 600_000)
 
-    rows = time_kinds(args, mesh, sync)
+    rows = time_layouts(args, mesh, sync)
     if args.worker == 0:
         print("RESULTS " + json.dumps(rows), flush=True)
     jax.distributed.shutdown()
@@ -189,7 +192,8 @@ def wallclock_multiprocess(args):
     passthrough = ["--seq-lens", *map(str, args.seq_lens), "--processes", str(args.processes),
                    "--reps", str(args.reps), "--batch", str(args.batch), "--heads", str(args.heads),
                    "--kv-heads", str(args.kv_heads), "--head-dim", str(args.head_dim),
-                   "--tiles-per-block", str(args.tiles_per_block)]
+                   "--tiles-per-block", str(args.tiles_per_block), "--strategy", args.strategy,
+                   "--kernel", args.kernel]
     env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *passthrough,
@@ -229,7 +233,7 @@ def main():
         else:
             setup = "1 process, 2 fake devices sharing the cores (hides load imbalance)"
             mesh = __import__("parallel").make_mesh(1, 2, devices=jax.devices()[:2])
-            rows = time_kinds(args, mesh, lambda: None)
+            rows = time_layouts(args, mesh, lambda: None)
         report["wallclock"] = rows
         report["wallclock_setup"] = setup
         print()

@@ -37,7 +37,8 @@ With remat, one layer's norms, SwiGLU and attention residuals are alive at a tim
 recomputed in the backward); without it, every layer's. The saved terms (block inputs, norms,
 SwiGLU, attention residuals, final norm, half the logits) are what jax.ad_checkpoint's
 saved_residuals lists for this model (tests/test_plan.py checks it), less a reshape of the
-attention output that shares its buffer; the kernel's buffers are read from parallel/ring.py.
+attention output that shares its buffer; the kernel's buffers are those of
+parallel/strategies/ring.py (tile scratch: an upper bound, a fused kernel keeps it on chip).
 
 "Fits" means the total is at most 90% of the device's nominal memory (decimal GB, from the
 device table), leaving room for the runtime, fragmentation and what the model leaves out
@@ -54,7 +55,7 @@ accelerator's exact figure. "--compile auto" compiles only small problems (COMPI
 "at peak", every FLOP at the table's bf16 rate, which no real run reaches):
 
     attention, per layer:  the ring's critical path. On ring step s the slowest device computes
-                           t_s tiles (cost model, DESIGN.md section 3), each 4 b tq tk Dh H FLOPs
+                           t_s tiles (parallel.cost, the kernels' own rule), each 4 b tq tk Dh H FLOPs
                            forward; the backward is 2x the forward (fwd + bwd = 3x fwd).
                            ring:    t = [T(T+1)/2, T^2 x (N-1)]      total T(T+1)/2 + (N-1)T^2
                            striped: t = [T(T+1)/2 x N]               total N T(T+1)/2
@@ -110,7 +111,6 @@ from ml_collections import config_flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-KINDS = ("ring", "striped", "zigzag")
 GB = 1e9
 FIT_FRACTION = 0.9  # "fits" if the analytic total is at most this share of the device memory
 # --compile auto compiles when P x seq_len x rows (P x tokens per data shard) is at most this.
@@ -181,7 +181,7 @@ class Run:
     seq_len: int
     global_batch: int
     accum: int
-    kind: str
+    layout: str
 
     @property
     def block(self) -> int:  # n: tokens of one sequence per device
@@ -220,7 +220,7 @@ def make_run(config, devices: int) -> Run:
     data, seq = mesh_shape(config.mesh.data, config.mesh.seq, devices)
     return Run(devices=devices, data=data, seq=seq, seq_len=config.seq_len,
                global_batch=config.global_batch_size, accum=config.optim.grad_accum_steps,
-               kind=config.parallel.attention)
+               layout=config.parallel.attention)
 
 
 def process_count(device: Device, devices: int) -> int:
@@ -228,10 +228,11 @@ def process_count(device: Device, devices: int) -> int:
     return max(1, math.ceil(devices / device.chips_per_host))
 
 
-def tile_sizes(m, kind: str, block: int) -> tuple[int, int]:
-    """(tile_q, tile_k): the config's, or parallel's default for this kind (0 in the config)."""
-    from parallel import default_tile
-    return (m.tile_q or default_tile(kind, block), m.tile_k or default_tile(kind, block))
+def tile_sizes(m, layout: str, block: int) -> tuple[int, int]:
+    """(tile_q, tile_k): the config's, or parallel's default for this layout (0 in the config)."""
+    import parallel
+    return (m.tile_q or parallel.default_tile(layout, block),
+            m.tile_k or parallel.default_tile(layout, block))
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -306,23 +307,14 @@ def fit(total: float, device: Device) -> dict:
 
 # ------------------------------------------------------------------------------ time
 
-def ring_step_tiles(kind: str, num_shards: int, tiles_per_side: int) -> list[float]:
-    """Tiles the slowest device computes on each ring step (causal, tile skipping).
-
-    ring:    step 0 the causal triangle T(T+1)/2; later steps some device holds keys all in its
-             past: a dense T^2.
-    striped: every step at most T(T+1)/2 (keys from a lower device: diagonal included).
-    zigzag:  step 0 T(T+1)/2; later steps exactly half a block pair, T^2/2, on every device.
+def ring_step_tiles(layout: str, num_shards: int, block: int, tiles: tuple[int, int]) -> list:
+    """Tiles the slowest device computes on each ring step (causal, one document, tile skipping),
+    from parallel.cost, the rule the kernels run. Closed forms with T tiles per side:
+    ring [T(T+1)/2, T^2 x (N-1)], striped [T(T+1)/2 x N], zigzag [T(T+1)/2, T^2/2 x (N-1)].
     """
-    t = tiles_per_side
-    first, later = t * (t + 1) / 2, {"ring": t * t, "striped": t * (t + 1) / 2,
-                                      "zigzag": t * t / 2}[kind]
-    return [first] + [later] * (num_shards - 1)
-
-
-def critical_path_tiles(kind: str, num_shards: int, tiles_per_side: int) -> float:
-    """ring T(T+1)/2 + (N-1)T^2; striped N T(T+1)/2; zigzag T(T+1)/2 + (N-1)T^2/2."""
-    return sum(ring_step_tiles(kind, num_shards, tiles_per_side))
+    from parallel import cost
+    counts = cost.ring_tile_counts(layout, num_shards, block, *tiles)
+    return counts.max(axis=0).tolist()
 
 
 def ring_transfer_bytes(m, run: Run, with_segments: bool) -> tuple[float, float]:
@@ -332,18 +324,22 @@ def ring_transfer_bytes(m, run: Run, with_segments: bool) -> tuple[float, float]
     return kv, 2 * kv_elems * 4
 
 
-def attention_layer_seconds(m, run: Run, kind: str, tiles: tuple[int, int], rate: float,
+def attention_layer_seconds(m, run: Run, layout: str, tiles: tuple[int, int], rate: float,
                             link: float, with_segments: bool) -> dict:
     """One layer's attention, forward (x2 with remat) and backward, on the critical path."""
     tq, tk = tiles
     per_side = run.block / math.sqrt(tq * tk)  # T (exact for square tiles)
     tile_flops = 4 * run.rows * tq * tk * m.head_dim * m.num_heads
-    compute = [t * tile_flops / rate for t in ring_step_tiles(kind, run.seq, per_side)]
+    steps = ring_step_tiles(layout, run.seq, run.block, tiles)
+    compute = [t * tile_flops / rate for t in steps]
     kv, dkv = (x / link for x in ring_transfer_bytes(m, run, with_segments))
     if run.seq == 1:
         kv = dkv = 0.0
     forward = sum(max(c, kv) for c in compute[:-1]) + compute[-1]
-    backward = sum(max(2 * c, kv + dkv) for c in compute[:-1]) + 2 * compute[-1] + dkv
+    # The backward's last step also sends its K/V (one loop of N steps compiles the kernel once);
+    # then the last dK/dV hop brings them home.
+    backward = (sum(max(2 * c, kv + dkv) for c in compute[:-1]) + max(2 * compute[-1], kv)
+                + dkv)
     comm_bound_steps = sum(c < kv for c in compute[:-1])
     return {"tiles_per_side": per_side, "critical_path_tiles": sum(compute) * rate / tile_flops,
             "forward_s": forward, "backward_s": backward,
@@ -368,18 +364,18 @@ def optimizer_seconds(m, run: Run, device: Device, efficiency: float) -> float:
     return 8 * shard_bytes / (device.hbm_bytes_per_s * efficiency)
 
 
-def step_time(m, run: Run, kind: str, device: Device, efficiency: float, mask_documents: bool,
+def step_time(m, run: Run, layout: str, device: Device, efficiency: float, mask_documents: bool,
               model_flops: float) -> dict:
-    """Predicted step time, tokens/s and MFU for one attention kind."""
+    """Predicted step time, tokens/s and MFU for one attention layout."""
     from training.flops import peak_flops
     peak = peak_flops(device.flops_key)
     rate, link = peak * efficiency, device.link_bytes_per_s * efficiency
-    tiles = tile_sizes(m, kind, run.block)
-    attn = attention_layer_seconds(m, run, kind, tiles, rate, link, mask_documents)
+    tiles = tile_sizes(m, layout, run.block)
+    attn = attention_layer_seconds(m, run, layout, tiles, rate, link, mask_documents)
     dense = dense_seconds(m, run, rate, link)
     opt = optimizer_seconds(m, run, device, efficiency)
     seconds = run.accum * (m.num_layers * attn["seconds"] + dense["seconds"]) + opt
-    return {"kind": kind, "tiles": list(tiles), "attention_layer": attn, "dense": dense,
+    return {"layout": layout, "tiles": list(tiles), "attention_layer": attn, "dense": dense,
             "attention_s": run.accum * m.num_layers * attn["seconds"],
             "dense_s": run.accum * dense["seconds"], "optimizer_s": opt, "step_s": seconds,
             "tokens_per_s": run.tokens_per_step / seconds,
@@ -389,25 +385,33 @@ def step_time(m, run: Run, kind: str, device: Device, efficiency: float, mask_do
 # ------------------------------------------------------------------------------ the plan
 
 def analytic_plan(config, device: Device, run: Run, efficiency: float) -> dict:
-    """Every analytic figure: parameters, memory terms, fit, FLOPs and time per kind."""
+    """Every analytic figure: parameters, memory terms, fit, FLOPs and time per layout."""
     import model
     from training.flops import flops_per_token, peak_flops
-    m = model.ModelConfig.from_config(config.model, run.kind)
-    tiles = tile_sizes(m, run.kind, run.block)
+    m = model.ModelConfig.from_config(config.model, config.parallel)
+    tiles = tile_sizes(m, run.layout, run.block)
     state = state_memory(m, run)
     acts = activation_memory(m, run, tiles)
     total = sum(state.values()) + sum(acts.values())
     model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
-    times = {kind: step_time(m, run, kind, device, efficiency, config.data.mask_documents,
-                             model_flops) for kind in _kinds_for(run)}
+    times = {layout: step_time(m, run, layout, device, efficiency, config.data.mask_documents,
+                               model_flops) for layout in _layouts_for(run)}
     return {"params": param_counts(m), "state_bytes": state, "activation_bytes": acts,
             "fit": fit(total, device), "tiles": list(tiles), "model_flops_per_step": model_flops,
             "peak_flops": peak_flops(device.flops_key), "efficiency": efficiency, "time": times}
 
 
-def _kinds_for(run: Run) -> list[str]:
-    """Kinds this sequence length allows (zigzag needs seq_len % 2N == 0)."""
-    return [k for k in KINDS if run.seq_len % (2 * run.seq if k == "zigzag" else run.seq) == 0]
+def _layouts_for(run: Run) -> list[str]:
+    """Layouts this sequence length allows (zigzag needs seq_len % 2N == 0)."""
+    import parallel
+
+    def allowed(layout):
+        try:
+            parallel.check_divisible(layout, run.seq_len, run.seq)
+            return True
+        except ValueError:
+            return False
+    return [layout for layout in parallel.LAYOUTS if allowed(layout)]
 
 
 def _bytes(dtype: str) -> int:
@@ -426,7 +430,7 @@ def abstract_train_state(config, mesh):
     import model
     from training import optim
 
-    cfg = model.ModelConfig.from_config(config.model, config.parallel.attention)
+    cfg = model.ModelConfig.from_config(config.model, config.parallel)
     with jax.set_mesh(mesh):
         net = nnx.eval_shape(lambda: model.Transformer(cfg, mesh, nnx.Rngs(config.seed)))
     graphdef, params = nnx.split(net, nnx.Param)
@@ -626,18 +630,18 @@ def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
              f"  {device.link_note}",
              f"  model FLOPs per step {plan['model_flops_per_step']:.3e} (training/flops.py"
              f"{'; the remat recompute adds one forward, not counted' if m.remat else ''})",
-             f"  {'kind':<8}{'tile':>11}{'T':>6}{'path tiles':>12}{'attention s':>13}"
+             f"  {'layout':<8}{'tile':>11}{'T':>6}{'path tiles':>12}{'attention s':>13}"
              f"{'dense s':>10}{'optim s':>9}{'step s':>9}{'tokens/s':>11}{'MFU':>6}{'vs ring':>9}"]
     ring = plan["time"].get("ring", {}).get("step_s")
-    for kind, t in plan["time"].items():
+    for layout, t in plan["time"].items():
         a = t["attention_layer"]
         speed = f"{ring / t['step_s']:.2f}x" if ring else "-"
-        lines.append(f"  {kind:<8}{t['tiles'][0]:>5}x{t['tiles'][1]:<5}{a['tiles_per_side']:>6.0f}"
+        lines.append(f"  {layout:<8}{t['tiles'][0]:>5}x{t['tiles'][1]:<5}{a['tiles_per_side']:>6.0f}"
                      f"{a['critical_path_tiles']:>12,.0f}{t['attention_s']:>13.3f}"
                      f"{t['dense_s']:>10.3f}{t['optimizer_s']:>9.3f}{t['step_s']:>9.3f}"
                      f"{t['tokens_per_s']:>11,.0f}{t['mfu']:>6.0%}{speed:>9}")
-    hop = plan["time"][run.kind]["attention_layer"]
-    lines += [f"  {run.kind}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, a "
+    hop = plan["time"][run.layout]["attention_layer"]
+    lines += [f"  {run.layout}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, a "
               f"ring step >= {hop['hop_compute_s_min'] * 1e3:.2f} ms of compute; "
               f"{hop['comm_bound_forward_steps']} of {run.seq - 1} forward hops per layer are "
               "link-bound.",
@@ -648,7 +652,7 @@ def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
 
 def format_plan(plan: dict, config, device: Device, run: Run) -> str:
     import model
-    m = model.ModelConfig.from_config(config.model, run.kind)
+    m = model.ModelConfig.from_config(config.model, config.parallel)
     pc = plan["params"]
     head = [f"ringstripe plan: {plan['config_file']} on {run.devices} x {device.title} "
             f"({plan['device']}, {plan['processes']} process(es))",
@@ -659,7 +663,7 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
             f"  run    {run.global_batch} x {run.seq_len:,} = {run.tokens_per_step:,} tokens per "
             f"step; mesh data {run.data} x seq {run.seq}; {run.block:,} tokens per device per "
             f"sequence; {run.rows} row(s) per device per micro-step (grad_accum_steps "
-            f"{run.accum}); {run.kind} attention", ""]
+            f"{run.accum}); {run.layout} attention", ""]
     unit = _unit(plan["fit"]["total_bytes"])
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
             + format_compiled(plan, run, unit) + [""] + format_time(plan, m, run, device) + [""]
@@ -711,7 +715,7 @@ def today_scenarios(plan: dict, config, run: Run, device: Device) -> dict:
     """Totals for the program as it is: the optimizer state as built (measured from its
     shardings), then also every layer's gathered weights and full gradient alive at once."""
     import model
-    m = model.ModelConfig.from_config(config.model, run.kind)
+    m = model.ModelConfig.from_config(config.model, config.parallel)
     design = plan["fit"]["total_bytes"]
     opt_added = plan["as_built"]["optimizer_state"] - plan["state_bytes"]["optimizer_state"]
     gather_added = gather_all_bytes(m) - plan["state_bytes"]["fsdp_gather"]
