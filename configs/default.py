@@ -34,7 +34,9 @@ def get_config():
     # values reach the queries, and what computes one (query block, key block) pair.
     config.parallel.attention = "striped"  # layout: 'ring' | 'striped' | 'zigzag'
     config.parallel.strategy = "ring"  # strategy: 'ring' (a ring of ppermutes)
-    config.parallel.kernel = "auto"  # kernel: 'auto' (the backend's fused one, else 'xla') | 'xla'
+    # kernel: 'auto' (the backend's fused one: pallas_gpu on GPUs; else 'xla') | 'xla' |
+    # 'pallas_gpu' (interpreted, slowly, on CPUs)
+    config.parallel.kernel = "auto"
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)

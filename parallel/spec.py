@@ -31,6 +31,7 @@ class TileSpec:
     scale: float  # > 0; applied inside the exponent, so the max of raw scores is the max
     precision: lax.Precision | None  # HIGHEST for float32 inputs (TPU would use bf16 passes)
     varying_axes: tuple[str, ...]  # mesh axes the kernel's values vary over (for check_vma)
+    interpret: bool = False  # run a Pallas kernel in interpret mode (a platform it is not fused on)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +61,8 @@ def make_spec(q, k, v, segment_ids, *, mesh, layout, strategy, kernel, causal, t
     """Validates the arguments of `parallel.attention` and gathers the static parameters."""
     lay, strat = get_layout(layout), get_strategy(strategy)
     _check_mesh(mesh)
-    kern = resolve_kernel(kernel, mesh.devices.flat[0].platform)
+    platform = mesh.devices.flat[0].platform
+    kern = resolve_kernel(kernel, platform)
     _check_shapes(q, k, v, segment_ids)
     batch, seq_len = q.shape[:2]
     if batch % mesh.shape[DATA]:
@@ -78,7 +80,8 @@ def make_spec(q, k, v, segment_ids, *, mesh, layout, strategy, kernel, causal, t
         raise ValueError(f"scale={scale} must be positive (default 1 / sqrt(head_dim))")
     precision = lax.Precision.HIGHEST if jnp.dtype(q.dtype) == jnp.float32 else None
     tiles = TileSpec(tile_q=tile_q, tile_k=tile_k, causal=bool(causal), scale=scale,
-                     precision=precision, varying_axes=(DATA, SEQ))
+                     precision=precision, varying_axes=(DATA, SEQ),
+                     interpret=bool(kern.fused_on) and platform not in kern.fused_on)
     return AttentionSpec(mesh=mesh, layout=lay, strategy=strat, kernel=kern, tiles=tiles)
 
 

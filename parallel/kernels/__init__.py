@@ -1,6 +1,7 @@
 """Kernels: the work on one (query block, key block) pair. See base.py for the contract.
 
-    xla    tiles of jnp einsums in while loops; runs everywhere (the reference kernel)
+    xla         tiles of jnp einsums in while loops; runs everywhere (the reference kernel)
+    pallas_gpu  a Pallas kernel with the Triton lowering, fused on GPUs; interpreted on CPUs
 
 `kernel="auto"` takes the backend's fused kernel where one is registered, else `xla`. A new
 kernel is one file and one entry in the tuple below.
@@ -8,10 +9,10 @@ kernel is one file and one entry in the tuple below.
 
 from __future__ import annotations
 
-from parallel.kernels import xla
+from parallel.kernels import pallas_gpu, xla
 from parallel.kernels.base import Kernel
 
-KERNELS: dict[str, Kernel] = {m.KERNEL.name: m.KERNEL for m in (xla,)}
+KERNELS: dict[str, Kernel] = {m.KERNEL.name: m.KERNEL for m in (xla, pallas_gpu)}
 
 
 def resolve_kernel(name: str, platform: str) -> Kernel:
@@ -23,7 +24,7 @@ def resolve_kernel(name: str, platform: str) -> Kernel:
     if isinstance(name, Kernel):
         return name
     if name == "auto":
-        fused = [k for k in KERNELS.values() if k.fused and platform in k.platforms]
+        fused = [k for k in KERNELS.values() if platform in k.fused_on]
         return fused[0] if fused else KERNELS["xla"]
     if name not in KERNELS:
         raise ValueError(f"unknown attention kernel {name!r}: choose auto or one of "

@@ -36,7 +36,9 @@ class Kernel:
 
     name: str = ""
     platforms: tuple[str, ...] = ("cpu", "gpu", "tpu")  # jax backends it runs on
-    fused: bool = False  # 'auto' prefers a fused kernel of the backend over the XLA one
+    # Platforms where it is a compiled, fused kernel: 'auto' picks it there. On the other
+    # platforms of `platforms` it runs interpreted (TileSpec.interpret), for tests.
+    fused_on: tuple[str, ...] = ()
 
     def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
         """-> (out f32 [b,H,n,d], lse f32 [b,H,n], tiles computed: int32 scalar)."""
@@ -53,4 +55,8 @@ class Kernel:
 def varying(x, tiles):
     """Marks freshly created arrays as varying over the kernel's mesh axes: inside shard_map
     with check_vma, a loop carry must have one type on the way in and out."""
-    return jax.tree.map(lambda a: lax.pcast(a, tiles.varying_axes, to="varying"), x)
+    def cast(a):
+        missing = tuple(ax for ax in tiles.varying_axes if ax not in jax.typeof(a).mat.varying)
+        return lax.pcast(a, missing, to="varying") if missing else a
+
+    return jax.tree.map(cast, x)

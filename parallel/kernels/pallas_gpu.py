@@ -1,0 +1,236 @@
+"""`pallas_gpu`: the block pair as a Pallas kernel with the
+Triton lowering. On a CPU backend it runs in Pallas' interpret mode (slow, exact).
+
+One program per (query head, query tile): it loads its tile of queries once and walks the key
+tiles of its causal prefix (hi, from cost.tile_plan), keeping the online-softmax state in
+registers. Masks come from the positions and segment ids passed in, so one kernel serves every
+layout.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
+
+from parallel import cost
+from parallel.kernels.base import Kernel, varying
+
+F32 = jnp.float32
+
+
+def _f32_like(x, shape):
+    """An output shape: float32, varying over the same mesh axes as `x` (inside shard_map with
+    check_vma a pallas_call must say how its outputs vary)."""
+    mat = jax.typeof(x).mat
+    return jax.ShapeDtypeStruct(shape, F32, manual_axis_type=None if mat.empty else mat)
+
+
+def _visible(q_pos, k_pos, q_seg, k_seg, causal):
+    """[tq, tk] bool, or None when every pair is visible."""
+    mask = None
+    if causal:
+        mask = k_pos[None, :] <= q_pos[:, None]
+    if q_seg is not None:
+        same = q_seg[:, None] == k_seg[None, :]
+        mask = same if mask is None else mask & same
+    return mask
+
+
+def _forward_kernel(hi_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles, with_segments):
+    if with_segments:
+        qs_ref, ks_ref, o_ref, lse_ref = rest
+    else:
+        (o_ref, lse_ref), qs_ref, ks_ref = rest, None, None
+    tk = tiles.tile_k
+    q = q_ref[...]
+    q_pos = qp_ref[...]
+    q_seg = None if qs_ref is None else qs_ref[...]
+
+    def body(kt, state):
+        o, m, l = state
+        keys = pl.ds(kt * tk, tk)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=F32,
+                            precision=tiles.precision)
+        mask = _visible(q_pos, kp_ref[keys], q_seg, None if ks_ref is None else ks_ref[keys],
+                        tiles.causal)
+        if mask is not None:
+            s = jnp.where(mask, s, -jnp.inf)
+        m_new = jnp.maximum(m, s.max(axis=1))
+        m_ref = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+        p = jnp.exp((s - m_ref[:, None]) * tiles.scale)
+        alpha = jnp.exp((m - m_ref) * tiles.scale)
+        pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
+                             preferred_element_type=F32, precision=tiles.precision)
+        return o * alpha[:, None] + pv, m_new, alpha * l + p.sum(axis=1)
+
+    rows, d = q.shape
+    init = (jnp.zeros((rows, d), F32), jnp.full((rows,), -jnp.inf, F32), jnp.zeros((rows,), F32))
+    o, m, l = lax.fori_loop(0, hi_ref[0], body, init)
+    seen = l > 0
+    l_safe = jnp.where(seen, l, 1.0)
+    o_ref[...] = o / l_safe[:, None]
+    lse_ref[...] = jnp.where(seen, m * tiles.scale + jnp.log(l_safe), -jnp.inf)
+
+
+def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
+    b, heads, n, d = q.shape
+    kv_heads = k.shape[1]
+    g = heads // kv_heads
+    tq, tk = tiles.tile_q, tiles.tile_k
+    hi, _ = cost.tile_plan(q_pos, k_pos, None, None, tq, tk, tiles.causal, xp=jnp)
+    hi = hi.astype(jnp.int32)[:, None]  # [Tq, 1]
+    flat = lambda x: x.reshape(-1, *x.shape[2:])
+    row_q = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
+    row_kv = pl.BlockSpec((None, n, d), lambda r, i: (r // g, 0, 0))
+    inputs = [hi, flat(q), flat(k), flat(v), q_pos, k_pos]
+    specs = [pl.BlockSpec((None, 1), lambda r, i: (i, 0)), row_q, row_kv, row_kv,
+             pl.BlockSpec((tq,), lambda r, i: (i,)), pl.BlockSpec((n,), lambda r, i: (0,))]
+    if q_seg is not None:
+        inputs += [q_seg, k_seg]
+        specs += [pl.BlockSpec((None, tq), lambda r, i: (r // heads, i)),
+                  pl.BlockSpec((None, n), lambda r, i: (r // heads, 0))]
+    kernel = functools.partial(_forward_kernel, tiles=tiles, with_segments=q_seg is not None)
+    out, lse = pl.pallas_call(
+        kernel, grid=(b * heads, n // tq), in_specs=specs,
+        out_specs=[row_q, pl.BlockSpec((None, tq), lambda r, i: (r, i))],
+        out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, n))],
+        # (Every input varies over the same mesh axes: interpret mode's slices insist on it.)
+    # Triton compiler parameters also select the Triton lowering (the default is Mosaic GPU).
+        compiler_params=pl_triton.CompilerParams(num_warps=4, num_stages=2),
+        interpret=interpret)(*varying(inputs, tiles))
+    count = varying(hi.sum() * b, tiles)  # the key tiles its programs walk, per batch row
+    return out.reshape(q.shape), lse.reshape(b, heads, n), count
+
+
+def _probabilities(q, k, lse, q_pos, k_pos, q_seg, k_seg, tiles):
+    """Final probabilities of a (query tile, key tile) from the GLOBAL lse, 0 where masked."""
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=F32,
+                        precision=tiles.precision)
+    p = jnp.exp(s * tiles.scale - lse[:, None])
+    mask = _visible(q_pos, k_pos, q_seg, k_seg, tiles.causal)
+    return p if mask is None else jnp.where(mask, p, 0.0)
+
+
+def _dot(a, b, contract_a, contract_b, tiles):
+    return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())),
+                           preferred_element_type=F32, precision=tiles.precision)
+
+
+def _dkdv_kernel(lo_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref, kp_ref, *rest,
+                 tiles, with_segments, num_q_tiles):
+    """One (query head, key tile): walks the query tiles that can see it, from lo."""
+    if with_segments:
+        qs_ref, ks_ref, dk_ref, dv_ref = rest
+    else:
+        (dk_ref, dv_ref), qs_ref, ks_ref = rest, None, None
+    tq = tiles.tile_q
+    k, v, k_pos = k_ref[...], v_ref[...], kp_ref[...]
+    k_seg = None if ks_ref is None else ks_ref[...]
+
+    def body(qt, grads):
+        dk, dv = grads
+        rows = pl.ds(qt * tq, tq)
+        q, do = q_ref[rows, :], do_ref[rows, :]
+        p = _probabilities(q, k, lse_ref[rows], qp_ref[rows], k_pos,
+                           None if qs_ref is None else qs_ref[rows], k_seg, tiles)
+        dv = dv + _dot(p.astype(do.dtype), do, 0, 0, tiles)
+        ds = p * (_dot(do, v, 1, 1, tiles) - delta_ref[rows][:, None])
+        return dk + _dot(ds.astype(q.dtype), q, 0, 0, tiles), dv
+
+    zeros = jnp.zeros(k.shape, F32)
+    dk, dv = lax.fori_loop(lo_ref[0], num_q_tiles, body, (zeros, zeros))
+    dk_ref[...] = dk * tiles.scale
+    dv_ref[...] = dv
+
+
+def _dq_kernel(hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref, kp_ref, *rest,
+               tiles, with_segments):
+    """One (query head, query tile): walks the key tiles of its causal prefix."""
+    if with_segments:
+        qs_ref, ks_ref, dq_ref = rest
+    else:
+        (dq_ref,), qs_ref, ks_ref = rest, None, None
+    tk = tiles.tile_k
+    q, do, lse, delta, q_pos = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...], qp_ref[...]
+    q_seg = None if qs_ref is None else qs_ref[...]
+
+    def body(kt, dq):
+        keys = pl.ds(kt * tk, tk)
+        k = k_ref[keys, :]
+        p = _probabilities(q, k, lse, q_pos, kp_ref[keys], q_seg,
+                           None if ks_ref is None else ks_ref[keys], tiles)
+        ds = p * (_dot(do, v_ref[keys, :], 1, 1, tiles) - delta[:, None])
+        return dq + _dot(ds.astype(k.dtype), k, 1, 0, tiles)
+
+    dq = lax.fori_loop(0, hi_ref[0], body, jnp.zeros(q.shape, F32))
+    dq_ref[...] = dq * tiles.scale
+
+
+def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
+    b, heads, n, d = q.shape
+    kv_heads = k.shape[1]
+    g = heads // kv_heads
+    tq, tk = tiles.tile_q, tiles.tile_k
+    hi, _ = cost.tile_plan(q_pos, k_pos, None, None, tq, tk, tiles.causal, xp=jnp)
+    # lo[kt]: the first query tile whose causal prefix reaches key tile kt.
+    lo = (hi[:, None] <= jnp.arange(n // tk)[None, :]).sum(axis=0).astype(jnp.int32)[:, None]
+    flat = lambda x: x.reshape(-1, *x.shape[2:])
+    whole_q = pl.BlockSpec((None, n, d), lambda r, i: (r, 0, 0))
+    whole_kv = pl.BlockSpec((None, n, d), lambda r, i: (r // g, 0, 0))
+    whole_row = pl.BlockSpec((None, n), lambda r, i: (r, 0))
+    whole_pos = pl.BlockSpec((n,), lambda r, i: (0,))
+    seg_row = lambda size, block: pl.BlockSpec((None, size), lambda r, i: (r // heads, block(i)))
+    params = pl_triton.CompilerParams(num_warps=4, num_stages=2)
+    arrays = [flat(q), flat(k), flat(v), flat(do), flat(lse), flat(delta), q_pos, k_pos]
+    with_segments = q_seg is not None
+    segs = [q_seg, k_seg] if with_segments else []
+
+    key_tile = pl.BlockSpec((None, tk, d), lambda r, i: (r // g, i, 0))
+    dkdv_specs = [pl.BlockSpec((None, 1), lambda r, i: (i, 0)), whole_q, key_tile, key_tile,
+                  whole_q, whole_row, whole_row, whole_pos, pl.BlockSpec((tk,), lambda r, i: (i,))]
+    dkdv_specs += [seg_row(n, lambda i: 0), seg_row(tk, lambda i: i)] if with_segments else []
+    out_tile = pl.BlockSpec((None, tk, d), lambda r, i: (r, i, 0))
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkdv_kernel, tiles=tiles, with_segments=with_segments,
+                          num_q_tiles=n // tq),
+        grid=(b * heads, n // tk), in_specs=dkdv_specs, out_specs=[out_tile, out_tile],
+        out_shape=[_f32_like(q, (b * heads, n, d))] * 2,
+        compiler_params=params, interpret=interpret)(*varying([lo, *arrays, *segs], tiles))
+
+    query_tile = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
+    row_tile = pl.BlockSpec((None, tq), lambda r, i: (r, i))
+    dq_specs = [pl.BlockSpec((None, 1), lambda r, i: (i, 0)), query_tile, whole_kv, whole_kv,
+                query_tile, row_tile, row_tile, pl.BlockSpec((tq,), lambda r, i: (i,)),
+                whole_pos]
+    dq_specs += [seg_row(tq, lambda i: i), seg_row(n, lambda i: 0)] if with_segments else []
+    dq = pl.pallas_call(
+        functools.partial(_dq_kernel, tiles=tiles, with_segments=with_segments),
+        grid=(b * heads, n // tq), in_specs=dq_specs, out_specs=query_tile,
+        out_shape=_f32_like(q, (b * heads, n, d)),
+        compiler_params=params,
+        interpret=interpret)(*varying([hi.astype(jnp.int32)[:, None], *arrays, *segs], tiles))
+    # dK, dV were made per query head; the g query heads of a KV head add up.
+    per_kv = lambda x: x.reshape(b, kv_heads, g, n, d).sum(axis=2)
+    return dq.reshape(q.shape), per_kv(dk), per_kv(dv)
+
+
+class PallasGpuKernel(Kernel):
+    name = "pallas_gpu"
+    platforms = ("gpu", "cpu")
+    fused_on = ("gpu",)
+
+    def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
+        return forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, interpret=tiles.interpret)
+
+    def backward(self, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles):
+        return backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles,
+                        interpret=tiles.interpret)
+
+
+KERNEL = PallasGpuKernel()

@@ -1,0 +1,60 @@
+"""The pallas_gpu kernel: exact against float64 in Pallas' interpret mode (this CPU), the same tile
+counts as the xla kernel, and a Triton lowering that builds without a GPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+import parallel
+from parallel.kernels import pallas_gpu
+from parallel.spec import TileSpec
+from tests.test_attention import assert_matches_reference, make_inputs, mesh_for, run_kernel
+
+# (num_shards, causal, segments, (q_heads, kv_heads), (tile_q, tile_k)) for every layout.
+CASES = [(2, True, "packed", (4, 2), (8, 8)), (4, False, "scattered", (4, 1), (4, 8)),
+         (2, True, None, (2, 2), (16, 4))]
+
+
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("num_shards,causal,segments,heads,tile", CASES)
+def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile):
+    q, k, v, dout, seg = make_inputs(11, 2, *heads, segments=segments)
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(num_shards, data=2), layout=layout,
+                            causal=causal, tile_q=tile[0], tile_k=tile[1], kernel="pallas_gpu")
+    assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
+
+
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+def test_counts_the_same_tiles_as_the_xla_kernel(layout):
+    x = np.zeros((1, 64, 1, 8), np.float32)
+    counts = {kernel: np.asarray(parallel.attention_with_stats(
+        x, x, x, mesh=mesh_for(4, data=1), layout=layout, kernel=kernel, tile_q=4, tile_k=4)[1])
+        for kernel in ("xla", "pallas_gpu")}
+    np.testing.assert_array_equal(counts["pallas_gpu"], counts["xla"])
+
+
+def test_lowers_to_triton_without_a_gpu():
+    """jax.export lowers for CUDA on any machine: the kernels must build as Triton programs."""
+    b, heads, kv_heads, n, d = 1, 4, 2, 256, 64
+    tiles = TileSpec(tile_q=64, tile_k=64, causal=True, scale=0.125, precision=None,
+                     varying_axes=())
+    q = jax.ShapeDtypeStruct((b, heads, n, d), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((b, kv_heads, n, d), jnp.bfloat16)
+    rows = jax.ShapeDtypeStruct((b, heads, n), jnp.float32)
+    pos = jax.ShapeDtypeStruct((n,), jnp.int32)
+    seg = jax.ShapeDtypeStruct((b, n), jnp.int32)
+
+    def fwd_bwd(q, k, v, do, lse, delta, qp, kp, qs, ks):
+        out, lse_f, _ = pallas_gpu.forward(q, k, v, qp, kp, qs, ks, tiles, interpret=False)
+        grads = pallas_gpu.backward(q, k, v, do, lse, delta, qp, kp, qs, ks, tiles,
+                                    interpret=False)
+        return out, lse_f, *grads
+
+    triton = "__gpu$xla.gpu.triton"
+    exported = export.export(
+        jax.jit(fwd_bwd), platforms=["cuda"],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call(triton)])(
+        q, kv, kv, q, rows, rows, pos, pos, seg, seg)
+    assert exported.mlir_module().count(triton) == 3  # forward, dK/dV, dQ
