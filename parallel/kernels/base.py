@@ -28,6 +28,7 @@ A new kernel is one file with a `Kernel` subclass and its `KERNEL` instance, and
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 
@@ -60,3 +61,37 @@ def varying(x, tiles):
         return lax.pcast(a, missing, to="varying") if missing else a
 
     return jax.tree.map(cast, x)
+
+
+# The rules every kernel computes the same way, on tiles of any leading shape [..., rows, keys].
+
+def visible(q_pos, k_pos, q_seg, k_seg, causal):
+    """The contract's mask: [rows, keys], or [kv, rows, keys] with segment ids [kv, rows] and
+    [kv, keys]; None when every pair is visible (bidirectional, no documents)."""
+    mask = None
+    if causal:
+        mask = k_pos[None, :] <= q_pos[:, None]
+    if q_seg is not None:
+        same = q_seg[..., :, None] == k_seg[..., None, :]
+        mask = same if mask is None else mask & same
+    return mask
+
+
+def softmax_fold(m, l, s, masked, scale):
+    """Folds raw scores s [..., rows, keys] (-inf where masked) into the running max m and sum
+    l [..., rows]: -> (p, alpha, m, l), where the caller adds p @ v to its output scaled by
+    alpha. m is a max of RAW scores, so exp(scale * (s - m)) is the numerator (scale > 0).
+    With `masked`, a row with nothing visible yet keeps m = -inf and is shifted by 0: no NaN."""
+    m_new = jnp.maximum(m, s.max(axis=-1))
+    m_ref = jnp.where(m_new == -jnp.inf, 0.0, m_new) if masked else m_new
+    p = jnp.exp((s - m_ref[..., None]) * scale)
+    alpha = jnp.exp((m - m_ref) * scale)
+    return p, alpha, m_new, alpha * l + p.sum(axis=-1)
+
+
+def softmax_result(o, m, l, scale):
+    """The block's normalised output and float32 lse from the running state; a row that saw
+    nothing in this block gets out 0 and lse -inf."""
+    seen = l > 0
+    l_safe = jnp.where(seen, l, 1.0)
+    return o / l_safe[..., None], jnp.where(seen, m * scale + jnp.log(l_safe), -jnp.inf)

@@ -18,9 +18,13 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 from parallel import cost
-from parallel.kernels.base import Kernel, varying
+from parallel.kernels.base import Kernel, softmax_fold, softmax_result, varying, visible
 
 F32 = jnp.float32
+# Triton compiler parameters also select the Triton lowering (JAX's default is Mosaic GPU).
+# Every pallas_call gets its inputs cast to vary over the same mesh axes (`varying`): interpret
+# mode's slices insist on it.
+_TRITON = pl_triton.CompilerParams(num_warps=4, num_stages=2)
 
 
 def _f32_like(x, shape):
@@ -30,15 +34,9 @@ def _f32_like(x, shape):
     return jax.ShapeDtypeStruct(shape, F32, manual_axis_type=None if mat.empty else mat)
 
 
-def _visible(q_pos, k_pos, q_seg, k_seg, causal):
-    """[tq, tk] bool, or None when every pair is visible."""
-    mask = None
-    if causal:
-        mask = k_pos[None, :] <= q_pos[:, None]
-    if q_seg is not None:
-        same = q_seg[:, None] == k_seg[None, :]
-        mask = same if mask is None else mask & same
-    return mask
+def _dot(a, b, contract_a, contract_b, tiles):
+    return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())),
+                           preferred_element_type=F32, precision=tiles.precision)
 
 
 def _forward_kernel(hi_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles, with_segments):
@@ -55,27 +53,18 @@ def _forward_kernel(hi_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles, w
         o, m, l = state
         keys = pl.ds(kt * tk, tk)
         k, v = k_ref[keys, :], v_ref[keys, :]
-        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=F32,
-                            precision=tiles.precision)
-        mask = _visible(q_pos, kp_ref[keys], q_seg, None if ks_ref is None else ks_ref[keys],
-                        tiles.causal)
+        s = _dot(q, k, 1, 1, tiles)
+        mask = visible(q_pos, kp_ref[keys], q_seg, None if ks_ref is None else ks_ref[keys],
+                       tiles.causal)
         if mask is not None:
             s = jnp.where(mask, s, -jnp.inf)
-        m_new = jnp.maximum(m, s.max(axis=1))
-        m_ref = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-        p = jnp.exp((s - m_ref[:, None]) * tiles.scale)
-        alpha = jnp.exp((m - m_ref) * tiles.scale)
-        pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
-                             preferred_element_type=F32, precision=tiles.precision)
-        return o * alpha[:, None] + pv, m_new, alpha * l + p.sum(axis=1)
+        p, alpha, m, l = softmax_fold(m, l, s, mask is not None, tiles.scale)
+        return o * alpha[:, None] + _dot(p.astype(v.dtype), v, 1, 0, tiles), m, l
 
     rows, d = q.shape
     init = (jnp.zeros((rows, d), F32), jnp.full((rows,), -jnp.inf, F32), jnp.zeros((rows,), F32))
     o, m, l = lax.fori_loop(0, hi_ref[0], body, init)
-    seen = l > 0
-    l_safe = jnp.where(seen, l, 1.0)
-    o_ref[...] = o / l_safe[:, None]
-    lse_ref[...] = jnp.where(seen, m * tiles.scale + jnp.log(l_safe), -jnp.inf)
+    o_ref[...], lse_ref[...] = softmax_result(o, m, l, tiles.scale)
 
 
 def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
@@ -100,26 +89,17 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
         kernel, grid=(b * heads, n // tq), in_specs=specs,
         out_specs=[row_q, pl.BlockSpec((None, tq), lambda r, i: (r, i))],
         out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, n))],
-        # (Every input varies over the same mesh axes: interpret mode's slices insist on it.)
-    # Triton compiler parameters also select the Triton lowering (the default is Mosaic GPU).
-        compiler_params=pl_triton.CompilerParams(num_warps=4, num_stages=2),
-        interpret=interpret)(*varying(inputs, tiles))
+        compiler_params=_TRITON, interpret=interpret)(*varying(inputs, tiles))
     count = varying(hi.sum() * b, tiles)  # the key tiles its programs walk, per batch row
     return out.reshape(q.shape), lse.reshape(b, heads, n), count
 
 
 def _probabilities(q, k, lse, q_pos, k_pos, q_seg, k_seg, tiles):
     """Final probabilities of a (query tile, key tile) from the GLOBAL lse, 0 where masked."""
-    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=F32,
-                        precision=tiles.precision)
+    s = _dot(q, k, 1, 1, tiles)
     p = jnp.exp(s * tiles.scale - lse[:, None])
-    mask = _visible(q_pos, k_pos, q_seg, k_seg, tiles.causal)
+    mask = visible(q_pos, k_pos, q_seg, k_seg, tiles.causal)
     return p if mask is None else jnp.where(mask, p, 0.0)
-
-
-def _dot(a, b, contract_a, contract_b, tiles):
-    return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())),
-                           preferred_element_type=F32, precision=tiles.precision)
 
 
 def _dkdv_kernel(lo_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref, kp_ref, *rest,
@@ -186,7 +166,6 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
     whole_row = pl.BlockSpec((None, n), lambda r, i: (r, 0))
     whole_pos = pl.BlockSpec((n,), lambda r, i: (0,))
     seg_row = lambda size, block: pl.BlockSpec((None, size), lambda r, i: (r // heads, block(i)))
-    params = pl_triton.CompilerParams(num_warps=4, num_stages=2)
     arrays = [flat(q), flat(k), flat(v), flat(do), flat(lse), flat(delta), q_pos, k_pos]
     with_segments = q_seg is not None
     segs = [q_seg, k_seg] if with_segments else []
@@ -201,7 +180,7 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
                           num_q_tiles=n // tq),
         grid=(b * heads, n // tk), in_specs=dkdv_specs, out_specs=[out_tile, out_tile],
         out_shape=[_f32_like(q, (b * heads, n, d))] * 2,
-        compiler_params=params, interpret=interpret)(*varying([lo, *arrays, *segs], tiles))
+        compiler_params=_TRITON, interpret=interpret)(*varying([lo, *arrays, *segs], tiles))
 
     query_tile = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
     row_tile = pl.BlockSpec((None, tq), lambda r, i: (r, i))
@@ -213,7 +192,7 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
         functools.partial(_dq_kernel, tiles=tiles, with_segments=with_segments),
         grid=(b * heads, n // tq), in_specs=dq_specs, out_specs=query_tile,
         out_shape=_f32_like(q, (b * heads, n, d)),
-        compiler_params=params,
+        compiler_params=_TRITON,
         interpret=interpret)(*varying([hi.astype(jnp.int32)[:, None], *arrays, *segs], tiles))
     # dK, dV were made per query head; the g query heads of a KV head add up.
     per_kv = lambda x: x.reshape(b, kv_heads, g, n, d).sum(axis=2)

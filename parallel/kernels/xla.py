@@ -41,7 +41,7 @@ from jax import lax
 
 from parallel import cost
 from parallel.cost import FULL, MASKED, SKIP
-from parallel.kernels.base import Kernel, varying
+from parallel.kernels.base import Kernel, softmax_fold, softmax_result, varying, visible
 
 F32 = jnp.float32
 SCORE_BUDGET = 1 << 18  # float32 scores per inner step: 1 MiB (0.5 to 2 MiB measured alike)
@@ -112,18 +112,14 @@ class Groups:
 
 
 def _slice(x, start, size, axis):
+    """x[start : start + size] along `axis` (None stays None: no segment ids)."""
     return None if x is None else lax.dynamic_slice_in_dim(x, start, size, axis)
 
 
 def _mask(q_pos, k_pos, q_seg, k_seg, causal):
-    """[kv or 1, 1, rows, tk] bool: key j visible to query i."""
-    mask = None
-    if causal:
-        mask = (k_pos[None, :] <= q_pos[:, None])[None, None]
-    if q_seg is not None:
-        same = (q_seg[:, :, None] == k_seg[:, None, :])[:, None]
-        mask = same if mask is None else mask & same
-    return mask
+    """[kv or 1, 1, rows, tk] bool (the g axis added): key j visible to query i."""
+    mask = visible(q_pos, k_pos, q_seg, k_seg, causal)
+    return None if mask is None else jnp.expand_dims(mask, -3)
 
 
 def _matmul(spec, a, b, tiles):
@@ -131,20 +127,13 @@ def _matmul(spec, a, b, tiles):
 
 
 def _online_softmax_step(state, s, v_t, mask, tiles):
-    """Folds one tile's raw scores s [kv, g, rows, tk] into the running (o, m, l). m is a max of
-    RAW scores, so exp(scale * (s - m)) is the softmax numerator (scale > 0)."""
+    """Folds one tile's raw scores s [kv, g, rows, tk] into the running (o, m, l)."""
     o, m, l = state
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
-    m_new = jnp.maximum(m, s.max(axis=-1))
-    if mask is not None:  # a row with nothing visible yet keeps m = -inf: shift by 0, no NaN
-        m_ref = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-    else:
-        m_ref = m_new
-    p = jnp.exp((s - m_ref[..., None]) * tiles.scale)
-    alpha = jnp.exp((m - m_ref) * tiles.scale)
+    p, alpha, m, l = softmax_fold(m, l, s, mask is not None, tiles.scale)
     pv = _matmul("kgqt,ktd->kgqd", p.astype(v_t.dtype), v_t, tiles)
-    return o * alpha[..., None] + pv, m_new, alpha * l + p.sum(axis=-1)
+    return o * alpha[..., None] + pv, m, l
 
 
 def _sub_size(rows, width):
@@ -161,10 +150,6 @@ def _piece_plan(qp, qs, kp, ks, sub, causal):
     hi, plan = cost.tile_plan(qp, kp, qs, ks, sub, sub, causal, xp=jnp)
     return hi, jnp.where((plan == SKIP).all(axis=0), SKIP,
                          jnp.where((plan == FULL).all(axis=0), FULL, MASKED))
-
-
-def _rows(x, start, size, axis):
-    return None if x is None else lax.dynamic_slice_in_dim(x, start, size, axis)
 
 
 def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, count):
@@ -192,9 +177,9 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
                                    sub, tiles.causal)
 
         def piece_rows(r, state):
-            part = (_rows(q_c, r * sub, sub, 2), _rows(qp, r * sub, sub, 0),
-                    _rows(qs, r * sub, sub, 1))
-            st = tuple(_rows(x, r * sub, sub, 2) for x in state)
+            part = (_slice(q_c, r * sub, sub, 2), _slice(qp, r * sub, sub, 0),
+                    _slice(qs, r * sub, sub, 1))
+            st = tuple(_slice(x, r * sub, sub, 2) for x in state)
 
             def piece(j, st):
                 run = lambda masked: lambda st: attend(st, part, k0 + j * sub, sub, masked)
@@ -221,10 +206,8 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
         state = varying((jnp.zeros((kv, g, rows, d), F32), jnp.full((kv, g, rows), -jnp.inf, F32),
                          jnp.zeros((kv, g, rows), F32)), tiles)
         (o, m, l), count = lax.fori_loop(0, hi[qt], key_tile, (state, count))
-        seen = l > 0  # rows with no visible key in this block: out 0, lse -inf
-        l_safe = jnp.where(seen, l, 1.0)
-        lse_c = jnp.where(seen, m * tiles.scale + jnp.log(l_safe), -jnp.inf)
-        return (lax.dynamic_update_slice_in_dim(out, o / l_safe[..., None], q0, 2),
+        out_c, lse_c = softmax_result(o, m, l, tiles.scale)
+        return (lax.dynamic_update_slice_in_dim(out, out_c, q0, 2),
                 lax.dynamic_update_slice_in_dim(lse, lse_c, q0, 2), count)
 
     init = varying((jnp.zeros((kv, g, n, d), F32), jnp.full((kv, g, n), -jnp.inf, F32)), tiles)
@@ -244,7 +227,7 @@ def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, pla
     q_side = (q, jnp.swapaxes(q, 2, 3), do, jnp.swapaxes(do, 2, 3), lse, delta, q_pos, q_seg)
 
     def take_rows(side, start, size):
-        return tuple(_rows(x, start, size, axis) for x, axis in zip(side, _QUERY_AXES))
+        return tuple(_slice(x, start, size, axis) for x, axis in zip(side, _QUERY_AXES))
 
     def zeros(count, width):
         return varying((jnp.zeros((kv, g, count, d), F32), jnp.zeros((kv, d, width), F32),
@@ -283,7 +266,7 @@ def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, pla
                 ddq, ddk, ddv = lax.switch(plan_p[r, j], [lambda: zeros(sub, sub), run(False),
                                                           run(True)])
                 add = lambda x, y, at, axis: lax.dynamic_update_slice_in_dim(
-                    x, _rows(x, at, y.shape[axis], axis) + y, at, axis)
+                    x, _slice(x, at, y.shape[axis], axis) + y, at, axis)
                 return (add(acc[0], ddq, r * sub, 2), add(acc[1], ddk, j * sub, 2),
                         add(acc[2], ddv, j * sub, 2))
 
