@@ -29,7 +29,8 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
+
+from timing import interleaved  # scripts/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = ("ring", "striped", "zigzag")
@@ -125,17 +126,7 @@ def time_layouts(args, mesh, sync):
             fwd_bwd = jax.jit(lambda q, k, v, do, attend=attend: jax.vjp(attend, q, k, v)[1](do))
             programs[(layout, "forward")] = lambda f=fwd: f(q, k, v)
             programs[(layout, "forward+backward")] = lambda f=fwd_bwd: f(q, k, v, dout)
-        for run in programs.values():  # compile and warm up, untimed
-            for _ in range(2):
-                jax.block_until_ready(run())
-                sync()
-        times = {key: [] for key in programs}
-        for _ in range(args.reps):
-            for key, run in programs.items():  # layouts alternate within every repetition
-                start = time.perf_counter()
-                jax.block_until_ready(run())
-                sync()
-                times[key].append(time.perf_counter() - start)
+        times = interleaved(programs, args.reps, after=sync)  # layouts alternate every rep
         for (layout, mode), ts in times.items():
             results.append(dict(seq_len=seq_len, layout=layout, mode=mode,
                                 median_s=statistics.median(ts), times_s=ts))

@@ -26,7 +26,8 @@ import json
 import os
 import statistics
 import sys
-import time
+
+from timing import interleaved  # scripts/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKWARD_FLOOR = 3.5  # (2 forward + 5 backward matmuls) / 2 forward matmuls
@@ -88,18 +89,8 @@ def programs(tile, args):
 
 
 def measure(tile, args):
-    import jax
-
     runs, tiles = programs(tile, args)
-    for run, _ in runs.values():  # compile and warm up, untimed
-        for _ in range(2):
-            jax.block_until_ready(run())
-    times = {name: [] for name in runs}
-    for _ in range(args.reps):
-        for name, (run, _) in runs.items():  # interleaved, so drift hits all three alike
-            start = time.perf_counter()
-            jax.block_until_ready(run())
-            times[name].append(time.perf_counter() - start)
+    times = interleaved({name: run for name, (run, _) in runs.items()}, args.reps)
     per_tile = {name: statistics.median(times[name]) / runs[name][1] for name in runs}
     floor = per_tile["floor"]
     return dict(tile=tile, tiles_computed=tiles, floor_ms=floor * 1e3,

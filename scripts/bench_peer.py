@@ -25,7 +25,8 @@ import json
 import os
 import statistics
 import sys
-import time
+
+from timing import interleaved  # scripts/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -119,21 +120,11 @@ def check_same_numbers(runs):
 
 
 def measure(runs, reps):
-    import jax
-
     calls = {}
     for name, (fwd, fwd_bwd, (q, k, v, do), _) in runs.items():
         calls[(name, "forward")] = lambda f=fwd, q=q, k=k, v=v: f(q, k, v)
         calls[(name, "forward+backward")] = lambda f=fwd_bwd, q=q, k=k, v=v, do=do: f(q, k, v, do)
-    for call in calls.values():  # warm-up (compiled already by the check)
-        jax.block_until_ready(call())
-    times = {key: [] for key in calls}
-    for _ in range(reps):
-        for key, call in calls.items():  # interleaved: drift hits every program alike
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times[key].append(time.perf_counter() - start)
-    return times
+    return interleaved(calls, reps, warmup=1)  # one warm-up: the check compiled them already
 
 
 def main():
