@@ -34,8 +34,9 @@ def get_config():
     # values reach the queries, and what computes one (query block, key block) pair.
     config.parallel.attention = "striped"  # layout: 'ring' | 'striped' | 'zigzag'
     config.parallel.strategy = "ring"  # strategy: 'ring' (a ring of ppermutes)
-    # kernel: 'auto' (the backend's fused one: pallas_gpu on GPUs; else 'xla') | 'xla' |
-    # 'pallas_gpu' (interpreted, slowly, on CPUs)
+    # kernel: 'auto' (the backend's fused one: pallas_tpu on TPUs, pallas_gpu on GPUs; else
+    # 'xla') | 'xla' (runs everywhere) | 'pallas_tpu' | 'pallas_gpu' (both interpreted, slowly,
+    # on CPUs; pallas_tpu wants tiles that are multiples of 128 on a TPU)
     config.parallel.kernel = "auto"
 
     config.mesh = ml_collections.ConfigDict()

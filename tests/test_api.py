@@ -40,11 +40,12 @@ def test_layout_and_mesh_signatures():
 def test_registries():
     assert list(parallel.LAYOUTS) == ["ring", "striped", "zigzag"]
     assert list(parallel.STRATEGIES) == ["ring"]
-    assert list(parallel.KERNELS) == ["xla", "pallas_gpu"]
+    assert list(parallel.KERNELS) == ["xla", "pallas_gpu", "pallas_tpu"]
     assert parallel.resolve_kernel("auto", "cpu").name == "xla"  # no fused kernel for CPUs
     assert parallel.resolve_kernel("auto", "gpu").name == "pallas_gpu"
-    assert parallel.resolve_kernel("auto", "tpu").name == "xla"  # until a TPU kernel lands
+    assert parallel.resolve_kernel("auto", "tpu").name == "pallas_tpu"
     assert parallel.resolve_kernel("pallas_gpu", "cpu").name == "pallas_gpu"  # interpreted
+    assert parallel.resolve_kernel("pallas_tpu", "cpu").name == "pallas_tpu"  # interpreted
 
 
 def test_kernel_choice_errors():
@@ -54,6 +55,8 @@ def test_kernel_choice_errors():
         parallel.resolve_kernel("xla", "metal")
     with pytest.raises(ValueError, match="kernel 'pallas_gpu' cannot run on tpu: it runs on gpu"):
         parallel.resolve_kernel("pallas_gpu", "tpu")
+    with pytest.raises(ValueError, match="kernel 'pallas_tpu' cannot run on gpu: it runs on tpu"):
+        parallel.resolve_kernel("pallas_tpu", "gpu")
     with pytest.raises(ValueError, match="unknown attention strategy 'mesh': choose one of ring"):
         parallel.get_strategy("mesh")
 

@@ -89,7 +89,8 @@ def test_mesh_without_seq_axis():
 
 @pytest.mark.parametrize("kw,match", [
     ({"strategy": "allgatherr"}, "unknown attention strategy 'allgatherr': choose one of ring"),
-    ({"kernel": "flash"}, "unknown attention kernel 'flash': choose auto or one of xla, pallas_gpu"),
+    ({"kernel": "flash"},
+     "unknown attention kernel 'flash': choose auto or one of xla, pallas_gpu, pallas_tpu"),
     ({"scale": 0.0}, r"scale=0.0 must be positive"),
     ({"scale": -0.5}, r"scale=-0.5 must be positive"),
 ])

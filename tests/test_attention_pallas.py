@@ -1,5 +1,6 @@
-"""The pallas_gpu kernel: exact against float64 in Pallas' interpret mode (this CPU), the same tile
-counts as the xla kernel, and a Triton lowering that builds without a GPU."""
+"""The Pallas kernels (pallas_gpu, pallas_tpu): exact against float64 in Pallas' interpret mode
+(this CPU), the same tile counts as the xla kernel, and lowerings (Triton for CUDA, Mosaic for TPU)
+that build without the accelerator."""
 
 import jax
 import jax.numpy as jnp
@@ -8,21 +9,23 @@ import pytest
 from jax import export
 
 import parallel
-from parallel.kernels import pallas_gpu
+from parallel.kernels import pallas_gpu, pallas_tpu
 from parallel.spec import TileSpec
 from tests.test_attention import assert_matches_reference, make_inputs, mesh_for, run_kernel
 
 # (num_shards, causal, segments, (q_heads, kv_heads), (tile_q, tile_k)) for every layout.
 CASES = [(2, True, "packed", (4, 2), (8, 8)), (4, False, "scattered", (4, 1), (4, 8)),
          (2, True, None, (2, 2), (16, 4))]
+PALLAS = ["pallas_gpu", "pallas_tpu"]
 
 
+@pytest.mark.parametrize("kernel", PALLAS)
 @pytest.mark.parametrize("layout", parallel.LAYOUTS)
 @pytest.mark.parametrize("num_shards,causal,segments,heads,tile", CASES)
-def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile):
+def test_matches_dense_reference(kernel, layout, num_shards, causal, segments, heads, tile):
     q, k, v, dout, seg = make_inputs(11, 2, *heads, segments=segments)
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(num_shards, data=2), layout=layout,
-                            causal=causal, tile_q=tile[0], tile_k=tile[1], kernel="pallas_gpu")
+                            causal=causal, tile_q=tile[0], tile_k=tile[1], kernel=kernel)
     assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
 
 
@@ -31,8 +34,22 @@ def test_counts_the_same_tiles_as_the_xla_kernel(layout):
     x = np.zeros((1, 64, 1, 8), np.float32)
     counts = {kernel: np.asarray(parallel.attention_with_stats(
         x, x, x, mesh=mesh_for(4, data=1), layout=layout, kernel=kernel, tile_q=4, tile_k=4)[1])
-        for kernel in ("xla", "pallas_gpu")}
-    np.testing.assert_array_equal(counts["pallas_gpu"], counts["xla"])
+        for kernel in ("xla", *PALLAS)}
+    for kernel in PALLAS:
+        np.testing.assert_array_equal(counts[kernel], counts["xla"], err_msg=kernel)
+
+
+def test_tpu_kernel_skips_tiles_between_documents_row_by_row():
+    """Each batch row skips by its own documents: two rows at once count what the xla kernel
+    counts on each row alone (xla plans a group of rows together, so it runs one at a time)."""
+    x = np.zeros((2, 64, 2, 8), np.float32)
+    seg = np.repeat(np.array([[0, 1, 2, 3], [0, 0, 1, 1]]), 16, axis=1)  # packed documents
+    run = lambda kernel, rows, seg: np.asarray(parallel.attention_with_stats(
+        x[rows], x[rows], x[rows], mesh=mesh_for(2, data=1), layout="ring", kernel=kernel,
+        segment_ids=None if seg is None else seg[rows], tile_q=4, tile_k=4)[1])
+    both = run("pallas_tpu", slice(0, 2), seg)
+    np.testing.assert_array_equal(both, run("xla", slice(0, 1), seg) + run("xla", slice(1, 2), seg))
+    assert both.sum() < run("pallas_tpu", slice(0, 2), None).sum()
 
 
 def test_lowers_to_triton_without_a_gpu():
@@ -58,3 +75,33 @@ def test_lowers_to_triton_without_a_gpu():
         disabled_checks=[export.DisabledSafetyCheck.custom_call(triton)])(
         q, kv, kv, q, rows, rows, pos, pos, seg, seg)
     assert exported.mlir_module().count(triton) == 3  # forward, dK/dV, dQ
+
+
+def test_lowers_to_mosaic_without_a_tpu():
+    """jax.export lowers for TPU on any machine: the kernels must build as Mosaic programs, at
+    TPU tile sizes, with and without segment ids."""
+    b, heads, kv_heads, n, d = 1, 4, 2, 512, 128
+    tiles = TileSpec(tile_q=128, tile_k=256, causal=True, scale=0.125, precision=None,
+                     varying_axes=())
+    q = jax.ShapeDtypeStruct((b, heads, n, d), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((b, kv_heads, n, d), jnp.bfloat16)
+    rows = jax.ShapeDtypeStruct((b, heads, n), jnp.float32)
+    pos = jax.ShapeDtypeStruct((n,), jnp.int32)
+    seg = jax.ShapeDtypeStruct((b, n), jnp.int32)
+
+    def fwd_bwd(q, k, v, do, lse, delta, qp, kp, qs=None, ks=None):
+        out, lse_f, _ = pallas_tpu.forward(q, k, v, qp, kp, qs, ks, tiles, interpret=False)
+        grads = pallas_tpu.backward(q, k, v, do, lse, delta, qp, kp, qs, ks, tiles,
+                                    interpret=False)
+        return out, lse_f, *grads
+
+    args = (q, kv, kv, q, rows, rows, pos, pos)
+    for extra in ((), (seg, seg)):
+        exported = export.export(jax.jit(fwd_bwd), platforms=["tpu"])(*args, *extra)
+        assert exported.mlir_module().count("tpu_custom_call") == 3  # forward, dK/dV, dQ
+
+
+def test_tpu_tiles_must_fill_the_lanes():
+    with pytest.raises(ValueError, match="needs tile_q and tile_k that are multiples of 128"):
+        pallas_tpu.KERNEL.check_tiles(128, 64, interpret=False)
+    pallas_tpu.KERNEL.check_tiles(8, 4, interpret=True)  # interpreted: any tile

@@ -13,7 +13,8 @@ T = 8  # tiles per block side
 TILE = 2
 
 
-def tile_counts(layout, num_shards, causal=True, segment_ids=None, batch=1, data=1):
+def tile_counts(layout, num_shards, causal=True, segment_ids=None, batch=1, data=1,
+                kernel="auto"):
     """Runs the kernel on a [batch, S] problem in natural order; returns tiles[d, s] as numpy."""
     seq_len = num_shards * T * TILE
     mesh = parallel.make_mesh(data, num_shards, devices=jax.devices()[: data * num_shards])
@@ -21,7 +22,8 @@ def tile_counts(layout, num_shards, causal=True, segment_ids=None, batch=1, data
     x = np.ones((batch, seq_len, 1, 4), np.float32)
     seg = None if segment_ids is None else segment_ids[:, perm]
     _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout, segment_ids=seg,
-                                             causal=causal, tile_q=TILE, tile_k=TILE)
+                                             causal=causal, tile_q=TILE, tile_k=TILE,
+                                             kernel=kernel)
     return np.asarray(tiles)
 
 
@@ -83,13 +85,15 @@ def test_bidirectional_computes_every_tile(layout):
                                   np.full((4, 4), FULL))
 
 
+@pytest.mark.parametrize("kernel", ["xla", "pallas_tpu"])
 @pytest.mark.parametrize("layout", parallel.LAYOUTS)
-def test_segments_skip_tiles_whose_documents_cannot_meet(layout):
+def test_segments_skip_tiles_whose_documents_cannot_meet(layout, kernel):
     rng = np.random.default_rng(0)
     seq_len = 4 * T * TILE
     cuts = np.sort(rng.choice(np.arange(1, seq_len), 6, replace=False))
     seg = np.searchsorted(cuts, np.arange(seq_len), side="right")[None].astype(np.int32)
-    with_docs, without = tile_counts(layout, 4, segment_ids=seg), tile_counts(layout, 4)
+    with_docs = tile_counts(layout, 4, segment_ids=seg, kernel=kernel)
+    without = tile_counts(layout, 4, kernel=kernel)
     assert (with_docs <= without).all() and with_docs.sum() < without.sum()
     # Skipping is conservative: every tile with a visible pair is still computed.
     assert (with_docs >= needed_tiles(layout, 4, segment_ids=seg)).all()

@@ -2,6 +2,7 @@
 
     xla         tiles of jnp einsums in while loops; runs everywhere (the reference kernel)
     pallas_gpu  a Pallas kernel with the Triton lowering, fused on GPUs; interpreted on CPUs
+    pallas_tpu  Pallas TPU (Mosaic) kernels, fused on TPUs; interpreted on CPUs
 
 `kernel="auto"` takes the backend's fused kernel where one is registered, else `xla`. A new
 kernel is one file and one entry in the tuple below.
@@ -9,10 +10,10 @@ kernel is one file and one entry in the tuple below.
 
 from __future__ import annotations
 
-from parallel.kernels import pallas_gpu, xla
+from parallel.kernels import pallas_gpu, pallas_tpu, xla
 from parallel.kernels.base import Kernel
 
-KERNELS: dict[str, Kernel] = {m.KERNEL.name: m.KERNEL for m in (xla, pallas_gpu)}
+KERNELS: dict[str, Kernel] = {m.KERNEL.name: m.KERNEL for m in (xla, pallas_gpu, pallas_tpu)}
 
 
 def resolve_kernel(name: str, platform: str) -> Kernel:

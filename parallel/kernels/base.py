@@ -41,6 +41,9 @@ class Kernel:
     # platforms of `platforms` it runs interpreted (TileSpec.interpret), for tests.
     fused_on: tuple[str, ...] = ()
 
+    def check_tiles(self, tile_q: int, tile_k: int, interpret: bool) -> None:
+        """Raises a one-line ValueError for tiles this kernel cannot compile (none by default)."""
+
     def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
         """-> (out f32 [b,H,n,d], lse f32 [b,H,n], tiles computed: int32 scalar)."""
         raise NotImplementedError
@@ -68,11 +71,20 @@ def varying(x, tiles):
 def visible(q_pos, k_pos, q_seg, k_seg, causal):
     """The contract's mask: [rows, keys], or [kv, rows, keys] with segment ids [kv, rows] and
     [kv, keys]; None when every pair is visible (bidirectional, no documents)."""
+    return visible_pairs(q_pos[:, None], k_pos[None, :],
+                         None if q_seg is None else q_seg[..., :, None],
+                         None if k_seg is None else k_seg[..., None, :], causal)
+
+
+def visible_pairs(q_pos, k_pos, q_seg, k_seg, causal):
+    """The same rule on arrays already shaped to broadcast against each other: q_pos [rows, 1]
+    with k_pos [1, keys] gives [rows, keys]; q_pos [1, rows] with k_pos [keys, 1] gives the
+    transposed [keys, rows] (Pallas TPU kernels keep every value 2-D)."""
     mask = None
     if causal:
-        mask = k_pos[None, :] <= q_pos[:, None]
+        mask = k_pos <= q_pos
     if q_seg is not None:
-        same = q_seg[..., :, None] == k_seg[..., None, :]
+        same = q_seg == k_seg
         mask = same if mask is None else mask & same
     return mask
 
@@ -81,17 +93,21 @@ def softmax_fold(m, l, s, masked, scale):
     """Folds raw scores s [..., rows, keys] (-inf where masked) into the running max m and sum
     l [..., rows]: -> (p, alpha, m, l), where the caller adds p @ v to its output scaled by
     alpha. m is a max of RAW scores, so exp(scale * (s - m)) is the numerator (scale > 0).
-    With `masked`, a row with nothing visible yet keeps m = -inf and is shifted by 0: no NaN."""
-    m_new = jnp.maximum(m, s.max(axis=-1))
+    With `masked`, a row with nothing visible yet keeps m = -inf and is shifted by 0: no NaN.
+    m and l may also be columns [..., rows, 1] (then alpha is one too), as Pallas TPU wants."""
+    column = m.ndim == s.ndim
+    rows = (lambda x: x) if column else (lambda x: x[..., None])
+    m_new = jnp.maximum(m, s.max(axis=-1, keepdims=column))
     m_ref = jnp.where(m_new == -jnp.inf, 0.0, m_new) if masked else m_new
-    p = jnp.exp((s - m_ref[..., None]) * scale)
+    p = jnp.exp((s - rows(m_ref)) * scale)
     alpha = jnp.exp((m - m_ref) * scale)
-    return p, alpha, m_new, alpha * l + p.sum(axis=-1)
+    return p, alpha, m_new, alpha * l + p.sum(axis=-1, keepdims=column)
 
 
 def softmax_result(o, m, l, scale):
     """The block's normalised output and float32 lse from the running state; a row that saw
-    nothing in this block gets out 0 and lse -inf."""
+    nothing in this block gets out 0 and lse -inf. m, l: [..., rows] or columns [..., rows, 1]."""
     seen = l > 0
     l_safe = jnp.where(seen, l, 1.0)
-    return o / l_safe[..., None], jnp.where(seen, m * scale + jnp.log(l_safe), -jnp.inf)
+    per_row = l_safe if l.ndim == o.ndim else l_safe[..., None]
+    return o / per_row, jnp.where(seen, m * scale + jnp.log(l_safe), -jnp.inf)

@@ -1,0 +1,335 @@
+"""`pallas_tpu`: the block pair as Pallas TPU (Mosaic) kernels. On other backends they run in
+Pallas' interpret mode (slow, exact), which is how CI checks them.
+
+TPU kernels are written for the pipeline Pallas builds around them: the grid's last axis walks
+the tiles of one reduction (key tiles for an output row of queries, query tiles for dK/dV),
+Pallas copies the next tile into VMEM while the current one computes, and the running state
+lives in VMEM scratch across that axis. The cost model's tile plan (cost.tile_plan) arrives as
+scalar-prefetched SMEM arrays and decides, per grid step:
+
+    past the causal prefix, or a SKIP tile    nothing runs; the index maps point at the last
+                                              tile fetched, so no copy is issued either
+    FULL                                      no mask is built
+    MASKED                                    mask from positions and segment ids
+
+Every value stays 2-D (TPU vector registers are [8, 128] tiles): the online-softmax state and
+lse are [rows, 1] columns, positions and segment ids come as a column on the query side and a
+row on the key side, and the dK/dV kernel computes the transposed scores k q^T so that lse and
+delta broadcast as rows.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from parallel import cost
+from parallel.kernels.base import (Kernel, softmax_fold, softmax_result, varying,
+                                   visible_pairs)
+
+F32 = jnp.float32
+LANES = 128  # on a TPU, tiles are multiples of the vector lane width (checked by check_tiles)
+_REDUCE_LAST = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+
+
+def _f32_like(x, shape):
+    """A float32 output shape varying over the same mesh axes as `x` (check_vma)."""
+    mat = jax.typeof(x).mat
+    return jax.ShapeDtypeStruct(shape, F32, manual_axis_type=None if mat.empty else mat)
+
+
+def _dot(a, b, contract_a, contract_b, tiles):
+    return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())),
+                           preferred_element_type=F32, precision=tiles.precision)
+
+
+class _Plan:
+    """The tile plan of one block pair, flattened for SMEM, and the index arithmetic on it."""
+
+    def __init__(self, q_pos, k_pos, q_seg, k_seg, b, tiles):
+        self.tq, self.tk = tiles.tile_q, tiles.tile_k
+        self.num_q, self.num_k = q_pos.shape[0] // self.tq, k_pos.shape[0] // self.tk
+        hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, self.tq, self.tk, tiles.causal,
+                                  xp=jnp)
+        self.hi = hi.astype(jnp.int32)
+        # lo[kt]: the first query tile whose causal prefix reaches key tile kt.
+        self.lo = (self.hi[:, None] <= jnp.arange(self.num_k)[None, :]).sum(axis=0)
+        self.lo = self.lo.astype(jnp.int32)
+        self.per_row = plan.shape[0] > 1  # segment ids give each batch row its own plan
+        self.plan = plan.reshape(-1)
+        in_prefix = jnp.arange(self.num_k)[None, :] < self.hi[:, None]
+        self.count = ((in_prefix & (plan != cost.SKIP)).sum() * (b // plan.shape[0]))
+
+    def kind(self, plan_ref, row, qt, kt):
+        """SKIP / FULL / MASKED of tile (qt, kt) in batch row `row`, inside a kernel."""
+        row = row if self.per_row else 0
+        return plan_ref[(row * self.num_q + qt) * self.num_k + kt]
+
+    def key_tile(self, hi_ref, qt, kt):
+        """The key tile to fetch at grid step kt: past the prefix, the prefix's last one."""
+        return jnp.maximum(jnp.minimum(kt, hi_ref[qt] - 1), 0)
+
+    def query_tile(self, lo_ref, kt, qt):
+        """The query tile to fetch at grid step qt: before `lo`, the first one that is needed."""
+        return jnp.minimum(jnp.maximum(qt, lo_ref[kt]), self.num_q - 1)
+
+
+def _when_tile(kind, runs, compute):
+    """Runs compute(masked) for a tile that runs: unmasked when FULL, masked when MASKED."""
+    @pl.when(runs & (kind == cost.FULL))
+    def _():
+        compute(False)
+
+    @pl.when(runs & (kind == cost.MASKED))
+    def _():
+        compute(True)
+
+
+def _mask(s, masked, q_pos, k_pos, q_seg, k_seg, tiles):
+    if not masked:
+        return s
+    return jnp.where(visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal), s, -jnp.inf)
+
+
+def _segment_refs(rest, with_segments, n_out):
+    """Splits the trailing refs: (q_seg, k_seg or None, None), outputs, scratch."""
+    segs, rest = (rest[:2], rest[2:]) if with_segments else ((None, None), rest)
+    return segs, rest[:n_out], rest[n_out:]
+
+
+def _div(a, b):
+    """a // b for the non-negative grid indices: lax.div, as Mosaic lowers no floor division."""
+    return lax.div(a, jnp.int32(b))
+
+
+def _read(ref):
+    return None if ref is None else ref[...]
+
+
+def _forward_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, plan, tiles,
+                    heads, with_segments):
+    """Grid step (query head r, query tile qt, key tile kt): folds one key tile into the
+    running softmax state; the last key tile writes the block's out and lse."""
+    (qs_ref, ks_ref), (o_ref, lse_ref), (o_acc, m_acc, l_acc) = _segment_refs(
+        rest, with_segments, 2)
+    r, qt, kt = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+
+    @pl.when(kt == 0)
+    def _():
+        o_acc[...] = jnp.zeros(o_acc.shape, F32)
+        m_acc[...] = jnp.full(m_acc.shape, -jnp.inf, F32)
+        l_acc[...] = jnp.zeros(l_acc.shape, F32)
+
+    def compute(masked):
+        s = _dot(q_ref[...], k_ref[...], 1, 1, tiles)
+        s = _mask(s, masked, qp_ref[...], kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
+        p, alpha, m_acc[...], l_acc[...] = softmax_fold(m_acc[...], l_acc[...], s, masked,
+                                                        tiles.scale)
+        v = v_ref[...]
+        o_acc[...] = o_acc[...] * alpha + _dot(p.astype(v.dtype), v, 1, 0, tiles)
+
+    _when_tile(plan.kind(plan_ref, _div(r, heads), qt, kt), kt < hi_ref[qt], compute)
+
+    @pl.when(kt == plan.num_k - 1)
+    def _():
+        o_ref[...], lse_ref[...] = softmax_result(o_acc[...], m_acc[...], l_acc[...],
+                                                  tiles.scale)
+
+
+def _flat(x):
+    return x.reshape(-1, *x.shape[2:])
+
+
+def _int32(x):
+    return None if x is None else x.astype(jnp.int32)
+
+
+def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
+    b, heads, n, d = q.shape
+    g = heads // k.shape[1]
+    plan = _Plan(q_pos, k_pos, q_seg, k_seg, b, tiles)
+    tq, tk = plan.tq, plan.tk
+    key = lambda qt, kt, hi: plan.key_tile(hi, qt, kt)
+    q_rows = pl.BlockSpec((None, tq, d), lambda r, qt, kt, *_: (r, qt, 0))
+    q_column = pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (r, qt, 0))
+    kv_tile = pl.BlockSpec((None, tk, d), lambda r, qt, kt, hi, _: (_div(r, g), key(qt, kt, hi), 0))
+    arrays = [_flat(q), _flat(k), _flat(v), _int32(q_pos)[:, None], _int32(k_pos)[None, :]]
+    specs = [q_rows, kv_tile, kv_tile, pl.BlockSpec((tq, 1), lambda r, qt, kt, *_: (qt, 0)),
+             pl.BlockSpec((1, tk), lambda r, qt, kt, hi, _: (0, key(qt, kt, hi)))]
+    if q_seg is not None:
+        arrays += [_int32(q_seg)[:, :, None], _int32(k_seg)[:, None, :]]
+        specs += [pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (_div(r, heads), qt, 0)),
+                  pl.BlockSpec((None, 1, tk),
+                               lambda r, qt, kt, hi, _: (_div(r, heads), 0, key(qt, kt, hi)))]
+    grid = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=2, grid=(b * heads, plan.num_q, plan.num_k), in_specs=specs,
+        out_specs=[q_rows, q_column],
+        scratch_shapes=[pltpu.VMEM((tq, d), F32), pltpu.VMEM((tq, 1), F32),
+                        pltpu.VMEM((tq, 1), F32)])
+    kernel = functools.partial(_forward_kernel, plan=plan, tiles=tiles, heads=heads,
+                               with_segments=q_seg is not None)
+    out, lse = pl.pallas_call(
+        kernel, grid_spec=grid, compiler_params=_REDUCE_LAST, interpret=interpret,
+        out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, n, 1))],
+    )(*varying([plan.hi, plan.plan, *arrays], tiles))
+    return out.reshape(q.shape), lse.reshape(b, heads, n), varying(plan.count, tiles)
+
+
+def _probabilities(s, lse, masked, q_pos, k_pos, q_seg, k_seg, tiles):
+    """Final probabilities from raw scores and the GLOBAL lse (broadcast-ready), 0 where masked."""
+    p = jnp.exp(s * tiles.scale - lse)
+    if not masked:
+        return p
+    return jnp.where(visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal), p, 0.0)
+
+
+def _dkdv_kernel(lo_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref,
+                 kp_ref, *rest, plan, tiles, kv_heads, g, with_segments):
+    """Grid step (KV head r, key tile kt, t = query head of the group x query tile): adds one
+    query tile's share to the key tile's dK and dV, computed transposed ([keys, rows])."""
+    (qs_ref, ks_ref), (dk_ref, dv_ref), (dk_acc, dv_acc) = _segment_refs(
+        rest, with_segments, 2)
+    r, kt, t = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    qt = lax.rem(t, jnp.int32(plan.num_q))
+
+    @pl.when(t == 0)
+    def _():
+        dk_acc[...] = jnp.zeros(dk_acc.shape, F32)
+        dv_acc[...] = jnp.zeros(dv_acc.shape, F32)
+
+    def compute(masked):
+        q, do = q_ref[...], do_ref[...]
+        p = _probabilities(_dot(k_ref[...], q, 1, 1, tiles), lse_ref[...], masked, qp_ref[...],
+                           kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
+        dv_acc[...] += _dot(p.astype(do.dtype), do, 1, 0, tiles)
+        ds = p * (_dot(v_ref[...], do, 1, 1, tiles) - delta_ref[...])
+        dk_acc[...] += _dot(ds.astype(q.dtype), q, 1, 0, tiles)
+
+    _when_tile(plan.kind(plan_ref, _div(r, kv_heads), qt, kt), qt >= lo_ref[kt], compute)
+
+    @pl.when(t == g * plan.num_q - 1)
+    def _():
+        dk_ref[...] = dk_acc[...] * tiles.scale
+        dv_ref[...] = dv_acc[...]
+
+
+def _dq_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref,
+               kp_ref, *rest, plan, tiles, heads, with_segments):
+    """Grid step (query head r, query tile qt, key tile kt): adds one key tile's share to dQ."""
+    (qs_ref, ks_ref), (dq_ref,), (dq_acc,) = _segment_refs(rest, with_segments, 1)
+    r, qt, kt = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+
+    @pl.when(kt == 0)
+    def _():
+        dq_acc[...] = jnp.zeros(dq_acc.shape, F32)
+
+    def compute(masked):
+        k = k_ref[...]
+        p = _probabilities(_dot(q_ref[...], k, 1, 1, tiles), lse_ref[...], masked, qp_ref[...],
+                           kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
+        ds = p * (_dot(do_ref[...], v_ref[...], 1, 1, tiles) - delta_ref[...])
+        dq_acc[...] += _dot(ds.astype(k.dtype), k, 1, 0, tiles)
+
+    _when_tile(plan.kind(plan_ref, _div(r, heads), qt, kt), kt < hi_ref[qt], compute)
+
+    @pl.when(kt == plan.num_k - 1)
+    def _():
+        dq_ref[...] = dq_acc[...] * tiles.scale
+
+
+def _dkdv(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, interpret):
+    """dK, dV per KV head: the g query heads of a group are walked inside one reduction."""
+    b, heads, n, d = q.shape
+    kv_heads = k.shape[1]
+    g = heads // kv_heads
+    tq, tk, num_q = plan.tq, plan.tk, plan.num_q
+    query = lambda kt, t, lo: plan.query_tile(lo, kt, lax.rem(t, jnp.int32(num_q)))
+    head = lambda r, t: r * g + _div(t, num_q)  # the query head of grid step t
+    q_tile = pl.BlockSpec((None, tq, d), lambda r, kt, t, lo, _: (head(r, t), query(kt, t, lo), 0))
+    q_row = pl.BlockSpec((None, 1, tq), lambda r, kt, t, lo, _: (head(r, t), 0, query(kt, t, lo)))
+    k_tile = pl.BlockSpec((None, tk, d), lambda r, kt, t, *_: (r, kt, 0))
+    arrays = [_flat(q), _flat(k), _flat(v), _flat(do), _flat(lse)[:, None, :],
+              _flat(delta)[:, None, :], _int32(q_pos)[None, :], _int32(k_pos)[:, None]]
+    specs = [q_tile, k_tile, k_tile, q_tile, q_row, q_row,
+             pl.BlockSpec((1, tq), lambda r, kt, t, lo, _: (0, query(kt, t, lo))),
+             pl.BlockSpec((tk, 1), lambda r, kt, t, *_: (kt, 0))]
+    if q_seg is not None:
+        arrays += [_int32(q_seg)[:, None, :], _int32(k_seg)[:, :, None]]
+        specs += [pl.BlockSpec((None, 1, tq),
+                               lambda r, kt, t, lo, _: (_div(r, kv_heads), 0, query(kt, t, lo))),
+                  pl.BlockSpec((None, tk, 1), lambda r, kt, t, *_: (_div(r, kv_heads), kt, 0))]
+    grid = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=2, grid=(b * kv_heads, plan.num_k, g * num_q), in_specs=specs,
+        out_specs=[k_tile, k_tile],
+        scratch_shapes=[pltpu.VMEM((tk, d), F32), pltpu.VMEM((tk, d), F32)])
+    kernel = functools.partial(_dkdv_kernel, plan=plan, tiles=tiles, kv_heads=kv_heads, g=g,
+                               with_segments=q_seg is not None)
+    dk, dv = pl.pallas_call(
+        kernel, grid_spec=grid, compiler_params=_REDUCE_LAST, interpret=interpret,
+        out_shape=[_f32_like(q, (b * kv_heads, n, d))] * 2,
+    )(*varying([plan.lo, plan.plan, *arrays], tiles))
+    return dk.reshape(k.shape), dv.reshape(v.shape)
+
+
+def _dq(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, interpret):
+    b, heads, n, d = q.shape
+    g = heads // k.shape[1]
+    tq, tk = plan.tq, plan.tk
+    key = lambda qt, kt, hi: plan.key_tile(hi, qt, kt)
+    q_tile = pl.BlockSpec((None, tq, d), lambda r, qt, kt, *_: (r, qt, 0))
+    q_column = pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (r, qt, 0))
+    kv_tile = pl.BlockSpec((None, tk, d), lambda r, qt, kt, hi, _: (_div(r, g), key(qt, kt, hi), 0))
+    arrays = [_flat(q), _flat(k), _flat(v), _flat(do), _flat(lse)[:, :, None],
+              _flat(delta)[:, :, None], _int32(q_pos)[:, None], _int32(k_pos)[None, :]]
+    specs = [q_tile, kv_tile, kv_tile, q_tile, q_column, q_column,
+             pl.BlockSpec((tq, 1), lambda r, qt, kt, *_: (qt, 0)),
+             pl.BlockSpec((1, tk), lambda r, qt, kt, hi, _: (0, key(qt, kt, hi)))]
+    if q_seg is not None:
+        arrays += [_int32(q_seg)[:, :, None], _int32(k_seg)[:, None, :]]
+        specs += [pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (_div(r, heads), qt, 0)),
+                  pl.BlockSpec((None, 1, tk),
+                               lambda r, qt, kt, hi, _: (_div(r, heads), 0, key(qt, kt, hi)))]
+    grid = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=2, grid=(b * heads, plan.num_q, plan.num_k), in_specs=specs,
+        out_specs=q_tile, scratch_shapes=[pltpu.VMEM((tq, d), F32)])
+    kernel = functools.partial(_dq_kernel, plan=plan, tiles=tiles, heads=heads,
+                               with_segments=q_seg is not None)
+    dq = pl.pallas_call(
+        kernel, grid_spec=grid, compiler_params=_REDUCE_LAST, interpret=interpret,
+        out_shape=_f32_like(q, (b * heads, n, d)),
+    )(*varying([plan.hi, plan.plan, *arrays], tiles))
+    return dq.reshape(q.shape)
+
+
+def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
+    plan = _Plan(q_pos, k_pos, q_seg, k_seg, q.shape[0], tiles)
+    args = (q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, interpret)
+    return (_dq(*args), *_dkdv(*args))
+
+
+class PallasTpuKernel(Kernel):
+    name = "pallas_tpu"
+    platforms = ("tpu", "cpu")
+    fused_on = ("tpu",)
+
+    def check_tiles(self, tile_q, tile_k, interpret):
+        if not interpret and (tile_q % LANES or tile_k % LANES):
+            raise ValueError(
+                f"kernel 'pallas_tpu' needs tile_q and tile_k that are multiples of {LANES} on a "
+                f"TPU; got {tile_q} x {tile_k}: set tiles of 128, 256 or 512 (and a block of at "
+                f"least 128 tokens per device)")
+
+    def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
+        return forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, interpret=tiles.interpret)
+
+    def backward(self, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles):
+        return backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles,
+                        interpret=tiles.interpret)
+
+
+KERNEL = PallasTpuKernel()
