@@ -49,11 +49,12 @@ class AttentionSpec:
         return self.mesh.shape[SEQ]
 
 
-def default_tile(layout: str, block: int) -> int:
+def default_tile(layout: str, block: int, largest: int = MAX_DEFAULT_TILE) -> int:
     """Largest divisor of the layout's contiguous run (the block, or half of it for zigzag) that
-    is at most MAX_DEFAULT_TILE, so tiles never straddle the jump between two chunks."""
+    is at most `largest` (a kernel's `max_tiles`), so tiles never straddle the jump between two
+    chunks."""
     run = get_layout(layout).contiguous_run(block)
-    return max(t for t in range(1, min(run, MAX_DEFAULT_TILE) + 1) if run % t == 0)
+    return max(t for t in range(1, min(run, largest) + 1) if run % t == 0)
 
 
 def make_spec(q, k, v, segment_ids, *, mesh, layout, strategy, kernel, causal, tile_q, tile_k,
@@ -71,8 +72,8 @@ def make_spec(q, k, v, segment_ids, *, mesh, layout, strategy, kernel, causal, t
             f"use a batch that is a multiple of {mesh.shape[DATA]}")
     lay.check_divisible(seq_len, mesh.shape[SEQ])
     block = seq_len // mesh.shape[SEQ]
-    tile_q = default_tile(lay, block) if tile_q is None else int(tile_q)
-    tile_k = default_tile(lay, block) if tile_k is None else int(tile_k)
+    tile_q = default_tile(lay, block, kern.max_tiles[0]) if tile_q is None else int(tile_q)
+    tile_k = default_tile(lay, block, kern.max_tiles[1]) if tile_k is None else int(tile_k)
     _check_tile("tile_q", tile_q, block)
     _check_tile("tile_k", tile_k, block)
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)

@@ -40,6 +40,10 @@ class Kernel:
     # Platforms where it is a compiled, fused kernel: 'auto' picks it there. On the other
     # platforms of `platforms` it runs interpreted (TileSpec.interpret), for tests.
     fused_on: tuple[str, ...] = ()
+    # (tile_q, tile_k) upper bounds of the default tiles: the largest divisors of the block up to
+    # these (parallel.spec.default_tile). Large tiles suit XLA and the TPU's big VMEM; a GPU
+    # program keeps its tiles in registers and shared memory.
+    max_tiles: tuple[int, int] = (512, 512)
 
     def check_tiles(self, tile_q: int, tile_k: int, interpret: bool) -> None:
         """Raises a one-line ValueError for tiles this kernel cannot compile (none by default)."""

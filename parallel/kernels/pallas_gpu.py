@@ -203,6 +203,7 @@ class PallasGpuKernel(Kernel):
     name = "pallas_gpu"
     platforms = ("gpu", "cpu")
     fused_on = ("gpu",)
+    max_tiles = (128, 64)  # a FlashAttention-2-sized program: 128 queries x 64 keys per step
 
     def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
         return forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, interpret=tiles.interpret)
