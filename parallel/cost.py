@@ -79,6 +79,13 @@ def tile_plan(q_pos, k_pos, q_seg, k_seg, tile_q: int, tile_k: int, causal: bool
     return hi, plan.astype(np.int32)
 
 
+def tiles_run(hi, plan, batch: int, xp=np):
+    """The tiles a kernel that follows `tile_plan` computes: inside the causal prefix and not
+    SKIP, summed over the batch rows (a plan made without segment ids stands for every row)."""
+    in_prefix = xp.arange(plan.shape[-1])[None, :] < hi[:, None]
+    return (in_prefix & (plan != SKIP)).sum() * (batch // plan.shape[0])
+
+
 def _ranges(seg, tile, xp):
     """(min, max) segment id of each tile, per batch row: two [b, T] arrays."""
     tiled = seg.reshape(seg.shape[0], -1, tile)

@@ -87,10 +87,15 @@ def dense_bf16_result(inputs):
     import numpy as np
 
     attend = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    q, k, v, do = (jnp.asarray(x, jnp.bfloat16) for x in inputs)
-    out, vjp = jax.jit(lambda q, k, v: jax.vjp(attend, q, k, v))(q, k, v)
-    return (np.asarray(out.astype(jnp.float32)),
-            tuple(np.asarray(g.astype(jnp.float32)) for g in jax.jit(vjp)(do)))
+
+    @jax.jit
+    def forward_backward(q, k, v, do):
+        out, vjp = jax.vjp(attend, q, k, v)
+        return out, vjp(do)
+
+    out, grads = forward_backward(*(jnp.asarray(x, jnp.bfloat16) for x in inputs))
+    as_f32 = lambda x: np.asarray(x.astype(jnp.float32))
+    return as_f32(out), tuple(as_f32(g) for g in grads)
 
 
 def errors(result, reference):

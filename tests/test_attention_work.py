@@ -85,7 +85,7 @@ def test_bidirectional_computes_every_tile(layout):
                                   np.full((4, 4), FULL))
 
 
-@pytest.mark.parametrize("kernel", ["xla", "pallas_tpu"])
+@pytest.mark.parametrize("kernel", ["xla", "pallas_gpu", "pallas_tpu"])
 @pytest.mark.parametrize("layout", parallel.LAYOUTS)
 def test_segments_skip_tiles_whose_documents_cannot_meet(layout, kernel):
     rng = np.random.default_rng(0)

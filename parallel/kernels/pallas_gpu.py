@@ -4,7 +4,8 @@ Triton lowering. On a CPU backend it runs in Pallas' interpret mode (slow, exact
 One program per (query head, query tile): it loads its tile of queries once and walks the key
 tiles of its causal prefix (hi, from cost.tile_plan), keeping the online-softmax state in
 registers. Masks come from the positions and segment ids passed in, so one kernel serves every
-layout.
+layout. With segment ids, a tile whose query and key segment-id ranges are disjoint (the cost
+model's SKIP rule, per batch row) is branched around: no loads, no matmuls.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def _dot(a, b, contract_a, contract_b, tiles):
                            preferred_element_type=F32, precision=tiles.precision)
 
 
+def _unless_apart(q_seg, k_seg, compute, state):
+    """compute(state), or state unchanged when the tile's query and key segment-id ranges are
+    disjoint (no pair can be visible: cost.tile_plan's SKIP rule, per batch row)."""
+    if q_seg is None:
+        return compute(state)
+    meet = (q_seg.min() <= k_seg.max()) & (k_seg.min() <= q_seg.max())
+    return lax.cond(meet, compute, lambda state: state, state)
+
+
 def _forward_kernel(hi_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles, with_segments):
     if with_segments:
         qs_ref, ks_ref, o_ref, lse_ref = rest
@@ -50,16 +60,20 @@ def _forward_kernel(hi_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles, w
     q_seg = None if qs_ref is None else qs_ref[...]
 
     def body(kt, state):
-        o, m, l = state
         keys = pl.ds(kt * tk, tk)
-        k, v = k_ref[keys, :], v_ref[keys, :]
-        s = _dot(q, k, 1, 1, tiles)
-        mask = visible(q_pos, kp_ref[keys], q_seg, None if ks_ref is None else ks_ref[keys],
-                       tiles.causal)
-        if mask is not None:
-            s = jnp.where(mask, s, -jnp.inf)
-        p, alpha, m, l = softmax_fold(m, l, s, mask is not None, tiles.scale)
-        return o * alpha[:, None] + _dot(p.astype(v.dtype), v, 1, 0, tiles), m, l
+        k_seg = None if ks_ref is None else ks_ref[keys]
+
+        def compute(state):
+            o, m, l = state
+            k, v = k_ref[keys, :], v_ref[keys, :]
+            s = _dot(q, k, 1, 1, tiles)
+            mask = visible(q_pos, kp_ref[keys], q_seg, k_seg, tiles.causal)
+            if mask is not None:
+                s = jnp.where(mask, s, -jnp.inf)
+            p, alpha, m, l = softmax_fold(m, l, s, mask is not None, tiles.scale)
+            return o * alpha[:, None] + _dot(p.astype(v.dtype), v, 1, 0, tiles), m, l
+
+        return _unless_apart(q_seg, k_seg, compute, state)
 
     rows, d = q.shape
     init = (jnp.zeros((rows, d), F32), jnp.full((rows,), -jnp.inf, F32), jnp.zeros((rows,), F32))
@@ -72,7 +86,8 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
     kv_heads = k.shape[1]
     g = heads // kv_heads
     tq, tk = tiles.tile_q, tiles.tile_k
-    hi, _ = cost.tile_plan(q_pos, k_pos, None, None, tq, tk, tiles.causal, xp=jnp)
+    hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, tq, tk, tiles.causal, xp=jnp)
+    count = cost.tiles_run(hi, plan, b, xp=jnp)  # what its programs compute, per batch row
     hi = hi.astype(jnp.int32)[:, None]  # [Tq, 1]
     flat = lambda x: x.reshape(-1, *x.shape[2:])
     row_q = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
@@ -90,8 +105,7 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
         out_specs=[row_q, pl.BlockSpec((None, tq), lambda r, i: (r, i))],
         out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, n))],
         compiler_params=_TRITON, interpret=interpret)(*varying(inputs, tiles))
-    count = varying(hi.sum() * b, tiles)  # the key tiles its programs walk, per batch row
-    return out.reshape(q.shape), lse.reshape(b, heads, n), count
+    return out.reshape(q.shape), lse.reshape(b, heads, n), varying(count, tiles)
 
 
 def _probabilities(q, k, lse, q_pos, k_pos, q_seg, k_seg, tiles):
@@ -114,14 +128,18 @@ def _dkdv_kernel(lo_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref
     k_seg = None if ks_ref is None else ks_ref[...]
 
     def body(qt, grads):
-        dk, dv = grads
         rows = pl.ds(qt * tq, tq)
-        q, do = q_ref[rows, :], do_ref[rows, :]
-        p = _probabilities(q, k, lse_ref[rows], qp_ref[rows], k_pos,
-                           None if qs_ref is None else qs_ref[rows], k_seg, tiles)
-        dv = dv + _dot(p.astype(do.dtype), do, 0, 0, tiles)
-        ds = p * (_dot(do, v, 1, 1, tiles) - delta_ref[rows][:, None])
-        return dk + _dot(ds.astype(q.dtype), q, 0, 0, tiles), dv
+        q_seg = None if qs_ref is None else qs_ref[rows]
+
+        def compute(grads):
+            dk, dv = grads
+            q, do = q_ref[rows, :], do_ref[rows, :]
+            p = _probabilities(q, k, lse_ref[rows], qp_ref[rows], k_pos, q_seg, k_seg, tiles)
+            dv = dv + _dot(p.astype(do.dtype), do, 0, 0, tiles)
+            ds = p * (_dot(do, v, 1, 1, tiles) - delta_ref[rows][:, None])
+            return dk + _dot(ds.astype(q.dtype), q, 0, 0, tiles), dv
+
+        return _unless_apart(q_seg, k_seg, compute, grads)
 
     zeros = jnp.zeros(k.shape, F32)
     dk, dv = lax.fori_loop(lo_ref[0], num_q_tiles, body, (zeros, zeros))
@@ -142,11 +160,15 @@ def _dq_kernel(hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref, 
 
     def body(kt, dq):
         keys = pl.ds(kt * tk, tk)
-        k = k_ref[keys, :]
-        p = _probabilities(q, k, lse, q_pos, kp_ref[keys], q_seg,
-                           None if ks_ref is None else ks_ref[keys], tiles)
-        ds = p * (_dot(do, v_ref[keys, :], 1, 1, tiles) - delta[:, None])
-        return dq + _dot(ds.astype(k.dtype), k, 1, 0, tiles)
+        k_seg = None if ks_ref is None else ks_ref[keys]
+
+        def compute(dq):
+            k = k_ref[keys, :]
+            p = _probabilities(q, k, lse, q_pos, kp_ref[keys], q_seg, k_seg, tiles)
+            ds = p * (_dot(do, v_ref[keys, :], 1, 1, tiles) - delta[:, None])
+            return dq + _dot(ds.astype(k.dtype), k, 1, 0, tiles)
+
+        return _unless_apart(q_seg, k_seg, compute, dq)
 
     dq = lax.fori_loop(0, hi_ref[0], body, jnp.zeros(q.shape, F32))
     dq_ref[...] = dq * tiles.scale

@@ -62,8 +62,7 @@ class _Plan:
         self.lo = self.lo.astype(jnp.int32)
         self.per_row = plan.shape[0] > 1  # segment ids give each batch row its own plan
         self.plan = plan.reshape(-1)
-        in_prefix = jnp.arange(self.num_k)[None, :] < self.hi[:, None]
-        self.count = ((in_prefix & (plan != cost.SKIP)).sum() * (b // plan.shape[0]))
+        self.count = cost.tiles_run(self.hi, plan, b, xp=jnp)
 
     def kind(self, plan_ref, row, qt, kt):
         """SKIP / FULL / MASKED of tile (qt, kt) in batch row `row`, inside a kernel."""
