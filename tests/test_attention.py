@@ -128,7 +128,7 @@ def test_bfloat16_error_does_not_grow_with_ring_size(layout):
                      for x in (q, k, v, dout))
     want_out, want_grads = ref.attention(q, k, v, seg, True, dout)
     errors = {}
-    for n in (1, 2, 4, 8):
+    for n in (1, 2, 8):
         out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(n, data=1), layout=layout,
                                 causal=True, dtype=jnp.bfloat16)
         assert np.isfinite(out).all()

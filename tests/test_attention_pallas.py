@@ -53,37 +53,10 @@ def test_skips_tiles_between_documents_row_by_row(kernel):
     assert both.sum() < run(kernel, slice(0, 2), None).sum()
 
 
-def test_lowers_to_triton_without_a_gpu():
-    """jax.export lowers for CUDA on any machine: the kernels must build as Triton programs."""
-    b, heads, kv_heads, n, d = 1, 4, 2, 256, 64
-    tiles = TileSpec(tile_q=64, tile_k=64, causal=True, scale=0.125, precision=None,
-                     varying_axes=())
-    q = jax.ShapeDtypeStruct((b, heads, n, d), jnp.bfloat16)
-    kv = jax.ShapeDtypeStruct((b, kv_heads, n, d), jnp.bfloat16)
-    rows = jax.ShapeDtypeStruct((b, heads, n), jnp.float32)
-    pos = jax.ShapeDtypeStruct((n,), jnp.int32)
-    seg = jax.ShapeDtypeStruct((b, n), jnp.int32)
-
-    def fwd_bwd(q, k, v, do, lse, delta, qp, kp, qs, ks):
-        out, lse_f, _ = pallas_gpu.forward(q, k, v, qp, kp, qs, ks, tiles, interpret=False)
-        grads = pallas_gpu.backward(q, k, v, do, lse, delta, qp, kp, qs, ks, tiles,
-                                    interpret=False)
-        return out, lse_f, *grads
-
-    triton = "__gpu$xla.gpu.triton"
-    exported = export.export(
-        jax.jit(fwd_bwd), platforms=["cuda"],
-        disabled_checks=[export.DisabledSafetyCheck.custom_call(triton)])(
-        q, kv, kv, q, rows, rows, pos, pos, seg, seg)
-    assert exported.mlir_module().count(triton) == 3  # forward, dK/dV, dQ
-
-
-def test_lowers_to_mosaic_without_a_tpu():
-    """jax.export lowers for TPU on any machine: the kernels must build as Mosaic programs, at
-    TPU tile sizes, with and without segment ids."""
-    b, heads, kv_heads, n, d = 1, 4, 2, 512, 128
-    tiles = TileSpec(tile_q=128, tile_k=256, causal=True, scale=0.125, precision=None,
-                     varying_axes=())
+def export_block_pair(kernel, platform, tiles, n, d, segments=True, **kw):
+    """jax.export of the kernel's forward and backward on one bf16 GQA block pair, lowered for
+    `platform` (no device of that kind needed): the exported module's MLIR text."""
+    b, heads, kv_heads = 1, 4, 2
     q = jax.ShapeDtypeStruct((b, heads, n, d), jnp.bfloat16)
     kv = jax.ShapeDtypeStruct((b, kv_heads, n, d), jnp.bfloat16)
     rows = jax.ShapeDtypeStruct((b, heads, n), jnp.float32)
@@ -91,15 +64,32 @@ def test_lowers_to_mosaic_without_a_tpu():
     seg = jax.ShapeDtypeStruct((b, n), jnp.int32)
 
     def fwd_bwd(q, k, v, do, lse, delta, qp, kp, qs=None, ks=None):
-        out, lse_f, _ = pallas_tpu.forward(q, k, v, qp, kp, qs, ks, tiles, interpret=False)
-        grads = pallas_tpu.backward(q, k, v, do, lse, delta, qp, kp, qs, ks, tiles,
-                                    interpret=False)
+        out, lse_f, _ = kernel.forward(q, k, v, qp, kp, qs, ks, tiles, interpret=False)
+        grads = kernel.backward(q, k, v, do, lse, delta, qp, kp, qs, ks, tiles, interpret=False)
         return out, lse_f, *grads
 
-    args = (q, kv, kv, q, rows, rows, pos, pos)
-    for extra in ((), (seg, seg)):
-        exported = export.export(jax.jit(fwd_bwd), platforms=["tpu"])(*args, *extra)
-        assert exported.mlir_module().count("tpu_custom_call") == 3  # forward, dK/dV, dQ
+    args = (q, kv, kv, q, rows, rows, pos, pos) + ((seg, seg) if segments else ())
+    return export.export(jax.jit(fwd_bwd), platforms=[platform], **kw)(*args).mlir_module()
+
+
+def test_lowers_to_triton_without_a_gpu():
+    """The kernels must build as Triton programs: forward, dK/dV and dQ."""
+    tiles = TileSpec(tile_q=64, tile_k=64, causal=True, scale=0.125, precision=None,
+                     varying_axes=())
+    triton = "__gpu$xla.gpu.triton"
+    mlir = export_block_pair(pallas_gpu, "cuda", tiles, 256, 64, disabled_checks=[
+        export.DisabledSafetyCheck.custom_call(triton)])
+    assert mlir.count(triton) == 3
+
+
+def test_lowers_to_mosaic_without_a_tpu():
+    """The kernels must build as Mosaic programs at TPU tile sizes, with and without segment
+    ids: forward, dK/dV and dQ."""
+    tiles = TileSpec(tile_q=128, tile_k=256, causal=True, scale=0.125, precision=None,
+                     varying_axes=())
+    for segments in (True, False):
+        mlir = export_block_pair(pallas_tpu, "tpu", tiles, 512, 128, segments=segments)
+        assert mlir.count("tpu_custom_call") == 3
 
 
 def test_tpu_tiles_must_fill_the_lanes():

@@ -85,8 +85,9 @@ def test_bidirectional_computes_every_tile(layout):
                                   np.full((4, 4), FULL))
 
 
-@pytest.mark.parametrize("kernel", ["xla", "pallas_gpu", "pallas_tpu"])
-@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+# The Pallas kernels on zigzag, whose blocks hold documents out of order (conservative skipping).
+@pytest.mark.parametrize("layout,kernel", [(layout, "xla") for layout in parallel.LAYOUTS]
+                         + [("zigzag", "pallas_gpu"), ("zigzag", "pallas_tpu")])
 def test_segments_skip_tiles_whose_documents_cannot_meet(layout, kernel):
     rng = np.random.default_rng(0)
     seq_len = 4 * T * TILE

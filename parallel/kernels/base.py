@@ -60,6 +60,23 @@ class Kernel:
         return f"Kernel({self.name!r})"
 
 
+class InterpretableKernel(Kernel):
+    """A Pallas kernel: module functions forward(..., interpret=) and backward(...,
+    interpret=), run compiled where the kernel is fused and interpreted elsewhere
+    (TileSpec.interpret)."""
+
+    def __init__(self, forward, backward):
+        self._forward, self._backward = forward, backward
+
+    def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
+        return self._forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles,
+                             interpret=tiles.interpret)
+
+    def backward(self, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles):
+        return self._backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles,
+                              interpret=tiles.interpret)
+
+
 def varying(x, tiles):
     """Marks freshly created arrays as varying over the kernel's mesh axes: inside shard_map
     with check_vma, a loop carry must have one type on the way in and out."""

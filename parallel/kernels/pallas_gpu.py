@@ -19,7 +19,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 from parallel import cost
-from parallel.kernels.base import Kernel, softmax_fold, softmax_result, varying, visible
+from parallel.kernels.base import InterpretableKernel, softmax_fold, softmax_result, varying, visible
 
 F32 = jnp.float32
 # Triton compiler parameters also select the Triton lowering (JAX's default is Mosaic GPU).
@@ -221,18 +221,11 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
     return dq.reshape(q.shape), per_kv(dk), per_kv(dv)
 
 
-class PallasGpuKernel(Kernel):
+class PallasGpuKernel(InterpretableKernel):
     name = "pallas_gpu"
     platforms = ("gpu", "cpu")
     fused_on = ("gpu",)
     max_tiles = (128, 64)  # a FlashAttention-2-sized program: 128 queries x 64 keys per step
 
-    def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
-        return forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, interpret=tiles.interpret)
 
-    def backward(self, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles):
-        return backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles,
-                        interpret=tiles.interpret)
-
-
-KERNEL = PallasGpuKernel()
+KERNEL = PallasGpuKernel(forward, backward)

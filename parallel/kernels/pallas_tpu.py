@@ -29,7 +29,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from parallel import cost
-from parallel.kernels.base import (Kernel, softmax_fold, softmax_result, varying,
+from parallel.kernels.base import (InterpretableKernel, softmax_fold, softmax_result, varying,
                                    visible_pairs)
 
 F32 = jnp.float32
@@ -148,26 +148,44 @@ def _int32(x):
     return None if x is None else x.astype(jnp.int32)
 
 
+class _KeyWalk:
+    """BlockSpecs of a grid (query head r, query tile qt, key tile kt) that walks the key tiles
+    of each query tile (the forward and dQ): a query tile and its [rows, 1] columns stay put
+    across the walk, key tiles past the causal prefix repeat the prefix's last one."""
+
+    def __init__(self, plan, q, k):
+        b, heads, _, d = q.shape
+        g = heads // k.shape[1]
+        key = lambda qt, kt, hi: plan.key_tile(hi, qt, kt)
+        self.grid = (b * heads, plan.num_q, plan.num_k)
+        self.q_tile = pl.BlockSpec((None, plan.tq, d), lambda r, qt, kt, *_: (r, qt, 0))
+        self.q_column = pl.BlockSpec((None, plan.tq, 1), lambda r, qt, kt, *_: (r, qt, 0))
+        self.kv_tile = pl.BlockSpec((None, plan.tk, d),
+                                    lambda r, qt, kt, hi, _: (_div(r, g), key(qt, kt, hi), 0))
+        self.mask_specs = [
+            pl.BlockSpec((plan.tq, 1), lambda r, qt, kt, *_: (qt, 0)),
+            pl.BlockSpec((1, plan.tk), lambda r, qt, kt, hi, _: (0, key(qt, kt, hi))),
+            pl.BlockSpec((None, plan.tq, 1), lambda r, qt, kt, *_: (_div(r, heads), qt, 0)),
+            pl.BlockSpec((None, 1, plan.tk),
+                         lambda r, qt, kt, hi, _: (_div(r, heads), 0, key(qt, kt, hi)))]
+
+    def mask_inputs(self, q_pos, k_pos, q_seg, k_seg):
+        """(arrays, specs): positions, and segment ids if any, query side as columns."""
+        arrays = [_int32(q_pos)[:, None], _int32(k_pos)[None, :]]
+        if q_seg is not None:
+            arrays += [_int32(q_seg)[:, :, None], _int32(k_seg)[:, None, :]]
+        return arrays, self.mask_specs[:len(arrays)]
+
+
 def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
     b, heads, n, d = q.shape
-    g = heads // k.shape[1]
     plan = _Plan(q_pos, k_pos, q_seg, k_seg, b, tiles)
-    tq, tk = plan.tq, plan.tk
-    key = lambda qt, kt, hi: plan.key_tile(hi, qt, kt)
-    q_rows = pl.BlockSpec((None, tq, d), lambda r, qt, kt, *_: (r, qt, 0))
-    q_column = pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (r, qt, 0))
-    kv_tile = pl.BlockSpec((None, tk, d), lambda r, qt, kt, hi, _: (_div(r, g), key(qt, kt, hi), 0))
-    arrays = [_flat(q), _flat(k), _flat(v), _int32(q_pos)[:, None], _int32(k_pos)[None, :]]
-    specs = [q_rows, kv_tile, kv_tile, pl.BlockSpec((tq, 1), lambda r, qt, kt, *_: (qt, 0)),
-             pl.BlockSpec((1, tk), lambda r, qt, kt, hi, _: (0, key(qt, kt, hi)))]
-    if q_seg is not None:
-        arrays += [_int32(q_seg)[:, :, None], _int32(k_seg)[:, None, :]]
-        specs += [pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (_div(r, heads), qt, 0)),
-                  pl.BlockSpec((None, 1, tk),
-                               lambda r, qt, kt, hi, _: (_div(r, heads), 0, key(qt, kt, hi)))]
+    tq, walk = plan.tq, _KeyWalk(plan, q, k)
+    masks, mask_specs = walk.mask_inputs(q_pos, k_pos, q_seg, k_seg)
     grid = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=2, grid=(b * heads, plan.num_q, plan.num_k), in_specs=specs,
-        out_specs=[q_rows, q_column],
+        num_scalar_prefetch=2, grid=walk.grid,
+        in_specs=[walk.q_tile, walk.kv_tile, walk.kv_tile, *mask_specs],
+        out_specs=[walk.q_tile, walk.q_column],
         scratch_shapes=[pltpu.VMEM((tq, d), F32), pltpu.VMEM((tq, 1), F32),
                         pltpu.VMEM((tq, 1), F32)])
     kernel = functools.partial(_forward_kernel, plan=plan, tiles=tiles, heads=heads,
@@ -175,7 +193,7 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
     out, lse = pl.pallas_call(
         kernel, grid_spec=grid, compiler_params=_REDUCE_LAST, interpret=interpret,
         out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, n, 1))],
-    )(*varying([plan.hi, plan.plan, *arrays], tiles))
+    )(*varying([plan.hi, plan.plan, _flat(q), _flat(k), _flat(v), *masks], tiles))
     return out.reshape(q.shape), lse.reshape(b, heads, n), varying(plan.count, tiles)
 
 
@@ -277,25 +295,15 @@ def _dkdv(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, inte
 
 def _dq(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, interpret):
     b, heads, n, d = q.shape
-    g = heads // k.shape[1]
-    tq, tk = plan.tq, plan.tk
-    key = lambda qt, kt, hi: plan.key_tile(hi, qt, kt)
-    q_tile = pl.BlockSpec((None, tq, d), lambda r, qt, kt, *_: (r, qt, 0))
-    q_column = pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (r, qt, 0))
-    kv_tile = pl.BlockSpec((None, tk, d), lambda r, qt, kt, hi, _: (_div(r, g), key(qt, kt, hi), 0))
+    walk = _KeyWalk(plan, q, k)
+    masks, mask_specs = walk.mask_inputs(q_pos, k_pos, q_seg, k_seg)
     arrays = [_flat(q), _flat(k), _flat(v), _flat(do), _flat(lse)[:, :, None],
-              _flat(delta)[:, :, None], _int32(q_pos)[:, None], _int32(k_pos)[None, :]]
-    specs = [q_tile, kv_tile, kv_tile, q_tile, q_column, q_column,
-             pl.BlockSpec((tq, 1), lambda r, qt, kt, *_: (qt, 0)),
-             pl.BlockSpec((1, tk), lambda r, qt, kt, hi, _: (0, key(qt, kt, hi)))]
-    if q_seg is not None:
-        arrays += [_int32(q_seg)[:, :, None], _int32(k_seg)[:, None, :]]
-        specs += [pl.BlockSpec((None, tq, 1), lambda r, qt, kt, *_: (_div(r, heads), qt, 0)),
-                  pl.BlockSpec((None, 1, tk),
-                               lambda r, qt, kt, hi, _: (_div(r, heads), 0, key(qt, kt, hi)))]
+              _flat(delta)[:, :, None], *masks]
     grid = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=2, grid=(b * heads, plan.num_q, plan.num_k), in_specs=specs,
-        out_specs=q_tile, scratch_shapes=[pltpu.VMEM((tq, d), F32)])
+        num_scalar_prefetch=2, grid=walk.grid,
+        in_specs=[walk.q_tile, walk.kv_tile, walk.kv_tile, walk.q_tile, walk.q_column,
+                  walk.q_column, *mask_specs],
+        out_specs=walk.q_tile, scratch_shapes=[pltpu.VMEM((plan.tq, d), F32)])
     kernel = functools.partial(_dq_kernel, plan=plan, tiles=tiles, heads=heads,
                                with_segments=q_seg is not None)
     dq = pl.pallas_call(
@@ -311,7 +319,7 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
     return (_dq(*args), *_dkdv(*args))
 
 
-class PallasTpuKernel(Kernel):
+class PallasTpuKernel(InterpretableKernel):
     name = "pallas_tpu"
     platforms = ("tpu", "cpu")
     fused_on = ("tpu",)
@@ -323,12 +331,5 @@ class PallasTpuKernel(Kernel):
                 f"TPU; got {tile_q} x {tile_k}: set tiles of 128, 256 or 512 (and a block of at "
                 f"least 128 tokens per device)")
 
-    def forward(self, q, k, v, q_pos, k_pos, q_seg, k_seg, tiles):
-        return forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, interpret=tiles.interpret)
 
-    def backward(self, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles):
-        return backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles,
-                        interpret=tiles.interpret)
-
-
-KERNEL = PallasTpuKernel()
+KERNEL = PallasTpuKernel(forward, backward)
