@@ -80,7 +80,7 @@ def make_spec(q, k, v, segment_ids, *, mesh, layout, strategy, kernel, causal, t
     if not scale > 0:
         raise ValueError(f"scale={scale} must be positive (default 1 / sqrt(head_dim))")
     precision = lax.Precision.HIGHEST if jnp.dtype(q.dtype) == jnp.float32 else None
-    interpret = bool(kern.fused_on) and platform not in kern.fused_on
+    interpret = kern.interpreted_on(platform)
     kern.check_tiles(tile_q, tile_k, interpret)
     tiles = TileSpec(tile_q=tile_q, tile_k=tile_k, causal=bool(causal), scale=scale,
                      precision=precision, varying_axes=(DATA, SEQ), interpret=interpret)

@@ -81,8 +81,7 @@ class Bench:
         self.tiles = TileSpec(
             tile_q=tile_q, tile_k=tile_k, causal=True, scale=args.head_dim ** -0.5,
             precision=lax.Precision.HIGHEST if self.dtype == jnp.float32 else None,
-            varying_axes=(), interpret=platform not in self.kernel.fused_on
-            and bool(self.kernel.fused_on))
+            varying_axes=(), interpret=self.kernel.interpreted_on(platform))
         keys = jax.random.split(jax.random.key(num_tokens), 4)
         q_shape = (1, args.heads, num_tokens, args.head_dim)
         kv_shape = (1, args.kv_heads, num_tokens, args.head_dim)

@@ -56,6 +56,18 @@ def test_processes_not_dividing_the_batch(tmp_path):
         validate_config(config, device_count=4, process_count=4)
 
 
+def test_tpu_kernel_tiles_too_small_for_a_tpu():
+    from training.validate import ConfigError, validate_config
+    from configs import tiny
+
+    config = tiny.get_config()  # 128 tokens / 2 seq shards: default tiles of 64
+    config.parallel.kernel = "pallas_tpu"
+    validate_config(config, device_count=4, process_count=1)  # a CPU: interpreted, any tile
+    with pytest.raises(ConfigError, match="'pallas_tpu' needs tile_q and tile_k that are "
+                                          "multiples of 128 on a TPU; got 64 x 64"):
+        validate_config(config, device_count=4, process_count=1, platform="tpu")
+
+
 @pytest.mark.parametrize("make_source,fragments", [
     (lambda d: str(d / "missing.txt"), ["data.source", "no such file or directory"]),
     (lambda d: str(_mkdir(d / "empty")), ["data.source", "empty"]),

@@ -44,6 +44,18 @@ def _validate_parallel(p, platform):
         raise ConfigError(f"parallel.kernel={kernel!r}: {e}") from None
 
 
+def _validate_kernel_tiles(config, platform, block):
+    """The tiles the kernel will get (model.tile_q/k, or its defaults) are ones it can compile."""
+    kernel = parallel.resolve_kernel(config.parallel.get("kernel", "auto"), platform)
+    layout = config.parallel.attention
+    tiles = [config.model.get(name, 0) or parallel.default_tile(layout, block, largest)
+             for name, largest in zip(("tile_q", "tile_k"), kernel.max_tiles)]
+    try:
+        kernel.check_tiles(*tiles, kernel.interpreted_on(platform))
+    except ValueError as e:
+        raise ConfigError(f"parallel.kernel={kernel.name!r}, model.tile_q/tile_k: {e}") from None
+
+
 def validate_config(config, device_count: int, process_count: int, platform: str = "cpu") -> None:
     _validate_parallel(config.parallel, platform)
     loader = config.data.get("loader", "thread")
@@ -69,6 +81,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
         if size and block % size:
             raise ConfigError(f"model.{tile}={size} does not divide the per-device block of "
                               f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}")
+    _validate_kernel_tiles(config, platform, block)
     accum = config.optim.grad_accum_steps
     for what, count in (("the data shards", data), ("the processes", process_count),
                         ("data shards x optim.grad_accum_steps", data * accum)):

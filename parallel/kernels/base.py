@@ -45,6 +45,10 @@ class Kernel:
     # program keeps its tiles in registers and shared memory.
     max_tiles: tuple[int, int] = (512, 512)
 
+    def interpreted_on(self, platform: str) -> bool:
+        """True where a Pallas kernel runs in interpret mode: a platform it is not fused on."""
+        return bool(self.fused_on) and platform not in self.fused_on
+
     def check_tiles(self, tile_q: int, tile_k: int, interpret: bool) -> None:
         """Raises a one-line ValueError for tiles this kernel cannot compile (none by default)."""
 

@@ -19,7 +19,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 from parallel import cost
-from parallel.kernels.base import InterpretableKernel, softmax_fold, softmax_result, varying, visible
+from parallel.kernels.base import (InterpretableKernel, softmax_fold, softmax_result, varying,
+                                   visible)
 
 F32 = jnp.float32
 # Triton compiler parameters also select the Triton lowering (JAX's default is Mosaic GPU).

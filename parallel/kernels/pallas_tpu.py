@@ -328,8 +328,8 @@ class PallasTpuKernel(InterpretableKernel):
         if not interpret and (tile_q % LANES or tile_k % LANES):
             raise ValueError(
                 f"kernel 'pallas_tpu' needs tile_q and tile_k that are multiples of {LANES} on a "
-                f"TPU; got {tile_q} x {tile_k}: set tiles of 128, 256 or 512 (and a block of at "
-                f"least 128 tokens per device)")
+                f"TPU; got {tile_q} x {tile_k}: set tiles of 128, 256 or 512 (blocks of at least "
+                f"128 tokens per device), or kernel 'xla'")
 
 
 KERNEL = PallasTpuKernel(forward, backward)
