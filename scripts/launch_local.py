@@ -38,7 +38,11 @@ def launch(program: list[str], processes: int, timeout: float | None = None,
            env: dict | None = None) -> int:
     port = free_port()
     env = dict(os.environ if env is None else env)
-    env.pop("XLA_FLAGS", None)  # the program sets its own device count
+    # The program sets its own device count; any other XLA flags pass through.
+    kept = [f for f in env.pop("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+    if kept:
+        env["XLA_FLAGS"] = " ".join(kept)
     procs, pumps = [], []
     for i in range(processes):
         args = [sys.executable, *program, f"--coordinator_address=127.0.0.1:{port}",

@@ -1,10 +1,16 @@
-"""Fakes 8 CPU devices before JAX starts, and puts the repository root on sys.path."""
+"""Fakes 8 CPU devices before JAX starts, and puts the repository root on sys.path.
+
+The tests compile hundreds of small programs and run each a few times: LLVM's optimisation of
+the CPU code is most of the compile time and buys nothing at these sizes, so it is off
+(FAST_COMPILE), here and in every train.py the tests start (tests/train_runs.py). It changes
+how fast the code runs, not what it computes."""
 
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {FAST_COMPILE}"
+                           " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -11,7 +11,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def clean_env():
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # train.py sets devices
+    """The environment of a train.py the tests start: its own device count (train.py sets it),
+    LLVM's optimisation off as in this process (tests/conftest.py), wandb off."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
     env["WANDB_MODE"] = "disabled"
     return env
 
