@@ -18,6 +18,9 @@ For each row, in natural order (worked example, S=8, EOS=1, window [5 6 1 7 8 9 
 An EOS belongs to the document it ends. Then every field is put into the attention layout's
 order with the same permutation, `field[:, parallel.permutation(layout, S, N)]`; for striped, N=2:
 perm [0 2 4 6 1 3 5 7], so inputs become [5 1 8 1 6 7 9 3] and positions [0 2 1 3 1 0 2 0].
+The permutation itself travels as the field 'order' (the original index of every slot), which
+attention masks by. For 'balanced' it is per row, made from the row's segment ids and aligned to
+the attention tile (BatchSpec.tile): a function of the window, so resume stays exact.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 import parallel
 from data.errors import DataError
 
-FIELDS = ("inputs", "targets", "weights", "positions", "segment_ids")
+FIELDS = ("inputs", "targets", "weights", "positions", "segment_ids", "order")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,11 +41,12 @@ class BatchSpec:
     seq_len: int            # tokens per sequence S
     global_batch: int       # sequences per step, all processes together
     seed: int
-    layout: str             # parallel.LAYOUTS: 'ring' | 'striped' | 'zigzag'
+    layout: str             # parallel.LAYOUTS: 'ring' | 'striped' | 'zigzag' | 'balanced'
     num_seq_shards: int     # N, devices on the mesh's 'seq' axis
     mask_documents: bool    # segment ids from EOS boundaries (else one segment per row)
     reset_positions: bool   # positions restart at 0 after each EOS (else 0..S-1)
     eos_id: int | None = None  # the tokenizer's EOS; needed by mask_documents / reset_positions
+    tile: int | None = None  # the attention tile 'balanced' aligns documents to (None: default)
 
 
 def num_windows(tokens: np.ndarray, seq_len: int) -> int:
@@ -53,8 +57,8 @@ def num_windows(tokens: np.ndarray, seq_len: int) -> int:
 def batch_rows(tokens: np.ndarray, spec: BatchSpec, step: int, rows) -> dict[str, np.ndarray]:
     """Rows `rows` (global row indices) of training step `step`, in layout order.
 
-    Returns 'inputs', 'targets', 'positions', 'segment_ids' int32 [R, S] and 'weights' float32
-    [R, S], R = len(rows).
+    Returns 'inputs', 'targets', 'positions', 'segment_ids', 'order' int32 [R, S] and 'weights'
+    float32 [R, S], R = len(rows).
     """
     rows = _check_rows(spec, rows)
     count = _check_windows(tokens, spec)
@@ -129,8 +133,14 @@ def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray) 
     natural = {"inputs": inputs, "targets": targets,
                "weights": np.ones(inputs.shape, np.float32),
                "positions": positions, "segment_ids": segment_ids}
-    perm = _layout_permutation(spec.layout, S, spec.num_seq_shards)
-    return {name: np.ascontiguousarray(natural[name][:, perm]) for name in FIELDS}
+    if parallel.get_layout(spec.layout).data_dependent:  # each row placed from its documents
+        order = parallel.permutation(spec.layout, S, spec.num_seq_shards,
+                                     segment_ids=segment_ids, tile=spec.tile)
+    else:
+        order = np.broadcast_to(_layout_permutation(spec.layout, S, spec.num_seq_shards),
+                                inputs.shape)
+    laid_out = {name: np.take_along_axis(x, order, axis=1) for name, x in natural.items()}
+    return {**laid_out, "order": np.ascontiguousarray(order, np.int32)}
 
 
 def _segments_and_positions(inputs: np.ndarray, spec: BatchSpec):
@@ -164,6 +174,9 @@ def _segments_and_positions(inputs: np.ndarray, spec: BatchSpec):
 @functools.lru_cache(maxsize=16)
 def _layout_permutation(layout: str, seq_len: int, num_shards: int) -> np.ndarray:
     try:
+        if parallel.get_layout(layout).data_dependent:  # per row; checks divisibility here
+            parallel.check_divisible(layout, seq_len, num_shards)
+            return None
         return parallel.permutation(layout, seq_len, num_shards)
     except ValueError as e:
         raise DataError(f"batch: {e}") from e

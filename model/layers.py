@@ -65,8 +65,9 @@ class Attention(nnx.Module):
         self.o = dense(cfg, cfg.num_heads * cfg.head_dim, cfg.d_model, rngs,
                        scale=1.0 / cfg.num_layers)
 
-    def __call__(self, x, positions, segment_ids):
-        """x [B, S, D] -> [B, S, D]; positions, segment_ids [B, S] (segment_ids may be None)."""
+    def __call__(self, x, positions, segment_ids, order=None):
+        """x [B, S, D] -> [B, S, D]; positions (RoPE), segment_ids and order (the original
+        index of each token, parallel.attention's `order`) [B, S]; the last two may be None."""
         cfg = self.cfg
         b, s, _ = x.shape
         q = self.q(x).reshape(b, s, cfg.num_heads, cfg.head_dim)
@@ -75,7 +76,7 @@ class Attention(nnx.Module):
         q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
         out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
                                  strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
-                                 segment_ids=segment_ids, tile_q=cfg.tile_q or None,
+                                 segment_ids=segment_ids, order=order, tile_q=cfg.tile_q or None,
                                  tile_k=cfg.tile_k or None)
         return self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))
 

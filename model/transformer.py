@@ -19,21 +19,21 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(cfg, rngs)
         self.mlp = SwiGLU(cfg, rngs)
 
-    def __call__(self, x, positions, segment_ids):
-        x = x + self.attention(self.attention_norm(x), positions, segment_ids)
+    def __call__(self, x, positions, segment_ids, order):
+        x = x + self.attention(self.attention_norm(x), positions, segment_ids, order)
         x = x + self.mlp(self.mlp_norm(x))
         return jax.lax.with_sharding_constraint(x, ACTIVATIONS)
 
 
-def _run_block(block, x, positions, segment_ids):
-    return block(x, positions, segment_ids)
+def _run_block(block, x, positions, segment_ids, order):
+    return block(x, positions, segment_ids, order)
 
 
 _run_block_remat = nnx.remat(_run_block)
 
 
 class Transformer(nnx.Module):
-    """tokens [B, S] (+ original positions, segment ids) -> logits [B, S, vocab] float32.
+    """tokens [B, S] (+ RoPE positions, segment ids, order) -> logits [B, S, vocab] float32.
 
     All inputs are in the attention layout's order and sharded (batch over 'data', seq over
     'seq'); the model never needs to know which layout it is, except to pass `kind` along.
@@ -51,11 +51,13 @@ class Transformer(nnx.Module):
         if not cfg.tie_embeddings:
             self.lm_head = dense(cfg, cfg.d_model, cfg.vocab_size, rngs)
 
-    def __call__(self, tokens, positions, segment_ids=None):
+    def __call__(self, tokens, positions, segment_ids=None, order=None):
+        """order: the original index of each token as it sits ([B, S]; the batch's 'order'),
+        required by the 'balanced' layout, optional for the others."""
         x = jax.lax.with_sharding_constraint(self.embed(tokens), ACTIVATIONS)
         run = _run_block_remat if self.cfg.remat else _run_block
         for block in self.blocks:
-            x = run(block, x, positions, segment_ids)
+            x = run(block, x, positions, segment_ids, order)
         x = self.final_norm(x)
         if self.cfg.tie_embeddings:
             logits = self.embed.attend(x)

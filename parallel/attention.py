@@ -55,43 +55,47 @@ def _sharded(spec: AttentionSpec, fn, args, in_specs, out_specs):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _forward(spec: AttentionSpec, q, k, v, seg):
-    def local(q, k, v, seg):
-        out, lse, counts = spec.strategy.forward(spec, q, k, v, seg)
+def _forward(spec: AttentionSpec, q, k, v, seg, order):
+    def local(q, k, v, seg, order):
+        out, lse, counts = spec.strategy.forward(spec, q, k, v, seg, order)
         return out, lse, counts[None, None]
-    return _sharded(spec, local, (q, k, v, seg), (_QKV, _QKV, _QKV, _SEG),
+    return _sharded(spec, local, (q, k, v, seg, order), (_QKV, _QKV, _QKV, _SEG, _SEG),
                     (_QKV, _LSE, _COUNTS))
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _backward(spec: AttentionSpec, q, k, v, seg, out, lse, dout):
+def _backward(spec: AttentionSpec, q, k, v, seg, order, out, lse, dout):
     local = functools.partial(spec.strategy.backward, spec)
-    return _sharded(spec, local, (q, k, v, seg, out, lse, dout),
-                    (_QKV, _QKV, _QKV, _SEG, _QKV, _LSE, _QKV), (_QKV,) * 3)
+    return _sharded(spec, local, (q, k, v, seg, order, out, lse, dout),
+                    (_QKV, _QKV, _QKV, _SEG, _SEG, _QKV, _LSE, _QKV), (_QKV,) * 3)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(spec, q, k, v, seg):
-    return _forward(spec, q, k, v, seg)[0]
+def _attention(spec, q, k, v, seg, order):
+    return _forward(spec, q, k, v, seg, order)[0]
 
 
-def _attention_fwd(spec, q, k, v, seg):
-    out, lse, _ = _forward(spec, q, k, v, seg)
-    return out, (q, k, v, seg, out, lse)
+def _attention_fwd(spec, q, k, v, seg, order):
+    out, lse, _ = _forward(spec, q, k, v, seg, order)
+    return out, (q, k, v, seg, order, out, lse)
+
+
+def _no_cotangent(x):
+    """The cotangent of an integer input (segment ids, order): float0 zeros, or None."""
+    return None if x is None else np.zeros(x.shape, jax.dtypes.float0)
 
 
 def _attention_bwd(spec, residuals, dout):
-    q, k, v, seg, out, lse = residuals
-    dq, dk, dv = _backward(spec, q, k, v, seg, out, lse, dout)
-    seg_ct = None if seg is None else np.zeros(seg.shape, jax.dtypes.float0)
-    return dq, dk, dv, seg_ct
+    q, k, v, seg, order, out, lse = residuals
+    dq, dk, dv = _backward(spec, q, k, v, seg, order, out, lse, dout)
+    return dq, dk, dv, _no_cotangent(seg), _no_cotangent(order)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def attention(q, k, v, *, mesh, layout, segment_ids=None, causal=True, strategy="ring",
-              kernel="auto", tile_q=None, tile_k=None, scale=None):
+def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
+              strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None):
     """Exact sequence-parallel attention over the mesh's 'seq' axis.
 
     Args:
@@ -103,6 +107,10 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, causal=True, strategy=
       layout: 'ring' | 'striped' | 'zigzag': where tokens sit on the seq shards.
       segment_ids: optional [batch, seq] integers, in the same order; tokens attend only within
         their own segment (packed documents).
+      order: optional [batch, seq] integers: the original index of each token as it sits, i.e.
+        the permutation that laid the row out (`permutation(...)`, [S] broadcast to every row,
+        or [B, S] from a data-dependent layout). Required for 'balanced'; for the others it
+        defaults to the layout's own formula. Masks and tile skipping follow it.
       causal: mask keys whose original index is after the query's.
       strategy: how keys and values reach the queries ('ring').
       kernel: the work on one block pair: 'auto' (the backend's fused kernel, else 'xla') or a
@@ -120,12 +128,12 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, causal=True, strategy=
       y = attention(x[:, perm], x[:, perm], x[:, perm], mesh=mesh, layout='striped')
       y[:, inverse_permutation('striped', 1024, 8)]   # natural order again
     """
-    spec = make_spec(q, k, v, segment_ids, mesh=mesh, layout=layout, strategy=strategy,
+    spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale)
-    return _attention(spec, q, k, v, segment_ids)
+    return _attention(spec, q, k, v, segment_ids, order)
 
 
-def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, causal=True,
+def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
                          strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None):
     """`attention`'s forward, plus the work it did.
 
@@ -134,7 +142,7 @@ def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, causal=True
     the maximum over 'data' shards when the batch is sharded, since those may skip different
     tiles.
     """
-    spec = make_spec(q, k, v, segment_ids, mesh=mesh, layout=layout, strategy=strategy,
+    spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale)
-    out, _, counts = _forward(spec, q, k, v, segment_ids)
+    out, _, counts = _forward(spec, q, k, v, segment_ids, order)
     return out, counts.max(axis=0)

@@ -29,61 +29,65 @@ from parallel.layouts import get_layout
 
 
 def key_tile_limits(q_pos, k_pos, tile_q: int, tile_k: int, causal: bool, xp=np):
-    """hi[qt]: the number of leading key tiles that may hold a key visible to query tile qt.
+    """hi[..., qt]: the number of leading key tiles that may hold a key visible to query tile qt.
 
-    q_pos [n_q], k_pos [n_k]: increasing original indices. Returns int32 [n_q / tile_q].
+    q_pos [..., n_q], k_pos [..., n_k]: increasing original indices (leading axes, such as batch
+    rows, broadcast). Returns int32 [..., n_q / tile_q].
     Example: q_pos [1 5 9 13], k_pos [3 7 11 15], tiles of 2: query tile 0 ends at 5 and key
     tiles start at 3 and 11 -> hi = [1, 2].
     """
-    n_q, n_k = q_pos.shape[0] // tile_q, k_pos.shape[0] // tile_k
+    q_last = q_pos[..., tile_q - 1::tile_q]  # largest original index in each query tile
+    k_first = k_pos[..., ::tile_k]  # smallest original index in each key tile
     if not causal:
-        return xp.full((n_q,), n_k, dtype=np.int32)
-    q_last = q_pos[tile_q - 1::tile_q]  # largest original index in each query tile
-    k_first = k_pos[::tile_k]  # smallest original index in each key tile
-    return xp.sum(k_first[None, :] <= q_last[:, None], axis=1).astype(np.int32)
+        shape = xp.broadcast_shapes(q_last.shape[:-1], k_first.shape[:-1]) + q_last.shape[-1:]
+        return xp.full(shape, k_first.shape[-1], dtype=np.int32)
+    return xp.sum(k_first[..., None, :] <= q_last[..., :, None], axis=-1).astype(np.int32)
 
 
 def fully_visible(q_pos, k_pos, tile_q: int, tile_k: int, causal: bool, xp=np):
-    """[n_q/tile_q, n_k/tile_k] bool: every key of the tile is visible to every query (causal
-    only; no mask needed). Key tile kt's last index <= query tile qt's first index."""
-    n_q, n_k = q_pos.shape[0] // tile_q, k_pos.shape[0] // tile_k
+    """[..., n_q/tile_q, n_k/tile_k] bool: every key of the tile is visible to every query
+    (causal only; no mask needed). Key tile kt's last index <= query tile qt's first index."""
+    q_first = q_pos[..., ::tile_q]
+    k_last = k_pos[..., tile_k - 1::tile_k]
     if not causal:
-        return xp.ones((n_q, n_k), dtype=bool)
-    q_first = q_pos[::tile_q]
-    k_last = k_pos[tile_k - 1::tile_k]
-    return k_last[None, :] <= q_first[:, None]
+        return xp.ones(q_first.shape[:-1] + q_first.shape[-1:] + k_last.shape[-1:], dtype=bool)
+    return k_last[..., None, :] <= q_first[..., :, None]
 
 
-SKIP, FULL, MASKED = 0, 1, 2  # what a tile inside the causal prefix needs
+SKIP, FULL, MASKED = 0, 1, 2  # what a tile needs
 
 
 def tile_plan(q_pos, k_pos, q_seg, k_seg, tile_q: int, tile_k: int, causal: bool, xp=np):
-    """(hi [Tq], plan [b, Tq, Tk] int32): the causal prefix of each query tile, and what each
-    tile needs in each batch row: SKIP (its queries' and keys' segment-id ranges are disjoint,
-    so no pair can be visible), FULL (one shared segment and all keys visible: no mask) or
-    MASKED. Without segment ids b is 1. Ranges make the rule exact for packed (sorted) ids and
-    conservative for any ids.
+    """(hi [R, Tq], plan [R, Tq, Tk]) int32: per batch row, the causal prefix of each query
+    tile, and what each tile needs: SKIP (past the prefix, or its queries' and keys'
+    segment-id ranges are disjoint, so no pair can be visible), FULL (one shared segment and
+    all keys visible: no mask) or MASKED.
 
-    Example: causal, positions 0..7 on both sides, tiles of 4, one document -> hi [1, 2],
-    plan [[[MASKED, MASKED], [FULL, MASKED]]] (entries past hi are never visited).
+    Positions are [n] (every row alike) or [b, n] (each row its own order: `attention`'s
+    `order`); segment ids [b, n] or None. R is b when either is per row, else 1. Ranges make
+    the rule exact for packed (sorted) ids and conservative for any ids.
+
+    Example: causal, positions 0..7 on both sides, tiles of 4, one document -> hi [[1, 2]],
+    plan [[[MASKED, SKIP], [FULL, MASKED]]].
     """
-    hi = key_tile_limits(q_pos, k_pos, tile_q, tile_k, causal, xp)
-    full = fully_visible(q_pos, k_pos, tile_q, tile_k, causal, xp)  # [Tq, Tk]
-    if q_seg is None:
-        return hi, xp.where(full, FULL, MASKED)[None].astype(np.int32)
-    (q_lo, q_hi), (k_lo, k_hi) = _ranges(q_seg, tile_q, xp), _ranges(k_seg, tile_k, xp)
-    meet = (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
-    one_doc = ((q_lo == q_hi)[:, :, None] & (k_lo == k_hi)[:, None, :]
-               & (q_lo[:, :, None] == k_lo[:, None, :]))
-    plan = xp.where(meet, xp.where(one_doc & full[None], FULL, MASKED), SKIP)
-    return hi, plan.astype(np.int32)
+    q_pos, k_pos = q_pos.reshape(-1, q_pos.shape[-1]), k_pos.reshape(-1, k_pos.shape[-1])
+    hi = key_tile_limits(q_pos, k_pos, tile_q, tile_k, causal, xp)  # [1 or b, Tq]
+    full = fully_visible(q_pos, k_pos, tile_q, tile_k, causal, xp)  # [1 or b, Tq, Tk]
+    runs = xp.arange(full.shape[-1])[None, None, :] < hi[:, :, None]
+    if q_seg is not None:
+        (q_lo, q_hi), (k_lo, k_hi) = _ranges(q_seg, tile_q, xp), _ranges(k_seg, tile_k, xp)
+        meet = (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
+        runs = runs & meet
+        full = full & ((q_lo == q_hi)[:, :, None] & (k_lo == k_hi)[:, None, :]
+                       & (q_lo[:, :, None] == k_lo[:, None, :]))
+    plan = xp.where(runs, xp.where(full, FULL, MASKED), SKIP).astype(np.int32)
+    return xp.broadcast_to(hi, plan.shape[:2]), plan
 
 
-def tiles_run(hi, plan, batch: int, xp=np):
-    """The tiles a kernel that follows `tile_plan` computes: inside the causal prefix and not
-    SKIP, summed over the batch rows (a plan made without segment ids stands for every row)."""
-    in_prefix = xp.arange(plan.shape[-1])[None, :] < hi[:, None]
-    return (in_prefix & (plan != SKIP)).sum() * (batch // plan.shape[0])
+def tiles_run(plan, batch: int, xp=np):
+    """The tiles a kernel that follows `tile_plan` computes: the tiles not SKIP, summed over
+    the batch rows (a plan with one row stands for every row)."""
+    return (plan != SKIP).sum() * (batch // plan.shape[0])
 
 
 def _ranges(seg, tile, xp):

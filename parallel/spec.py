@@ -57,14 +57,15 @@ def default_tile(layout: str, block: int, largest: int = MAX_DEFAULT_TILE) -> in
     return max(t for t in range(1, min(run, largest) + 1) if run % t == 0)
 
 
-def make_spec(q, k, v, segment_ids, *, mesh, layout, strategy, kernel, causal, tile_q, tile_k,
-              scale) -> AttentionSpec:
+def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, causal, tile_q,
+              tile_k, scale) -> AttentionSpec:
     """Validates the arguments of `parallel.attention` and gathers the static parameters."""
     lay, strat = get_layout(layout), get_strategy(strategy)
     _check_mesh(mesh)
     platform = mesh.devices.flat[0].platform
     kern = resolve_kernel(kernel, platform)
     _check_shapes(q, k, v, segment_ids)
+    _check_order(order, lay, q.shape[:2])
     batch, seq_len = q.shape[:2]
     if batch % mesh.shape[DATA]:
         raise ValueError(
@@ -110,6 +111,21 @@ def _check_shapes(q, k, v, segment_ids):
                 f"segment_ids must be [batch, seq] = {q.shape[:2]}; got {segment_ids.shape}")
         if not jnp.issubdtype(segment_ids.dtype, jnp.integer):
             raise ValueError(f"segment_ids must be integers; got {segment_ids.dtype}")
+
+
+def _check_order(order, layout, shape):
+    if order is None:
+        if layout.data_dependent:
+            raise ValueError(
+                f"layout {layout.name!r} places tokens from the data: pass order=, the [batch, "
+                f"seq] permutation that laid the rows out (parallel.permutation(..., "
+                f"segment_ids=...))")
+        return
+    if tuple(order.shape) != tuple(shape):
+        raise ValueError(f"order must be [batch, seq] = {tuple(shape)}; got {tuple(order.shape)}: "
+                         f"broadcast a [seq] permutation to every row")
+    if not jnp.issubdtype(order.dtype, jnp.integer):
+        raise ValueError(f"order must be integers (original token indices); got {order.dtype}")
 
 
 def _check_tile(name, tile, block):

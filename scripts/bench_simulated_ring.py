@@ -98,7 +98,8 @@ class Bench:
         """Median seconds of (forward, backward) on this pair of positions."""
         import jax.numpy as jnp
 
-        q_pos, k_pos = jnp.asarray(q_pos, jnp.int32), jnp.asarray(k_pos, jnp.int32)
+        # One batch row: positions are [1, n] (the kernel contract's [b, n]).
+        q_pos, k_pos = (jnp.asarray(p, jnp.int32)[None] for p in (q_pos, k_pos))
         _, lse, _ = self.forward(self.q, self.k, self.v, q_pos, k_pos)
         lse = jnp.where(jnp.isfinite(lse), lse, 0.0)  # the global lse of a row is finite
         calls = {

@@ -13,9 +13,9 @@ from parallel.kernels.xla import XlaKernel
 from parallel.strategies.ring import Ring
 from tests import dense_reference as ref
 
-ATTENTION_PARAMETERS = ["q", "k", "v", "mesh", "layout", "segment_ids", "causal", "strategy",
-                        "kernel", "tile_q", "tile_k", "scale"]
-ATTENTION_DEFAULTS = {"segment_ids": None, "causal": True, "strategy": "ring", "kernel": "auto",
+ATTENTION_PARAMETERS = ["q", "k", "v", "mesh", "layout", "segment_ids", "order", "causal",
+                        "strategy", "kernel", "tile_q", "tile_k", "scale"]
+ATTENTION_DEFAULTS = {"segment_ids": None, "order": None, "causal": True, "strategy": "ring", "kernel": "auto",
                       "tile_q": None, "tile_k": None, "scale": None}
 
 
@@ -30,15 +30,18 @@ def test_attention_signature(fn):
 
 
 def test_layout_and_mesh_signatures():
-    assert list(inspect.signature(parallel.permutation).parameters) == [
-        "layout", "seq_len", "num_shards"]
+    for fn in (parallel.permutation, parallel.inverse_permutation):
+        params = inspect.signature(fn).parameters
+        assert list(params) == ["layout", "seq_len", "num_shards", "segment_ids", "tile"]
+        assert [n for n, p in params.items() if p.kind == p.KEYWORD_ONLY] == ["segment_ids",
+                                                                                "tile"]
     params = inspect.signature(parallel.make_mesh).parameters
     assert list(params) == ["data", "seq", "devices"]
     assert params["devices"].kind == inspect.Parameter.KEYWORD_ONLY
 
 
 def test_registries():
-    assert list(parallel.LAYOUTS) == ["ring", "striped", "zigzag"]
+    assert list(parallel.LAYOUTS) == ["ring", "striped", "zigzag", "balanced"]
     assert list(parallel.STRATEGIES) == ["ring"]
     assert list(parallel.KERNELS) == ["xla", "pallas_gpu", "pallas_tpu"]
     assert parallel.resolve_kernel("auto", "cpu").name == "xla"  # no fused kernel for CPUs

@@ -12,6 +12,8 @@ from parallel.kernels import xla
 from tests import dense_reference as ref
 
 SEQ_LEN = 64
+# Layouts with one formula for every row (the others place each row from its documents).
+STATIC = [name for name, lay in parallel.LAYOUTS.items() if not lay.data_dependent]
 
 
 def mesh_for(num_shards, data=None):
@@ -35,25 +37,42 @@ def make_inputs(seed, batch, q_heads, kv_heads, dim=8, seq_len=SEQ_LEN, segments
     return q, k, v, dout, seg
 
 
+def layout_order(layout, seg, batch, seq_len, num_shards, tile=None):
+    """int32 [B, S]: the original index at each slot of each row under `layout` (a static
+    layout's permutation in every row; balanced places from seg, one document if None)."""
+    ids = np.zeros((batch, seq_len), np.int32) if seg is None else seg
+    perm = parallel.permutation(layout, seq_len, num_shards, segment_ids=ids, tile=tile)
+    return np.ascontiguousarray(np.broadcast_to(perm, (batch, seq_len)), np.int32)
+
+
+def take(x, order):
+    """x [B, S, ...] in natural order -> the layout's order given by order [B, S]."""
+    return np.take_along_axis(np.asarray(x), order.reshape(order.shape + (1,) * (x.ndim - 2)), 1)
+
+
 def run_kernel(q, k, v, dout, seg, *, mesh, layout, causal, tile_q=None, tile_k=None, dtype=None,
-               **kw):
-    """Permutes natural-order inputs into the layout's order, runs forward + VJP, un-permutes."""
-    num_shards = mesh.shape["seq"]
-    perm = parallel.permutation(layout, q.shape[1], num_shards)
-    inv = parallel.inverse_permutation(layout, q.shape[1], num_shards)
+               with_order=None, **kw):
+    """Lays natural-order inputs out for `layout`, runs forward + VJP, puts results back in
+    natural order. `order` goes to attention when with_order (default: when the layout needs
+    it); otherwise the layout's formula places the tokens."""
+    order = layout_order(layout, seg, q.shape[0], q.shape[1], mesh.shape["seq"])
+    inv = np.argsort(order, axis=1)
+    if with_order is None:
+        with_order = parallel.get_layout(layout).data_dependent
     cast = (lambda x: jnp.asarray(x, dtype)) if dtype else jnp.asarray
-    seg_p = None if seg is None else jnp.asarray(seg[:, perm])
+    seg_p = None if seg is None else jnp.asarray(take(seg, order))
+    order_p = jnp.asarray(order) if with_order else None
 
     @jax.jit
     def fwd_bwd(q, k, v, dout):
         fn = lambda q, k, v: parallel.attention(q, k, v, mesh=mesh, layout=layout,
-                                                segment_ids=seg_p, causal=causal, tile_q=tile_q,
-                                                tile_k=tile_k, **kw)
+                                                segment_ids=seg_p, order=order_p, causal=causal,
+                                                tile_q=tile_q, tile_k=tile_k, **kw)
         out, vjp = jax.vjp(fn, q, k, v)
         return out, vjp(dout)
 
-    out, grads = fwd_bwd(*(cast(x[:, perm]) for x in (q, k, v, dout)))
-    back = lambda x: np.asarray(x.astype(jnp.float32))[:, inv]
+    out, grads = fwd_bwd(*(cast(take(x, order)) for x in (q, k, v, dout)))
+    back = lambda x: take(np.asarray(x.astype(jnp.float32)), inv)
     return back(out), tuple(back(g) for g in grads)
 
 
@@ -67,24 +86,26 @@ def assert_matches_reference(out, grads, q, k, v, seg, causal, dout):
 
 
 # Every layout x ring size x (causal, segments) combination; head layout and tiles rotate so
-# that MHA, GQA and MQA and several tile shapes all meet every layout and ring size.
+# that MHA, GQA and MQA and several tile shapes all meet every layout and ring size, and static
+# layouts get their tokens' places from the formula or from `order` in turn.
 HEADS = [(2, 2), (4, 2), (4, 1)]  # (q_heads, kv_heads): MHA, GQA, MQA
 TILES = [(None, None), (4, 2), (2, 4), (1, 8)]
 MODES = [(True, None), (True, "packed"), (False, None), (False, "scattered")]
 CASES = [
-    (layout, n, causal, segments, HEADS[i % 3], TILES[(i + j) % 4])
+    (layout, n, causal, segments, HEADS[i % 3], TILES[(i + j) % 4], (i + j) % 2 == 1)
     for i, (layout, n) in enumerate(itertools.product(parallel.LAYOUTS, (1, 2, 4, 8)))
     for j, (causal, segments) in enumerate(MODES)
 ]
 
 
-@pytest.mark.parametrize("layout,num_shards,causal,segments,heads,tile", CASES)
-def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile):
+@pytest.mark.parametrize("layout,num_shards,causal,segments,heads,tile,with_order", CASES)
+def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile, with_order):
     mesh = mesh_for(num_shards)
     batch = 2 * mesh.shape["data"]
     q, k, v, dout, seg = make_inputs(num_shards, batch, *heads, segments=segments)
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=causal,
-                            tile_q=tile[0], tile_k=tile[1])
+                            tile_q=tile[0], tile_k=tile[1],
+                            with_order=with_order or parallel.get_layout(layout).data_dependent)
     assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
 
 
@@ -112,10 +133,12 @@ def test_data_sharded_two_by_four(layout):
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=True)
     assert_matches_reference(out, grads, q, k, v, seg, True, dout)
     # Output keeps the input's sharding: batch over 'data', seq over 'seq'.
-    perm = parallel.permutation(layout, SEQ_LEN, 4)
+    order = layout_order(layout, seg, 4, SEQ_LEN, 4)
     sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
-    qs, ks, vs = (jax.device_put(x[:, perm], sharding) for x in (q, k, v))
-    y = jax.jit(lambda a, b, c: parallel.attention(a, b, c, mesh=mesh, layout=layout))(qs, ks, vs)
+    qs, ks, vs = (jax.device_put(take(x, order), sharding) for x in (q, k, v))
+    y = jax.jit(lambda a, b, c, o: parallel.attention(a, b, c, mesh=mesh, layout=layout,
+                                                      order=o))(qs, ks, vs,
+                                                                jax.device_put(order, sharding))
     assert y.sharding.is_equivalent_to(sharding, 4)
 
 
@@ -146,12 +169,14 @@ def test_mesh_with_explicit_axes(layout):
     q, k, v, dout, seg = make_inputs(5, 4, 4, 2, segments="packed")
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=True)
     assert_matches_reference(out, grads, q, k, v, seg, True, dout)
-    perm = parallel.permutation(layout, SEQ_LEN, 4)
+    order = layout_order(layout, None, 4, SEQ_LEN, 4)
     with jax.set_mesh(mesh):
-        placed = [jax.device_put(x[:, perm], jax.NamedSharding(mesh, jax.P("data", "seq")))
-                  for x in (q, k, v)]
-        y = jax.jit(lambda a, b, c: parallel.attention(a, b, c, mesh=mesh, layout=layout))(*placed)
-    np.testing.assert_allclose(np.asarray(y)[:, parallel.inverse_permutation(layout, SEQ_LEN, 4)],
+        rows = jax.NamedSharding(mesh, jax.P("data", "seq"))
+        placed = [jax.device_put(take(x, order), rows) for x in (q, k, v)]
+        placed.append(jax.device_put(order, rows))
+        y = jax.jit(lambda a, b, c, o: parallel.attention(a, b, c, mesh=mesh, layout=layout,
+                                                          order=o))(*placed)
+    np.testing.assert_allclose(take(np.asarray(y), np.argsort(order, axis=1)),
                                ref.attention(q, k, v, None, True), rtol=1e-4, atol=1e-5)
 
 
@@ -162,17 +187,20 @@ GROUPINGS = [(16, 2, (1, 2)), (64, 4, (1, 8)), (128, 8, (2, 8)), (256, 2, (4, 8)
              (512, 4, (8, 8))]
 
 
+@pytest.mark.parametrize("layout", ["striped", "balanced"])
 @pytest.mark.parametrize("budget,piece,grouping", GROUPINGS)
-def test_every_cut_of_heads_rows_and_masked_tiles_is_exact(monkeypatch, budget, piece, grouping):
+def test_every_cut_of_heads_rows_and_masked_tiles_is_exact(monkeypatch, budget, piece, grouping,
+                                                           layout):
     """The xla kernel takes heads in groups and queries in steps sized by SCORE_BUDGET, and
     computes masked tiles in pieces of MASK_PIECE; every cut gives the reference's numbers,
-    with GQA, documents and causal masks."""
+    with GQA, documents and causal masks, and with rows placed alike (striped) or each its own
+    way (balanced: a group of two rows holds two orders)."""
     monkeypatch.setattr(xla, "SCORE_BUDGET", budget)
     monkeypatch.setattr(xla, "MASK_PIECE", piece)
     groups = xla.Groups.choose(2, 4, 2, 8, 8)
     assert (groups.size, groups.rows) == grouping
     jax.clear_caches()  # the compiled kernels of other settings must not be reused
     q, k, v, dout, seg = make_inputs(13, 2, 4, 2, segments="packed")
-    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(2, data=1), layout="striped",
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(2, data=1), layout=layout,
                             causal=True, tile_q=8, tile_k=8)
     assert_matches_reference(out, grads, q, k, v, seg, True, dout)

@@ -11,7 +11,8 @@ from jax import export
 import parallel
 from parallel.kernels import pallas_gpu, pallas_tpu
 from parallel.spec import TileSpec
-from tests.test_attention import assert_matches_reference, make_inputs, mesh_for, run_kernel
+from tests.test_attention import (assert_matches_reference, layout_order, make_inputs, mesh_for,
+                                  run_kernel, take)
 
 # (num_shards, causal, segments, (q_heads, kv_heads), (tile_q, tile_k)) for every layout.
 CASES = [(2, True, "packed", (4, 2), (8, 8)), (4, False, "scattered", (4, 1), (4, 8)),
@@ -32,9 +33,11 @@ def test_matches_dense_reference(kernel, layout, num_shards, causal, segments, h
 @pytest.mark.parametrize("layout", parallel.LAYOUTS)
 def test_counts_the_same_tiles_as_the_xla_kernel(layout):
     x = np.zeros((1, 64, 1, 8), np.float32)
+    seg = np.repeat(np.arange(4, dtype=np.int32), [6, 30, 20, 8])[None]  # natural order
+    order = layout_order(layout, seg, 1, 64, 4, tile=4)
     counts = {kernel: np.asarray(parallel.attention_with_stats(
-        x, x, x, mesh=mesh_for(4, data=1), layout=layout, kernel=kernel, tile_q=4, tile_k=4)[1])
-        for kernel in ("xla", *PALLAS)}
+        x, x, x, mesh=mesh_for(4, data=1), layout=layout, kernel=kernel, tile_q=4, tile_k=4,
+        segment_ids=take(seg, order), order=order)[1]) for kernel in ("xla", *PALLAS)}
     for kernel in PALLAS:
         np.testing.assert_array_equal(counts[kernel], counts["xla"], err_msg=kernel)
 
@@ -60,7 +63,7 @@ def export_block_pair(kernel, platform, tiles, n, d, segments=True, **kw):
     q = jax.ShapeDtypeStruct((b, heads, n, d), jnp.bfloat16)
     kv = jax.ShapeDtypeStruct((b, kv_heads, n, d), jnp.bfloat16)
     rows = jax.ShapeDtypeStruct((b, heads, n), jnp.float32)
-    pos = jax.ShapeDtypeStruct((n,), jnp.int32)
+    pos = jax.ShapeDtypeStruct((b, n), jnp.int32)
     seg = jax.ShapeDtypeStruct((b, n), jnp.int32)
 
     def fwd_bwd(q, k, v, do, lse, delta, qp, kp, qs=None, ks=None):

@@ -8,6 +8,7 @@ import pytest
 import parallel
 from parallel import cost
 from tests import dense_reference as ref
+from tests.test_attention import STATIC, layout_order, take
 
 T = 8  # tiles per block side
 TILE = 2
@@ -18,11 +19,11 @@ def tile_counts(layout, num_shards, causal=True, segment_ids=None, batch=1, data
     """Runs the kernel on a [batch, S] problem in natural order; returns tiles[d, s] as numpy."""
     seq_len = num_shards * T * TILE
     mesh = parallel.make_mesh(data, num_shards, devices=jax.devices()[: data * num_shards])
-    perm = parallel.permutation(layout, seq_len, num_shards)
+    order = layout_order(layout, segment_ids, batch, seq_len, num_shards, tile=TILE)
     x = np.ones((batch, seq_len, 1, 4), np.float32)
-    seg = None if segment_ids is None else segment_ids[:, perm]
+    seg = None if segment_ids is None else take(segment_ids, order)
     _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout, segment_ids=seg,
-                                             causal=causal, tile_q=TILE, tile_k=TILE,
+                                             order=order, causal=causal, tile_q=TILE, tile_k=TILE,
                                              kernel=kernel)
     return np.asarray(tiles)
 
@@ -31,15 +32,17 @@ def needed_tiles(layout, num_shards, causal=True, segment_ids=None, batch=1):
     """Brute force from the dense mask: tiles holding at least one visible (query, key) pair."""
     seq_len = num_shards * T * TILE
     block = seq_len // num_shards
-    visible = ref.mask(batch, seq_len, segment_ids, causal)[:, 0].any(axis=0)  # [S, S]
-    owner = parallel.permutation(layout, seq_len, num_shards).reshape(num_shards, block)
+    visible = ref.mask(batch, seq_len, segment_ids, causal)[:, 0]  # [b, S, S]
+    order = layout_order(layout, segment_ids, batch, seq_len, num_shards, tile=TILE)
     counts = np.zeros((num_shards, num_shards), int)
-    for d in range(num_shards):
-        for step in range(num_shards):
-            src = (d - step) % num_shards
-            pairs = visible[np.ix_(owner[d], owner[src])]  # [block q, block k], stored order
-            per_tile = pairs.reshape(T, TILE, T, TILE).any(axis=(1, 3))
-            counts[d, step] = per_tile.sum()
+    for row in range(batch):
+        owner = order[row].reshape(num_shards, block)
+        for d in range(num_shards):
+            for step in range(num_shards):
+                src = (d - step) % num_shards
+                pairs = visible[row][np.ix_(owner[d], owner[src])]  # [q, k], stored order
+                per_tile = pairs.reshape(T, TILE, T, TILE).any(axis=(1, 3))
+                counts[d, step] = max(counts[d, step], per_tile.sum())
     return counts
 
 
@@ -54,7 +57,7 @@ CLOSED_FORMS = {
 
 
 @pytest.mark.parametrize("num_shards", [2, 4, 8])
-@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("layout", STATIC)
 def test_causal_tiles_match_cost_model_and_skip_exactly(layout, num_shards):
     tiles = tile_counts(layout, num_shards)
     np.testing.assert_array_equal(tiles.max(axis=0), CLOSED_FORMS[layout](num_shards))
@@ -66,7 +69,7 @@ def test_causal_tiles_match_cost_model_and_skip_exactly(layout, num_shards):
 
 
 def test_critical_path_ratios_at_eight_shards():
-    counts = {layout: tile_counts(layout, 8) for layout in parallel.LAYOUTS}
+    counts = {layout: tile_counts(layout, 8) for layout in STATIC}
     path = {layout: cost.critical_path(c) for layout, c in counts.items()}
     ideal = (8 * T * TILE) * (8 * T * TILE + 1) / 2 / (8 * TILE * TILE)
     assert cost.ideal_tiles(8 * T * TILE, 8, TILE, TILE) == ideal
@@ -78,7 +81,7 @@ def test_critical_path_ratios_at_eight_shards():
     assert efficiency["zigzag"] == pytest.approx(ideal / 260)
 
 
-@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("layout", STATIC)
 def test_bidirectional_computes_every_tile(layout):
     np.testing.assert_array_equal(tile_counts(layout, 4, causal=False), np.full((4, 4), FULL))
     np.testing.assert_array_equal(cost.ring_tile_counts(layout, 4, T * TILE, TILE, TILE, False),
@@ -121,7 +124,7 @@ def test_counts_are_maximum_over_data_shards():
     assert (row1 < row0).any()
 
 
-@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("layout", STATIC)
 def test_tile_plan_skips_only_empty_tiles_and_unmasks_only_full_ones(layout):
     """cost.tile_plan against the dense mask of every block pair of a packed row."""
     rng = np.random.default_rng(1)
@@ -139,7 +142,7 @@ def test_tile_plan_skips_only_empty_tiles_and_unmasks_only_full_ones(layout):
             for qt in range(T):
                 for kt in range(T):
                     any_visible, all_visible = pairs[qt, kt].any(), pairs[qt, kt].all()
-                    if kt >= hi[qt] or plan[0, qt, kt] == cost.SKIP:
+                    if kt >= hi[0, qt] or plan[0, qt, kt] == cost.SKIP:
                         assert not any_visible, (d, src, qt, kt)
                     elif plan[0, qt, kt] == cost.FULL:
                         assert all_visible, (d, src, qt, kt)

@@ -8,6 +8,7 @@ from flax import nnx
 
 import model
 import parallel
+from tests.test_attention import layout_order, take
 from training import step as step_lib
 
 SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -31,9 +32,11 @@ def loss_and_grads(layout, data, seq, **overrides):
     cfg = model.ModelConfig(attention_layout=layout, **{**SIZES, **overrides})
     net = model.create(cfg, mesh, seed=0)
     graphdef, params = nnx.split(net, nnx.Param)
-    perm = parallel.permutation(layout, S, seq)
+    fields = natural_batch()
+    order = layout_order(layout, fields["segment_ids"], B, S, seq, tile=4)
     sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
-    batch = {k: jax.device_put(v[:, perm], sharding) for k, v in natural_batch().items()}
+    batch = {k: jax.device_put(take(v, order), sharding) for k, v in fields.items()}
+    batch["order"] = jax.device_put(order, sharding)
 
     @jax.jit
     def loss_grads(params, batch):
@@ -53,7 +56,7 @@ def single_device():
 
 
 @pytest.mark.parametrize("layout,data,seq", [("ring", 1, 4), ("striped", 1, 4), ("zigzag", 1, 4),
-                                             ("striped", 2, 4)])
+                                             ("striped", 2, 4), ("balanced", 2, 4)])
 def test_same_loss_and_gradients_as_one_device(single_device, layout, data, seq):
     want_loss, want_grads, _ = single_device
     loss, grads, _ = loss_and_grads(layout, data, seq)

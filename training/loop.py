@@ -65,8 +65,15 @@ def prepare_data(config, workdir: str, mesh):
                           num_seq_shards=mesh.shape[parallel.SEQ],
                           mask_documents=config.data.mask_documents,
                           reset_positions=config.data.reset_positions,
-                          eos_id=tokenizer.eos_id)
+                          eos_id=tokenizer.eos_id, tile=balance_tile(config.model))
     return tokenizer, cache, spec
+
+
+def balance_tile(model_config):
+    """The unit 'balanced' aligns documents to: a multiple of both attention tiles (None: the
+    default tile), so that every tile the kernel runs is one run of consecutive tokens."""
+    tiles = [t for t in (model_config.tile_q, model_config.tile_k) if t]
+    return math.lcm(*tiles) if tiles else None
 
 
 def create_train_state(config, mesh):

@@ -17,7 +17,10 @@ def token_loss_sums(graphdef, params, batch, mask_documents: bool):
     """(sum of weight * cross-entropy, sum of weight) over a batch of [B, S] fields."""
     model = nnx.merge(graphdef, params)
     segment_ids = batch["segment_ids"] if mask_documents else None
-    logits = model(batch["inputs"], batch["positions"], segment_ids)  # [B, S, V] float32
+    # order: where each token came from (the layout's placement; per row for 'balanced').
+    # Batches from data/ always carry it; a hand-made batch of a static layout may leave it out.
+    logits = model(batch["inputs"], batch["positions"], segment_ids,
+                   batch.get("order"))  # [B, S, V] float32
     target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
     nll = jax.nn.logsumexp(logits, axis=-1) - target_logit
     weights = batch["weights"]

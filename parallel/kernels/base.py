@@ -7,7 +7,7 @@ transposes once per call, not per tile):
     q, do, out, dq   [b, H, n, d]     H = h * g query heads; query head i uses KV head i // g
     k, v, dk, dv     [b, h, n, d]
     lse, delta       [b, H, n]        float32
-    q_pos, k_pos     [n]              original token indices of each block, increasing
+    q_pos, k_pos     [b, n]           original token indices of each block, increasing per row
     q_seg, k_seg     [b, n] or None   segment (document) ids
 
 Contract:
@@ -94,9 +94,10 @@ def varying(x, tiles):
 # The rules every kernel computes the same way, on tiles of any leading shape [..., rows, keys].
 
 def visible(q_pos, k_pos, q_seg, k_seg, causal):
-    """The contract's mask: [rows, keys], or [kv, rows, keys] with segment ids [kv, rows] and
-    [kv, keys]; None when every pair is visible (bidirectional, no documents)."""
-    return visible_pairs(q_pos[:, None], k_pos[None, :],
+    """The contract's mask from positions and segment ids [..., rows] and [..., keys] (leading
+    axes, such as the KV slots of a group, broadcast): [..., rows, keys]; None when every pair
+    is visible (bidirectional, no documents)."""
+    return visible_pairs(q_pos[..., :, None], k_pos[..., None, :],
                          None if q_seg is None else q_seg[..., :, None],
                          None if k_seg is None else k_seg[..., None, :], causal)
 

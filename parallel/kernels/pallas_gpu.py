@@ -3,9 +3,10 @@ Triton lowering. On a CPU backend it runs in Pallas' interpret mode (slow, exact
 
 One program per (query head, query tile): it loads its tile of queries once and walks the key
 tiles of its causal prefix (hi, from cost.tile_plan), keeping the online-softmax state in
-registers. Masks come from the positions and segment ids passed in, so one kernel serves every
-layout. With segment ids, a tile whose query and key segment-id ranges are disjoint (the cost
-model's SKIP rule, per batch row) is branched around: no loads, no matmuls.
+registers; the prefix is that of its own batch row (positions are per row). Masks come from
+the positions and segment ids passed in, so one kernel serves every layout. With segment ids, a
+tile whose query and key segment-id ranges are disjoint (the cost model's SKIP rule, per batch
+row) is branched around: no loads, no matmuls.
 """
 
 from __future__ import annotations
@@ -82,24 +83,32 @@ def _forward_kernel(hi_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles, w
     o_ref[...], lse_ref[...] = softmax_result(o, m, l, tiles.scale)
 
 
+def _row_limits(limits, heads):
+    """Per-row loop limits [b, T] (hi or lo) -> an input [b * T, 1] and the BlockSpec that gives
+    program (query head r, tile i) its row's entry."""
+    per_row = limits.shape[1]
+    spec = pl.BlockSpec((None, 1), lambda r, i: ((r // heads) * per_row + i, 0))
+    return limits.astype(jnp.int32).reshape(-1, 1), spec
+
+
 def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
     b, heads, n, d = q.shape
     kv_heads = k.shape[1]
     g = heads // kv_heads
     tq, tk = tiles.tile_q, tiles.tile_k
     hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, tq, tk, tiles.causal, xp=jnp)
-    count = cost.tiles_run(hi, plan, b, xp=jnp)  # what its programs compute, per batch row
-    hi = hi.astype(jnp.int32)[:, None]  # [Tq, 1]
+    count = cost.tiles_run(plan, b, xp=jnp)  # what its programs compute, per batch row
+    hi, hi_spec = _row_limits(hi, heads)
     flat = lambda x: x.reshape(-1, *x.shape[2:])
     row_q = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
     row_kv = pl.BlockSpec((None, n, d), lambda r, i: (r // g, 0, 0))
+    q_rows = pl.BlockSpec((None, tq), lambda r, i: (r // heads, i))
+    k_rows = pl.BlockSpec((None, n), lambda r, i: (r // heads, 0))
     inputs = [hi, flat(q), flat(k), flat(v), q_pos, k_pos]
-    specs = [pl.BlockSpec((None, 1), lambda r, i: (i, 0)), row_q, row_kv, row_kv,
-             pl.BlockSpec((tq,), lambda r, i: (i,)), pl.BlockSpec((n,), lambda r, i: (0,))]
+    specs = [hi_spec, row_q, row_kv, row_kv, q_rows, k_rows]
     if q_seg is not None:
         inputs += [q_seg, k_seg]
-        specs += [pl.BlockSpec((None, tq), lambda r, i: (r // heads, i)),
-                  pl.BlockSpec((None, n), lambda r, i: (r // heads, 0))]
+        specs += [q_rows, k_rows]
     kernel = functools.partial(_forward_kernel, tiles=tiles, with_segments=q_seg is not None)
     out, lse = pl.pallas_call(
         kernel, grid=(b * heads, n // tq), in_specs=specs,
@@ -181,22 +190,23 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
     g = heads // kv_heads
     tq, tk = tiles.tile_q, tiles.tile_k
     hi, _ = cost.tile_plan(q_pos, k_pos, None, None, tq, tk, tiles.causal, xp=jnp)
-    # lo[kt]: the first query tile whose causal prefix reaches key tile kt.
-    lo = (hi[:, None] <= jnp.arange(n // tk)[None, :]).sum(axis=0).astype(jnp.int32)[:, None]
+    # lo[row, kt]: the first query tile whose causal prefix reaches key tile kt.
+    lo = (hi[:, :, None] <= jnp.arange(n // tk)[None, None, :]).sum(axis=1)
+    (hi, hi_spec), (lo, lo_spec) = _row_limits(hi, heads), _row_limits(lo, heads)
     flat = lambda x: x.reshape(-1, *x.shape[2:])
     whole_q = pl.BlockSpec((None, n, d), lambda r, i: (r, 0, 0))
     whole_kv = pl.BlockSpec((None, n, d), lambda r, i: (r // g, 0, 0))
     whole_row = pl.BlockSpec((None, n), lambda r, i: (r, 0))
-    whole_pos = pl.BlockSpec((n,), lambda r, i: (0,))
-    seg_row = lambda size, block: pl.BlockSpec((None, size), lambda r, i: (r // heads, block(i)))
+    # Positions and segment ids: the batch row of query head r, whole or one tile of it.
+    of_row = lambda size, block: pl.BlockSpec((None, size), lambda r, i: (r // heads, block(i)))
     arrays = [flat(q), flat(k), flat(v), flat(do), flat(lse), flat(delta), q_pos, k_pos]
     with_segments = q_seg is not None
     segs = [q_seg, k_seg] if with_segments else []
 
     key_tile = pl.BlockSpec((None, tk, d), lambda r, i: (r // g, i, 0))
-    dkdv_specs = [pl.BlockSpec((None, 1), lambda r, i: (i, 0)), whole_q, key_tile, key_tile,
-                  whole_q, whole_row, whole_row, whole_pos, pl.BlockSpec((tk,), lambda r, i: (i,))]
-    dkdv_specs += [seg_row(n, lambda i: 0), seg_row(tk, lambda i: i)] if with_segments else []
+    dkdv_rows = [of_row(n, lambda i: 0), of_row(tk, lambda i: i)]
+    dkdv_specs = [lo_spec, whole_q, key_tile, key_tile, whole_q, whole_row, whole_row,
+                  *dkdv_rows, *(dkdv_rows if with_segments else [])]
     out_tile = pl.BlockSpec((None, tk, d), lambda r, i: (r, i, 0))
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, tiles=tiles, with_segments=with_segments,
@@ -207,16 +217,14 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
 
     query_tile = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
     row_tile = pl.BlockSpec((None, tq), lambda r, i: (r, i))
-    dq_specs = [pl.BlockSpec((None, 1), lambda r, i: (i, 0)), query_tile, whole_kv, whole_kv,
-                query_tile, row_tile, row_tile, pl.BlockSpec((tq,), lambda r, i: (i,)),
-                whole_pos]
-    dq_specs += [seg_row(tq, lambda i: i), seg_row(n, lambda i: 0)] if with_segments else []
+    dq_rows = [of_row(tq, lambda i: i), of_row(n, lambda i: 0)]
+    dq_specs = [hi_spec, query_tile, whole_kv, whole_kv, query_tile, row_tile, row_tile,
+                *dq_rows, *(dq_rows if with_segments else [])]
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, tiles=tiles, with_segments=with_segments),
         grid=(b * heads, n // tq), in_specs=dq_specs, out_specs=query_tile,
         out_shape=_f32_like(q, (b * heads, n, d)),
-        compiler_params=_TRITON,
-        interpret=interpret)(*varying([hi.astype(jnp.int32)[:, None], *arrays, *segs], tiles))
+        compiler_params=_TRITON, interpret=interpret)(*varying([hi, *arrays, *segs], tiles))
     # dK, dV were made per query head; the g query heads of a KV head add up.
     per_kv = lambda x: x.reshape(b, kv_heads, g, n, d).sum(axis=2)
     return dq.reshape(q.shape), per_kv(dk), per_kv(dv)

@@ -53,29 +53,38 @@ class _Plan:
 
     def __init__(self, q_pos, k_pos, q_seg, k_seg, b, tiles):
         self.tq, self.tk = tiles.tile_q, tiles.tile_k
-        self.num_q, self.num_k = q_pos.shape[0] // self.tq, k_pos.shape[0] // self.tk
+        self.num_q, self.num_k = q_pos.shape[-1] // self.tq, k_pos.shape[-1] // self.tk
         hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, self.tq, self.tk, tiles.causal,
                                   xp=jnp)
-        self.hi = hi.astype(jnp.int32)
-        # lo[kt]: the first query tile whose causal prefix reaches key tile kt.
-        self.lo = (self.hi[:, None] <= jnp.arange(self.num_k)[None, :]).sum(axis=0)
-        self.lo = self.lo.astype(jnp.int32)
-        self.per_row = plan.shape[0] > 1  # segment ids give each batch row its own plan
+        # lo[row, kt]: the first query tile whose causal prefix reaches key tile kt.
+        lo = (hi[:, :, None] <= jnp.arange(self.num_k)[None, None, :]).sum(axis=1)
+        self.rows = plan.shape[0]  # positions are per batch row, so each row has its own plan
+        self.hi, self.lo = hi.astype(jnp.int32).reshape(-1), lo.astype(jnp.int32).reshape(-1)
         self.plan = plan.reshape(-1)
-        self.count = cost.tiles_run(self.hi, plan, b, xp=jnp)
+        self.count = cost.tiles_run(plan, b, xp=jnp)
+
+    def _row(self, row):
+        return row if self.rows > 1 else 0
 
     def kind(self, plan_ref, row, qt, kt):
         """SKIP / FULL / MASKED of tile (qt, kt) in batch row `row`, inside a kernel."""
-        row = row if self.per_row else 0
-        return plan_ref[(row * self.num_q + qt) * self.num_k + kt]
+        return plan_ref[(self._row(row) * self.num_q + qt) * self.num_k + kt]
 
-    def key_tile(self, hi_ref, qt, kt):
+    def limit(self, hi_ref, row, qt):
+        """The causal prefix of query tile qt in batch row `row`."""
+        return hi_ref[self._row(row) * self.num_q + qt]
+
+    def first(self, lo_ref, row, kt):
+        """The first query tile of batch row `row` whose prefix reaches key tile kt."""
+        return lo_ref[self._row(row) * self.num_k + kt]
+
+    def key_tile(self, hi_ref, row, qt, kt):
         """The key tile to fetch at grid step kt: past the prefix, the prefix's last one."""
-        return jnp.maximum(jnp.minimum(kt, hi_ref[qt] - 1), 0)
+        return jnp.maximum(jnp.minimum(kt, self.limit(hi_ref, row, qt) - 1), 0)
 
-    def query_tile(self, lo_ref, kt, qt):
+    def query_tile(self, lo_ref, row, kt, qt):
         """The query tile to fetch at grid step qt: before `lo`, the first one that is needed."""
-        return jnp.minimum(jnp.maximum(qt, lo_ref[kt]), self.num_q - 1)
+        return jnp.minimum(jnp.maximum(qt, self.first(lo_ref, row, kt)), self.num_q - 1)
 
 
 def _when_tile(kind, runs, compute):
@@ -132,7 +141,8 @@ def _forward_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest
         v = v_ref[...]
         o_acc[...] = o_acc[...] * alpha + _dot(p.astype(v.dtype), v, 1, 0, tiles)
 
-    _when_tile(plan.kind(plan_ref, _div(r, heads), qt, kt), kt < hi_ref[qt], compute)
+    row = _div(r, heads)
+    _when_tile(plan.kind(plan_ref, row, qt, kt), kt < plan.limit(hi_ref, row, qt), compute)
 
     @pl.when(kt == plan.num_k - 1)
     def _():
@@ -156,25 +166,26 @@ class _KeyWalk:
     def __init__(self, plan, q, k):
         b, heads, _, d = q.shape
         g = heads // k.shape[1]
-        key = lambda qt, kt, hi: plan.key_tile(hi, qt, kt)
+        row = lambda r: _div(r, heads)  # the batch row of query head r
+        key = lambda r, qt, kt, hi: plan.key_tile(hi, row(r), qt, kt)
         self.grid = (b * heads, plan.num_q, plan.num_k)
         self.q_tile = pl.BlockSpec((None, plan.tq, d), lambda r, qt, kt, *_: (r, qt, 0))
         self.q_column = pl.BlockSpec((None, plan.tq, 1), lambda r, qt, kt, *_: (r, qt, 0))
         self.kv_tile = pl.BlockSpec((None, plan.tk, d),
-                                    lambda r, qt, kt, hi, _: (_div(r, g), key(qt, kt, hi), 0))
-        self.mask_specs = [
-            pl.BlockSpec((plan.tq, 1), lambda r, qt, kt, *_: (qt, 0)),
-            pl.BlockSpec((1, plan.tk), lambda r, qt, kt, hi, _: (0, key(qt, kt, hi))),
-            pl.BlockSpec((None, plan.tq, 1), lambda r, qt, kt, *_: (_div(r, heads), qt, 0)),
+                                    lambda r, qt, kt, hi, _: (_div(r, g), key(r, qt, kt, hi), 0))
+        # Positions and segment ids of the batch row: a column of the query tile, a row of the
+        # key tile.
+        self.row_specs = [
+            pl.BlockSpec((None, plan.tq, 1), lambda r, qt, kt, *_: (row(r), qt, 0)),
             pl.BlockSpec((None, 1, plan.tk),
-                         lambda r, qt, kt, hi, _: (_div(r, heads), 0, key(qt, kt, hi)))]
+                         lambda r, qt, kt, hi, _: (row(r), 0, key(r, qt, kt, hi)))]
 
     def mask_inputs(self, q_pos, k_pos, q_seg, k_seg):
         """(arrays, specs): positions, and segment ids if any, query side as columns."""
-        arrays = [_int32(q_pos)[:, None], _int32(k_pos)[None, :]]
+        arrays = [_int32(q_pos)[:, :, None], _int32(k_pos)[:, None, :]]
         if q_seg is not None:
             arrays += [_int32(q_seg)[:, :, None], _int32(k_seg)[:, None, :]]
-        return arrays, self.mask_specs[:len(arrays)]
+        return arrays, self.row_specs * (len(arrays) // 2)
 
 
 def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
@@ -227,7 +238,8 @@ def _dkdv_kernel(lo_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_r
         ds = p * (_dot(v_ref[...], do, 1, 1, tiles) - delta_ref[...])
         dk_acc[...] += _dot(ds.astype(q.dtype), q, 1, 0, tiles)
 
-    _when_tile(plan.kind(plan_ref, _div(r, kv_heads), qt, kt), qt >= lo_ref[kt], compute)
+    row = _div(r, kv_heads)
+    _when_tile(plan.kind(plan_ref, row, qt, kt), qt >= plan.first(lo_ref, row, kt), compute)
 
     @pl.when(t == g * plan.num_q - 1)
     def _():
@@ -252,7 +264,8 @@ def _dq_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref
         ds = p * (_dot(do_ref[...], v_ref[...], 1, 1, tiles) - delta_ref[...])
         dq_acc[...] += _dot(ds.astype(k.dtype), k, 1, 0, tiles)
 
-    _when_tile(plan.kind(plan_ref, _div(r, heads), qt, kt), kt < hi_ref[qt], compute)
+    row = _div(r, heads)
+    _when_tile(plan.kind(plan_ref, row, qt, kt), kt < plan.limit(hi_ref, row, qt), compute)
 
     @pl.when(kt == plan.num_k - 1)
     def _():
@@ -265,21 +278,24 @@ def _dkdv(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, inte
     kv_heads = k.shape[1]
     g = heads // kv_heads
     tq, tk, num_q = plan.tq, plan.tk, plan.num_q
-    query = lambda kt, t, lo: plan.query_tile(lo, kt, lax.rem(t, jnp.int32(num_q)))
+    row = lambda r: _div(r, kv_heads)  # the batch row of KV head r
+    query = lambda r, kt, t, lo: plan.query_tile(lo, row(r), kt, lax.rem(t, jnp.int32(num_q)))
     head = lambda r, t: r * g + _div(t, num_q)  # the query head of grid step t
-    q_tile = pl.BlockSpec((None, tq, d), lambda r, kt, t, lo, _: (head(r, t), query(kt, t, lo), 0))
-    q_row = pl.BlockSpec((None, 1, tq), lambda r, kt, t, lo, _: (head(r, t), 0, query(kt, t, lo)))
+    q_tile = pl.BlockSpec((None, tq, d),
+                          lambda r, kt, t, lo, _: (head(r, t), query(r, kt, t, lo), 0))
+    q_row = pl.BlockSpec((None, 1, tq),
+                         lambda r, kt, t, lo, _: (head(r, t), 0, query(r, kt, t, lo)))
     k_tile = pl.BlockSpec((None, tk, d), lambda r, kt, t, *_: (r, kt, 0))
+    # Positions and segment ids of the batch row: a row of the query tile, a column of the keys.
+    row_specs = [pl.BlockSpec((None, 1, tq),
+                              lambda r, kt, t, lo, _: (row(r), 0, query(r, kt, t, lo))),
+                 pl.BlockSpec((None, tk, 1), lambda r, kt, t, *_: (row(r), kt, 0))]
     arrays = [_flat(q), _flat(k), _flat(v), _flat(do), _flat(lse)[:, None, :],
-              _flat(delta)[:, None, :], _int32(q_pos)[None, :], _int32(k_pos)[:, None]]
-    specs = [q_tile, k_tile, k_tile, q_tile, q_row, q_row,
-             pl.BlockSpec((1, tq), lambda r, kt, t, lo, _: (0, query(kt, t, lo))),
-             pl.BlockSpec((tk, 1), lambda r, kt, t, *_: (kt, 0))]
+              _flat(delta)[:, None, :], _int32(q_pos)[:, None, :], _int32(k_pos)[:, :, None]]
+    specs = [q_tile, k_tile, k_tile, q_tile, q_row, q_row, *row_specs]
     if q_seg is not None:
         arrays += [_int32(q_seg)[:, None, :], _int32(k_seg)[:, :, None]]
-        specs += [pl.BlockSpec((None, 1, tq),
-                               lambda r, kt, t, lo, _: (_div(r, kv_heads), 0, query(kt, t, lo))),
-                  pl.BlockSpec((None, tk, 1), lambda r, kt, t, *_: (_div(r, kv_heads), kt, 0))]
+        specs += row_specs
     grid = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2, grid=(b * kv_heads, plan.num_k, g * num_q), in_specs=specs,
         out_specs=[k_tile, k_tile],

@@ -92,11 +92,12 @@ class Groups:
         """Group i's KV heads of a flattened [b*h, ...] array: [kv, ...]."""
         return lax.dynamic_slice_in_dim(x, self.first_kv(i), self.kv, 0)
 
-    def segments(self, i, seg):
-        """Segment ids [b, n] -> the row of each of group i's KV heads: [kv, n] (or None)."""
-        if seg is None:
+    def rows_of(self, i, x):
+        """Per-row [b, n] (positions, segment ids) -> the row of each of group i's KV heads:
+        [kv, n] (None stays None)."""
+        if x is None:
             return None
-        return jnp.take(seg, (self.first_kv(i) + jnp.arange(self.kv)) // self.kv_heads, axis=0)
+        return jnp.take(x, (self.first_kv(i) + jnp.arange(self.kv)) // self.kv_heads, axis=0)
 
     def plan(self, plan):
         """Per-row tile plan [b or 1, Tq, Tk] -> per group [count, Tq, Tk]: a group skips a tile
@@ -117,7 +118,7 @@ def _slice(x, start, size, axis):
 
 
 def _mask(q_pos, k_pos, q_seg, k_seg, causal):
-    """[kv or 1, 1, rows, tk] bool (the g axis added): key j visible to query i."""
+    """[kv, 1, rows, tk] bool (the g axis added): key j visible to query i."""
     mask = visible(q_pos, k_pos, q_seg, k_seg, causal)
     return None if mask is None else jnp.expand_dims(mask, -3)
 
@@ -148,7 +149,7 @@ def _sub_size(rows, width):
 def _piece_plan(qp, qs, kp, ks, sub, causal):
     """cost.tile_plan of a block's pieces, one plan for all the group's KV slots: [nr], [nr, nk]."""
     hi, plan = cost.tile_plan(qp, kp, qs, ks, sub, sub, causal, xp=jnp)
-    return hi, jnp.where((plan == SKIP).all(axis=0), SKIP,
+    return hi.max(axis=0), jnp.where((plan == SKIP).all(axis=0), SKIP,
                          jnp.where((plan == FULL).all(axis=0), FULL, MASKED))
 
 
@@ -163,7 +164,7 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
 
     def attend(state, queries, k0, width, masked):
         q_c, qp, qs = queries
-        kp, ks = _slice(k_pos, k0, width, 0), _slice(k_seg, k0, width, 1)
+        kp, ks = _slice(k_pos, k0, width, 1), _slice(k_seg, k0, width, 1)
         s = _matmul("kgqd,kdt->kgqt", q_c, _slice(k_tr, k0, width, 2), tiles)
         mask = _mask(qp, kp, qs, ks, tiles.causal) if masked else None
         return _online_softmax_step(state, s, _slice(v, k0, width, 1), mask, tiles)
@@ -173,11 +174,11 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
         if sub is None:
             return attend(state, queries, k0, tk, True)
         q_c, qp, qs = queries
-        hi_p, plan_p = _piece_plan(qp, qs, _slice(k_pos, k0, tk, 0), _slice(k_seg, k0, tk, 1),
+        hi_p, plan_p = _piece_plan(qp, qs, _slice(k_pos, k0, tk, 1), _slice(k_seg, k0, tk, 1),
                                    sub, tiles.causal)
 
         def piece_rows(r, state):
-            part = (_slice(q_c, r * sub, sub, 2), _slice(qp, r * sub, sub, 0),
+            part = (_slice(q_c, r * sub, sub, 2), _slice(qp, r * sub, sub, 1),
                     _slice(qs, r * sub, sub, 1))
             st = tuple(_slice(x, r * sub, sub, 2) for x in state)
 
@@ -194,7 +195,7 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
     def query_rows(c, carry):
         out, lse, count = carry
         qt, q0, first = c // per_tile, c * rows, (c % per_tile == 0).astype(jnp.int32)
-        queries = (_slice(q, q0, rows, 2), _slice(q_pos, q0, rows, 0), _slice(q_seg, q0, rows, 1))
+        queries = (_slice(q, q0, rows, 2), _slice(q_pos, q0, rows, 1), _slice(q_seg, q0, rows, 1))
 
         def key_tile(kt, carry):
             state, count = carry
@@ -215,8 +216,9 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
 
 
 # Query-side arrays of the backward and the axis their rows are on:
-# q, q^T, dO, dO^T [kv, g, rows, d] / [kv, g, d, rows]; lse, delta [kv, g, rows]; pos; seg.
-_QUERY_AXES = (2, 3, 2, 3, 2, 2, 0, 1)
+# q, q^T, dO, dO^T [kv, g, rows, d] / [kv, g, d, rows]; lse, delta [kv, g, rows]; pos, seg
+# [kv, rows].
+_QUERY_AXES = (2, 3, 2, 3, 2, 2, 1, 1)
 
 
 def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles):
@@ -239,7 +241,7 @@ def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, pla
         # Final probabilities from the global lse; rows with lse = -inf are all masked.
         s = _matmul("kgqd,kdt->kgqt", q_c, _slice(k_tr, k0, width, 2), tiles)
         p = jnp.exp(s * tiles.scale - lse_c[..., None])
-        mask = (_mask(qp, _slice(k_pos, k0, width, 0), qs, _slice(k_seg, k0, width, 1),
+        mask = (_mask(qp, _slice(k_pos, k0, width, 1), qs, _slice(k_seg, k0, width, 1),
                       tiles.causal) if masked else None)
         if mask is not None:  # (None: bidirectional without documents, never masked)
             p = jnp.where(mask, p, 0.0)
@@ -255,7 +257,7 @@ def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, pla
         sub = _sub_size(count, tk)
         if sub is None:
             return grads(side, k0, tk, True)
-        hi_p, plan_p = _piece_plan(side[6], side[7], _slice(k_pos, k0, tk, 0),
+        hi_p, plan_p = _piece_plan(side[6], side[7], _slice(k_pos, k0, tk, 1),
                                    _slice(k_seg, k0, tk, 1), sub, tiles.causal)
 
         def piece_rows(r, acc):
@@ -309,7 +311,8 @@ def _setup(q, k, q_pos, k_pos, q_seg, k_seg, tiles):
     groups = Groups.choose(b, heads, k.shape[1], tiles.tile_q, tiles.tile_k)
     hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, tiles.tile_q, tiles.tile_k,
                               tiles.causal, xp=jnp)
-    return groups, hi, groups.plan(plan)
+    # One loop bound for all rows of a group; a row's tiles past its own prefix are SKIP.
+    return groups, hi.max(axis=0), groups.plan(plan)
 
 
 class XlaKernel(Kernel):
@@ -323,8 +326,8 @@ class XlaKernel(Kernel):
             out, lse, count = carry
             o_g, lse_g, count = _forward_group(
                 groups.queries(i, _flat(q)), groups.keys(i, _flat(k)), groups.keys(i, _flat(v)),
-                q_pos, k_pos, groups.segments(i, q_seg), groups.segments(i, k_seg), hi, plan[i],
-                groups.rows, tiles, count)
+                groups.rows_of(i, q_pos), groups.rows_of(i, k_pos), groups.rows_of(i, q_seg),
+                groups.rows_of(i, k_seg), hi, plan[i], groups.rows, tiles, count)
             start = i * groups.size
             return (lax.dynamic_update_slice_in_dim(out, o_g.reshape(-1, n, d), start, 0),
                     lax.dynamic_update_slice_in_dim(lse, lse_g.reshape(-1, n), start, 0), count)
@@ -344,8 +347,8 @@ class XlaKernel(Kernel):
             of_group = lambda x: groups.queries(i, _flat(x))
             dq_g, dk_g, dv_g = _backward_group(
                 of_group(q), groups.keys(i, _flat(k)), groups.keys(i, _flat(v)), of_group(do),
-                of_group(lse), of_group(delta), q_pos, k_pos, groups.segments(i, q_seg),
-                groups.segments(i, k_seg), hi, plan[i], groups.rows, tiles)
+                of_group(lse), of_group(delta), groups.rows_of(i, q_pos), groups.rows_of(i, k_pos),
+                groups.rows_of(i, q_seg), groups.rows_of(i, k_seg), hi, plan[i], groups.rows, tiles)
             first_kv = groups.first_kv(i)
             add = lambda acc, upd: lax.dynamic_update_slice_in_dim(
                 acc, _slice(acc, first_kv, groups.kv, 0) + upd, first_kv, 0)

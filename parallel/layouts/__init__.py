@@ -4,6 +4,7 @@
     ring     dev0 [0 1 2 3]      dev1 [4 5 6 7]      dev2 [8 9 10 11]    dev3 [12 13 14 15]
     striped  dev0 [0 4 8 12]     dev1 [1 5 9 13]     dev2 [2 6 10 14]    dev3 [3 7 11 15]
     zigzag   dev0 [0 1 14 15]    dev1 [2 3 12 13]    dev2 [4 5 10 11]    dev3 [6 7 8 9]
+    balanced each row its own placement, from its documents (see balanced.py)
 
 A new layout is one file defining a `Layout` subclass and its `LAYOUT` instance, plus one entry
 in the tuple below.
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from parallel.layouts import ring, striped, zigzag
+from parallel.layouts import balanced, ring, striped, zigzag
 from parallel.layouts.base import Layout
 
-LAYOUTS: dict[str, Layout] = {m.LAYOUT.name: m.LAYOUT for m in (ring, striped, zigzag)}
+LAYOUTS: dict[str, Layout] = {m.LAYOUT.name: m.LAYOUT for m in (ring, striped, zigzag, balanced)}
 
 
 def get_layout(name: str) -> Layout:
@@ -38,24 +39,32 @@ def block_positions(layout: str, shard, block: int, num_shards: int, xp=np):
     return get_layout(layout).positions(shard, block, num_shards, xp=xp)
 
 
-def permutation(layout: str, seq_len: int, num_shards: int) -> np.ndarray:
-    """Natural order -> layout order: `x[:, perm]` is x laid out for `layout`.
+def permutation(layout: str, seq_len: int, num_shards: int, *, segment_ids=None,
+                tile: int | None = None) -> np.ndarray:
+    """Natural order -> layout order: int32 [S] for the static layouts, [B, S] for a
+    data-dependent one ('balanced', which needs segment_ids [B, S] in natural order and aligns
+    documents to `tile`, the attention tile; default: the default tile).
 
-    After `y = x[:, perm]`, slot j of y holds original token perm[j]; shard d of the seq axis
-    (slots d*B .. d*B+B-1) holds exactly `block_positions(layout, d, B, N)`.
+    `x[:, perm]` (static) or `np.take_along_axis(x, perm, axis=1)` ([B, S]) lays a field out.
+    Slot j then holds original token perm[..., j]; shard d (slots d*B .. d*B+B-1) holds
+    increasing original indices, `block_positions(layout, d, B, N)` for a static layout. Pass
+    the permutation, broadcast to [B, S], to `attention` as `order`.
 
     Example, seq_len=8, num_shards=2:
       ring    [0 1 2 3 4 5 6 7]   striped [0 2 4 6 1 3 5 7]   zigzag [0 1 6 7 2 3 4 5]
     """
-    return get_layout(layout).permutation(seq_len, num_shards)
+    lay = get_layout(layout)
+    if lay.data_dependent:
+        return lay.row_permutations(segment_ids, seq_len, num_shards, tile)
+    return lay.permutation(seq_len, num_shards)
 
 
-def inverse_permutation(layout: str, seq_len: int, num_shards: int) -> np.ndarray:
-    """Layout order -> natural order: `y[:, inv]` undoes `x[:, perm]`."""
-    perm = permutation(layout, seq_len, num_shards)
-    inv = np.empty_like(perm)
-    inv[perm] = np.arange(seq_len, dtype=perm.dtype)
-    return inv
+def inverse_permutation(layout: str, seq_len: int, num_shards: int, *, segment_ids=None,
+                        tile: int | None = None) -> np.ndarray:
+    """Layout order -> natural order: `y[:, inv]` ([S]) or `np.take_along_axis(y, inv, 1)`
+    ([B, S]) undoes the permutation."""
+    perm = permutation(layout, seq_len, num_shards, segment_ids=segment_ids, tile=tile)
+    return np.argsort(perm, axis=-1).astype(perm.dtype)
 
 
 def check_divisible(layout: str, seq_len: int, num_shards: int) -> None:

@@ -20,6 +20,9 @@ class Layout:
 
     name: str = ""
     chunks_per_shard: int = 1  # equal contiguous chunks a shard holds (zigzag: 2)
+    # True when where a token sits depends on the data (its documents): the permutation is then
+    # per row, made on the host, and attention needs it as `order`.
+    data_dependent: bool = False
 
     def positions(self, shard, block: int, num_shards: int, xp=np):
         """Original token indices held by seq shard `shard`, in stored order: int32 [..., block].

@@ -3,12 +3,15 @@
 A strategy runs inside `jax.shard_map` on one device's shard, in the order the public API uses
 ([b, n, heads, d], seq-major, n = S / N):
 
-    forward(spec, q, k, v, seg)                  -> out [b,n,H,d] (q.dtype), lse f32 [b,H,n],
-                                                    tiles int32 [N] (tiles computed per step)
-    backward(spec, q, k, v, seg, out, lse, dout) -> dq, dk, dv in the input dtypes
+    forward(spec, q, k, v, seg, order)                  -> out [b,n,H,d] (q.dtype),
+                                                           lse f32 [b,H,n], tiles int32 [N]
+                                                           (tiles computed per step)
+    backward(spec, q, k, v, seg, order, out, lse, dout) -> dq, dk, dv in the input dtypes
 
-and calls the kernel on block pairs through `pair_forward` / `pair_backward`, which skip a pair
-with nothing visible, and merges results with `merge`. A new strategy is one file with a
+seg and order are [b, n] or None; `positions` turns order (or, without it, the layout's formula)
+into the original index of every local token. The strategy calls the kernel on block pairs
+through `pair_forward` / `pair_backward`, which skip a pair with nothing visible, and merges
+results with `merge`. A new strategy is one file with a
 `Strategy` subclass and its `STRATEGY` instance, and one entry in `parallel/strategies/__init__.py`.
 """
 
@@ -18,6 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from parallel.kernels.base import varying
+from parallel.mesh import SEQ
 
 F32 = jnp.float32
 
@@ -27,10 +31,10 @@ class Strategy:
 
     name: str = ""
 
-    def forward(self, spec, q, k, v, seg):
+    def forward(self, spec, q, k, v, seg, order):
         raise NotImplementedError
 
-    def backward(self, spec, q, k, v, seg, out, lse, dout):
+    def backward(self, spec, q, k, v, seg, order, out, lse, dout):
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -47,15 +51,24 @@ def from_heads(x):
     return jnp.swapaxes(x, 1, 2)
 
 
+def positions(spec, order, batch, n):
+    """int32 [b, n]: the original index of every token of this device's block. `order` (the
+    caller's, per row) when given, else the layout's formula for this shard, the same in every
+    row."""
+    if order is not None:
+        return order.astype(jnp.int32)
+    pos = spec.layout.positions(lax.axis_index(SEQ), n, spec.num_shards, xp=jnp)
+    return varying(jnp.broadcast_to(pos, (batch, n)), spec.tiles)
+
+
 def pair_may_meet(q_pos, k_pos, q_seg, k_seg, causal):
-    """False when no (query, key) pair of the two blocks can be visible: all keys in the
-    queries' future, or no batch row whose segment-id ranges overlap."""
-    meet = k_pos[0] <= q_pos[-1] if causal else jnp.bool_(True)
+    """False when no (query, key) pair of the two blocks can be visible: no batch row where some
+    key is not in the queries' future and the segment-id ranges overlap. Positions [b, n]."""
+    meet = k_pos[:, 0] <= q_pos[:, -1] if causal else jnp.ones(q_pos.shape[:1], bool)
     if q_seg is not None:
-        overlap = ((q_seg.min(axis=1) <= k_seg.max(axis=1))
-                   & (k_seg.min(axis=1) <= q_seg.max(axis=1)))
-        meet = meet & overlap.any()
-    return meet
+        meet = meet & ((q_seg.min(axis=1) <= k_seg.max(axis=1))
+                       & (k_seg.min(axis=1) <= q_seg.max(axis=1)))
+    return meet.any()
 
 
 def pair_forward(spec, q, k, v, q_pos, k_pos, q_seg, k_seg):

@@ -1,7 +1,7 @@
 """`ring`: key/value blocks travel around the 'seq' axis with `lax.ppermute`, N steps.
 
 Each device keeps its query block; on step s device d holds the key/value block (KV heads only,
-head-major, with its segment ids) that started on device (d - s) mod N. The next hop is issued
+head-major, with its segment ids and original positions) that started on device (d - s) mod N. The next hop is issued
 before the step's compute so that the transfer can overlap it; the forward's last step sends
 nothing.
 
@@ -38,22 +38,16 @@ def _send_to_next(tree, num_shards):
     return jax.tree.map(lambda x: lax.ppermute(x, SEQ, pairs), tree)
 
 
-def _positions(spec, shard, block):
-    return spec.layout.positions(shard, block, spec.num_shards, xp=jnp)
-
-
 class Ring(base.Strategy):
     name = "ring"
 
-    def forward(self, spec, q, k, v, seg):
-        n, num_shards = q.shape[1], spec.num_shards
+    def forward(self, spec, q, k, v, seg, order):
+        num_shards = spec.num_shards
         qh = base.to_heads(q)
-        me = lax.axis_index(SEQ)
-        q_pos = _positions(spec, me, n)
+        q_pos = base.positions(spec, order, *q.shape[:2])
 
         def step(s, block, acc):
-            k_s, v_s, seg_s = block
-            k_pos = _positions(spec, (me - s) % num_shards, n)
+            k_s, v_s, seg_s, k_pos = block
             out, lse, count = base.pair_forward(spec, qh, k_s, v_s, q_pos, k_pos, seg, seg_s)
             return base.merge(acc, out, lse), count
 
@@ -63,7 +57,7 @@ class Ring(base.Strategy):
             acc, count = step(s, block, acc)
             return arriving, acc, counts.at[s].set(count)
 
-        block = (base.to_heads(k), base.to_heads(v), seg)
+        block = (base.to_heads(k), base.to_heads(v), seg, q_pos)
         counts = varying(jnp.zeros((num_shards,), jnp.int32), spec.tiles)
         acc = base.empty_result(qh, spec.tiles)
         if num_shards > 1:  # (one shard: no loop to compile)
@@ -73,16 +67,14 @@ class Ring(base.Strategy):
         counts = counts.at[num_shards - 1].set(count)
         return base.from_heads(out).astype(q.dtype), lse, counts
 
-    def backward(self, spec, q, k, v, seg, out, lse, dout):
-        n, num_shards = q.shape[1], spec.num_shards
+    def backward(self, spec, q, k, v, seg, order, out, lse, dout):
+        num_shards = spec.num_shards
         qh, doh = base.to_heads(q), base.to_heads(dout)
         delta = base.delta_rows(out, dout)
-        me = lax.axis_index(SEQ)
-        q_pos = _positions(spec, me, n)
+        q_pos = base.positions(spec, order, *q.shape[:2])
 
         def step(s, block, grads):
-            (k_s, v_s, seg_s), (dq, dk, dv) = block, grads
-            k_pos = _positions(spec, (me - s) % num_shards, n)
+            (k_s, v_s, seg_s, k_pos), (dq, dk, dv) = block, grads
             ddq, ddk, ddv = base.pair_backward(spec, qh, k_s, v_s, doh, lse, delta, q_pos, k_pos,
                                                seg, seg_s)
             return dq + ddq, dk + ddk, dv + ddv
@@ -93,7 +85,7 @@ class Ring(base.Strategy):
             dq, dk, dv = step(s, block, (dq, *dkv))
             return arriving, dq, _send_to_next((dk, dv), num_shards)
 
-        block = (base.to_heads(k), base.to_heads(v), seg)
+        block = (base.to_heads(k), base.to_heads(v), seg, q_pos)
         dq = varying(jnp.zeros(qh.shape, jnp.float32), spec.tiles)
         dkv = varying((jnp.zeros(block[0].shape, jnp.float32),) * 2, spec.tiles)
         # N identical steps: the last one also sends its K/V (nobody reads them; the hop overlaps
