@@ -36,7 +36,7 @@ def get_config():
     config.global_batch_size = 1  # sequences per step, all devices together (the paper's)
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring over the node's 8 GPUs
-    config.parallel.attention = "striped"  # token layout: 'ring' | 'striped' | 'zigzag'
+    config.parallel.attention = "striped"  # layout: ring | striped | zigzag | balanced
     llama_7b.set_model(config.model)
     config.model.tile_q = 2048  # attention query tile (block 32768 -> 16 tiles per side)
     config.model.tile_k = 2048  # attention key tile

@@ -36,7 +36,7 @@ def get_config():
     config.optim.grad_accum_steps = 4  # micro-batches per step: one sequence each, as in the paper
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 16  # sequence shards: the attention ring over all 16 chips
-    config.parallel.attention = "striped"  # token layout: 'ring' | 'striped' | 'zigzag'
+    config.parallel.attention = "striped"  # layout: ring | striped | zigzag | balanced
     llama_1b.set_model(config.model)
     config.model.tile_q = 1024  # attention query tile (block 49152 -> 48 tiles per side)
     config.model.tile_k = 1024  # attention key tile (1024, not 2048: 1.2 GB less tile scratch)

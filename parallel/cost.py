@@ -115,6 +115,41 @@ def ring_tile_counts(layout: str, num_shards: int, block: int, tile_q: int, tile
     return counts
 
 
+def placement_tile_counts(order, segment_ids, num_shards: int, tile_q: int, tile_k: int,
+                          causal: bool = True) -> np.ndarray:
+    """tiles[d, s] for one row of any placement, int64 [N, N]: order [S] is the original index
+    at each slot (a layout's permutation, or one row of balanced's), segment_ids [S] in natural
+    order (None: one document). The kernels' rule, so it equals attention_with_stats.
+
+    Example: order 0..7 (ring), N 2, one document, tiles of 2 -> [[3, 0], [3, 4]].
+    """
+    order = np.asarray(order)
+    blocks = order.reshape(num_shards, -1)
+    seg = None if segment_ids is None else np.asarray(segment_ids)
+    counts = np.zeros((num_shards, num_shards), np.int64)
+    for d in range(num_shards):
+        for s in range(num_shards):
+            q, k = blocks[d], blocks[(d - s) % num_shards]
+            segs = (None, None) if seg is None else (seg[q][None], seg[k][None])
+            _, plan = tile_plan(q, k, *segs, tile_q, tile_k, causal)
+            counts[d, s] = tiles_run(plan, 1)
+    return counts
+
+
+def single_device_tiles(segment_ids, tile_q: int, tile_k: int, causal: bool = True) -> int:
+    """Tiles one device computes on a whole row [S] in natural order: the work N devices share
+    (the numerator of `document_efficiency`)."""
+    return int(placement_tile_counts(np.arange(len(segment_ids)), segment_ids, 1, tile_q,
+                                     tile_k, causal).sum())
+
+
+def document_efficiency(tiles, single: int) -> float:
+    """single-device tiles / N / critical path: 1.0 when N devices share one device's work
+    evenly and never wait (tiles [N devices, N steps])."""
+    tiles = np.asarray(tiles)
+    return single / tiles.shape[0] / critical_path(tiles)
+
+
 def critical_path(tiles) -> int:
     """Sum over ring steps of the busiest device's tiles: devices wait for each other at every
     hop. tiles [N devices, N steps]."""

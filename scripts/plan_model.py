@@ -201,8 +201,18 @@ def ring_step_tiles(layout: str, num_shards: int, block: int, tiles: tuple[int, 
     from parallel.cost, the rule the kernels run. Closed forms with T tiles per side:
     ring [T(T+1)/2, T^2 x (N-1)], striped [T(T+1)/2 x N], zigzag [T(T+1)/2, T^2/2 x (N-1)].
     """
-    from parallel import cost
-    counts = cost.ring_tile_counts(layout, num_shards, block, *tiles)
+    import numpy as np
+
+    from parallel import cost, get_layout
+    if get_layout(layout).data_dependent:
+        # One document: balanced starts from (and keeps) a zigzag over units of one tile.
+        from parallel.layouts import balanced
+        unit = np.lcm(*tiles)
+        units = balanced.zigzag_units(num_shards * block // unit, num_shards)
+        order = (np.argsort(units, kind="stable")[:, None] * unit + np.arange(unit)).reshape(-1)
+        counts = cost.placement_tile_counts(order, None, num_shards, *tiles)
+    else:
+        counts = cost.ring_tile_counts(layout, num_shards, block, *tiles)
     return counts.max(axis=0).tolist()
 
 

@@ -15,7 +15,8 @@ from tests import dense_reference as ref
 
 ATTENTION_PARAMETERS = ["q", "k", "v", "mesh", "layout", "segment_ids", "order", "causal",
                         "strategy", "kernel", "tile_q", "tile_k", "scale"]
-ATTENTION_DEFAULTS = {"segment_ids": None, "order": None, "causal": True, "strategy": "ring", "kernel": "auto",
+ATTENTION_DEFAULTS = {"segment_ids": None, "order": None, "causal": True, "strategy": "ring",
+                      "kernel": "auto",
                       "tile_q": None, "tile_k": None, "scale": None}
 
 

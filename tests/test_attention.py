@@ -95,6 +95,7 @@ CASES = [
     (layout, n, causal, segments, HEADS[i % 3], TILES[(i + j) % 4], (i + j) % 2 == 1)
     for i, (layout, n) in enumerate(itertools.product(parallel.LAYOUTS, (1, 2, 4, 8)))
     for j, (causal, segments) in enumerate(MODES)
+    if layout in STATIC or n in (2, 8)  # balanced: the kernels' path is the same for every N
 ]
 
 
@@ -187,8 +188,9 @@ GROUPINGS = [(16, 2, (1, 2)), (64, 4, (1, 8)), (128, 8, (2, 8)), (256, 2, (4, 8)
              (512, 4, (8, 8))]
 
 
-@pytest.mark.parametrize("layout", ["striped", "balanced"])
-@pytest.mark.parametrize("budget,piece,grouping", GROUPINGS)
+@pytest.mark.parametrize("budget,piece,grouping,layout",
+                         [(*g, "striped") for g in GROUPINGS]
+                         + [(*g, "balanced") for g in GROUPINGS if g[2][0] > 4])
 def test_every_cut_of_heads_rows_and_masked_tiles_is_exact(monkeypatch, budget, piece, grouping,
                                                            layout):
     """The xla kernel takes heads in groups and queries in steps sized by SCORE_BUDGET, and

@@ -115,7 +115,7 @@ def _score(w):
     return w.max(axis=-2).sum(axis=-1) * 1e12 + (w.astype(np.float64) ** 2).sum(axis=(-2, -1))
 
 
-def _zigzag_units(num_units: int, num_shards: int) -> np.ndarray:
+def zigzag_units(num_units: int, num_shards: int) -> np.ndarray:
     """0, 1, .., N-1, N-1, .., 0, 0, 1, ..: every device gets M / N units."""
     r = np.arange(num_units) % (2 * num_shards)
     return np.where(r < num_shards, r, 2 * num_shards - 1 - r)
@@ -123,7 +123,7 @@ def _zigzag_units(num_units: int, num_shards: int) -> np.ndarray:
 
 def balance_units(adjacent, num_shards: int, rounds: int = ROUNDS, seed: int = 0) -> np.ndarray:
     """device [M]: M / N units per device, with a short critical path (module docstring)."""
-    device = _zigzag_units(adjacent.shape[0], num_shards)
+    device = zigzag_units(adjacent.shape[0], num_shards)
     return _Search(adjacent, device, num_shards, seed).run(rounds)
 
 

@@ -1,7 +1,8 @@
 """`ring`: key/value blocks travel around the 'seq' axis with `lax.ppermute`, N steps.
 
 Each device keeps its query block; on step s device d holds the key/value block (KV heads only,
-head-major, with its segment ids and original positions) that started on device (d - s) mod N. The next hop is issued
+head-major, with its segment ids and original positions) that started on device
+(d - s) mod N. The next hop is issued
 before the step's compute so that the transfer can overlap it; the forward's last step sends
 nothing.
 
