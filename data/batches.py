@@ -133,14 +133,12 @@ def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray) 
     natural = {"inputs": inputs, "targets": targets,
                "weights": np.ones(inputs.shape, np.float32),
                "positions": positions, "segment_ids": segment_ids}
-    if parallel.get_layout(spec.layout).data_dependent:  # each row placed from its documents
-        order = parallel.permutation(spec.layout, S, spec.num_seq_shards,
-                                     segment_ids=segment_ids, tile=spec.tile)
-    else:
-        order = np.broadcast_to(_layout_permutation(spec.layout, S, spec.num_seq_shards),
-                                inputs.shape)
+    try:  # balanced places each row from its documents, the others alike in every row
+        order = parallel.row_order(spec.layout, segment_ids, spec.num_seq_shards, tile=spec.tile)
+    except ValueError as e:
+        raise DataError(f"batch: {e}") from e
     laid_out = {name: np.take_along_axis(x, order, axis=1) for name, x in natural.items()}
-    return {**laid_out, "order": np.ascontiguousarray(order, np.int32)}
+    return {**laid_out, "order": order}
 
 
 def _segments_and_positions(inputs: np.ndarray, spec: BatchSpec):
@@ -171,13 +169,9 @@ def _segments_and_positions(inputs: np.ndarray, spec: BatchSpec):
     return segment_ids, (index - span_start).astype(np.int32)
 
 
-@functools.lru_cache(maxsize=16)
-def _layout_permutation(layout: str, seq_len: int, num_shards: int) -> np.ndarray:
+def _check_layout(layout: str, seq_len: int, num_shards: int) -> None:
     try:
-        if parallel.get_layout(layout).data_dependent:  # per row; checks divisibility here
-            parallel.check_divisible(layout, seq_len, num_shards)
-            return None
-        return parallel.permutation(layout, seq_len, num_shards)
+        parallel.check_divisible(layout, seq_len, num_shards)
     except ValueError as e:
         raise DataError(f"batch: {e}") from e
 
@@ -189,7 +183,7 @@ def _check_rows(spec: BatchSpec, rows) -> np.ndarray:
     if rows.size and (rows.min() < 0 or rows.max() >= spec.global_batch):
         raise DataError(f"rows must lie in 0..{spec.global_batch - 1} (global_batch), "
                         f"got {rows.min()}..{rows.max()}")
-    _layout_permutation(spec.layout, spec.seq_len, spec.num_seq_shards)  # divisibility, early
+    _check_layout(spec.layout, spec.seq_len, spec.num_seq_shards)  # divisibility, early
     return rows
 
 

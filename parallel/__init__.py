@@ -18,7 +18,7 @@ from parallel import cost
 from parallel.attention import attention, attention_with_stats
 from parallel.kernels import KERNELS, resolve_kernel
 from parallel.layouts import (LAYOUTS, block_positions, check_divisible, get_layout,
-                              inverse_permutation, permutation)
+                              inverse_permutation, permutation, row_order)
 from parallel.mesh import DATA, SEQ, make_mesh
 from parallel.spec import default_tile
 from parallel.strategies import STRATEGIES, get_strategy
@@ -26,5 +26,5 @@ from parallel.strategies import STRATEGIES, get_strategy
 __all__ = [
     "DATA", "KERNELS", "LAYOUTS", "SEQ", "STRATEGIES", "attention", "attention_with_stats",
     "block_positions", "check_divisible", "cost", "default_tile", "get_layout", "get_strategy",
-    "inverse_permutation", "make_mesh", "permutation", "resolve_kernel",
+    "inverse_permutation", "make_mesh", "permutation", "resolve_kernel", "row_order",
 ]

@@ -104,15 +104,8 @@ def ring_tile_counts(layout: str, num_shards: int, block: int, tile_q: int, tile
     Example: ring_tile_counts('ring', 2, 8, 2, 2) -> [[10, 0], [10, 16]]: device 0's keys on
     step 1 are all in its future; device 1 sees all of device 0's.
     """
-    lay = get_layout(layout)
-    shards = np.arange(num_shards)
-    pos = [lay.positions(d, block, num_shards) for d in shards]
-    counts = np.zeros((num_shards, num_shards), np.int64)
-    for d in shards:
-        for s in shards:
-            hi = key_tile_limits(pos[d], pos[(d - s) % num_shards], tile_q, tile_k, causal)
-            counts[d, s] = hi.sum()
-    return counts
+    order = get_layout(layout).permutation(num_shards * block, num_shards)
+    return placement_tile_counts(order, None, num_shards, tile_q, tile_k, causal)
 
 
 def placement_tile_counts(order, segment_ids, num_shards: int, tile_q: int, tile_k: int,

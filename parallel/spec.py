@@ -15,10 +15,10 @@ from jax.sharding import Mesh
 
 from parallel.kernels import Kernel, resolve_kernel
 from parallel.layouts import Layout, get_layout
+from parallel.layouts.base import MAX_DEFAULT_TILE, largest_divisor
 from parallel.mesh import DATA, SEQ
 from parallel.strategies import Strategy, get_strategy
 
-MAX_DEFAULT_TILE = 512  # large enough for efficient matmuls, small enough to skip masked work
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +53,7 @@ def default_tile(layout: str, block: int, largest: int = MAX_DEFAULT_TILE) -> in
     """Largest divisor of the layout's contiguous run (the block, or half of it for zigzag) that
     is at most `largest` (a kernel's `max_tiles`), so tiles never straddle the jump between two
     chunks."""
-    run = get_layout(layout).contiguous_run(block)
-    return max(t for t in range(1, min(run, largest) + 1) if run % t == 0)
+    return largest_divisor(get_layout(layout).contiguous_run(block), largest)
 
 
 def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, causal, tile_q,

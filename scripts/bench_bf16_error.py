@@ -65,9 +65,10 @@ def ring_result(inputs, layout, num_shards, kernel):
 
     seq_len = inputs[0].shape[1]
     mesh = parallel.make_mesh(1, num_shards, devices=jax.devices()[:num_shards])
-    perm = parallel.permutation(layout, seq_len, num_shards)
-    inv = parallel.inverse_permutation(layout, seq_len, num_shards)
-    attend = lambda q, k, v: parallel.attention(q, k, v, mesh=mesh, layout=layout,
+    # One document (every layout, balanced included, places it from the same row order).
+    order = parallel.row_order(layout, np.zeros((1, seq_len), np.int32), num_shards)
+    perm, inv = order[0], np.argsort(order[0])
+    attend = lambda q, k, v: parallel.attention(q, k, v, mesh=mesh, layout=layout, order=order,
                                                 kernel=kernel)
 
     @jax.jit

@@ -100,9 +100,8 @@ def kernel_counts(seg_row, layout, shards, tile, kernel):
 
     seq_len = seg_row.shape[0]
     start = time.perf_counter()
-    perm = parallel.permutation(layout, seq_len, shards, segment_ids=seg_row[None], tile=tile)
+    order = parallel.row_order(layout, seg_row[None], shards, tile=tile)
     placing = time.perf_counter() - start
-    order = np.ascontiguousarray(np.broadcast_to(perm, (1, seq_len)), np.int32)
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
     x = np.zeros((1, seq_len, 1, 8), np.float32)
     _, tiles = parallel.attention_with_stats(
@@ -125,7 +124,7 @@ def measure(args, source, rows):
             single, _ = kernel_counts(row, "ring", 1, tile, args.kernel)
             for layout in LAYOUTS:
                 tiles, seconds = kernel_counts(row, layout, args.shards, tile, args.kernel)
-                eff[layout].append(float(single.sum()) / args.shards / cost.critical_path(tiles))
+                eff[layout].append(cost.document_efficiency(tiles, int(single.sum())))
                 if layout == "balanced":
                     placing.append(seconds)
         results.append(dict(source=source, tile=tile, rows=len(rows),

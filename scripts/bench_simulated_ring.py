@@ -114,13 +114,14 @@ def simulate_ring(args, layout):
     """Per-step times of the slowest device, the ideal and the model's share, for one layout."""
     import numpy as np
 
+    import parallel
     from parallel import cost
-    from parallel.layouts import get_layout
 
     n, block = args.shards, args.seq_len // args.shards
-    lay = get_layout(layout)
     bench = Bench(args, layout, block)
-    positions = [lay.positions(d, block, n) for d in range(n)]
+    # One document: each device's original indices (balanced places it from the same order).
+    order = parallel.row_order(layout, np.zeros((1, args.seq_len), np.int32), n)[0]
+    positions = order.reshape(n, block)
     step_time = np.zeros((n, n))  # [device, step], forward + backward seconds
     for d in range(n):
         for s in range(n):
@@ -132,7 +133,7 @@ def simulate_ring(args, layout):
     ideal = sum(whole.times(everything, everything, args.reps)) / n
     critical = step_time.max(axis=0)
     tq, tk = bench.tiles.tile_q, bench.tiles.tile_k
-    counts = cost.ring_tile_counts(layout, n, block, tq, tk)
+    counts = cost.placement_tile_counts(order, None, n, tq, tk)
     return dict(layout=layout, tile=f"{tq}x{tk}", kernel=bench.kernel.name, ideal_s=ideal,
                 critical_path_s=float(critical.sum()), step_s=critical.tolist(),
                 share=ideal / float(critical.sum()),
@@ -183,9 +184,10 @@ def main(argv=None):
     print("\n| layout | kernel | tile | critical path ms | ideal ms | share of ideal | model | "
           "ring-flash-attention 8xH800 |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
+        peer = f"{PEER[r['layout']]:.3f}" if r["layout"] in PEER else "-"  # none for balanced
         print(f"| {r['layout']} | {r['kernel']} | {r['tile']} | {r['critical_path_s'] * 1e3:.2f}"
               f" | {r['ideal_s'] * 1e3:.2f} | {r['share']:.3f} | {r['model_share']:.3f} | "
-              f"{PEER[r['layout']]:.3f} |")
+              f"{peer} |")
     pair = kernel_against_cudnn(args)
     (ours_f, ours_fb), (ref_f, ref_fb) = pair["ours_tflops"], pair["reference_tflops"]
     print(f"\none causal block pair of {pair['block']} tokens, TFLOP/s (forward | fwd+bwd):")

@@ -208,8 +208,8 @@ def ring_step_tiles(layout: str, num_shards: int, block: int, tiles: tuple[int, 
         # One document: balanced starts from (and keeps) a zigzag over units of one tile.
         from parallel.layouts import balanced
         unit = np.lcm(*tiles)
-        units = balanced.zigzag_units(num_shards * block // unit, num_shards)
-        order = (np.argsort(units, kind="stable")[:, None] * unit + np.arange(unit)).reshape(-1)
+        order = balanced.order_of(balanced.zigzag_units(num_shards * block // unit, num_shards),
+                                  unit)
         counts = cost.placement_tile_counts(order, None, num_shards, *tiles)
     else:
         counts = cost.ring_tile_counts(layout, num_shards, block, *tiles)

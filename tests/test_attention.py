@@ -41,8 +41,7 @@ def layout_order(layout, seg, batch, seq_len, num_shards, tile=None):
     """int32 [B, S]: the original index at each slot of each row under `layout` (a static
     layout's permutation in every row; balanced places from seg, one document if None)."""
     ids = np.zeros((batch, seq_len), np.int32) if seg is None else seg
-    perm = parallel.permutation(layout, seq_len, num_shards, segment_ids=ids, tile=tile)
-    return np.ascontiguousarray(np.broadcast_to(perm, (batch, seq_len)), np.int32)
+    return parallel.row_order(layout, ids, num_shards, tile=tile)
 
 
 def take(x, order):

@@ -8,7 +8,7 @@ import parallel
 from parallel import cost
 from parallel.layouts import balanced
 from tests import dense_reference as ref
-from tests.test_attention import assert_matches_reference, make_inputs, mesh_for, run_kernel
+from tests.test_attention import make_inputs, mesh_for, run_kernel
 from tests.test_attention_work import needed_tiles, tile_counts, T, TILE
 
 
@@ -92,20 +92,13 @@ def test_kernel_counts_equal_the_layouts_work_model_and_skip_exactly():
     np.testing.assert_array_equal(tiles, balanced.work(device, adjacent, n))
 
 
-def single_device_tiles(seg, tile):
-    """Tiles one device runs on the whole row in natural order (the efficiency's numerator)."""
-    pos = np.arange(seg.shape[-1])
-    _, plan = cost.tile_plan(pos, pos, seg[None], seg[None], tile, tile, True)
-    return cost.tiles_run(plan, 1)
-
-
 @pytest.mark.parametrize("mean", [24, 200, 2000])  # short, long, longer than the row
 def test_balance_beats_every_static_layout_with_documents(mean):
     """Efficiency = single-device tiles / N / critical path, from the kernel's counters."""
     seq_len, n = 4 * T * TILE, 4
     seg = packed_rows(np.random.default_rng(mean), 1, seq_len, mean)
-    single = single_device_tiles(seg[0], TILE)
-    eff = {layout: single / n / cost.critical_path(tile_counts(layout, n, segment_ids=seg))
+    single = cost.single_device_tiles(seg[0], TILE, TILE)
+    eff = {layout: cost.document_efficiency(tile_counts(layout, n, segment_ids=seg), single)
            for layout in parallel.LAYOUTS}
     assert eff["balanced"] >= 0.9, eff
     assert eff["balanced"] >= max(eff.values()) - 1e-9, eff

@@ -58,25 +58,22 @@ class _Plan:
                                   xp=jnp)
         # lo[row, kt]: the first query tile whose causal prefix reaches key tile kt.
         lo = (hi[:, :, None] <= jnp.arange(self.num_k)[None, None, :]).sum(axis=1)
-        self.rows = plan.shape[0]  # positions are per batch row, so each row has its own plan
+        # Positions are per batch row ([b, n]), so every row has its own plan and limits.
         self.hi, self.lo = hi.astype(jnp.int32).reshape(-1), lo.astype(jnp.int32).reshape(-1)
         self.plan = plan.reshape(-1)
         self.count = cost.tiles_run(plan, b, xp=jnp)
 
-    def _row(self, row):
-        return row if self.rows > 1 else 0
-
     def kind(self, plan_ref, row, qt, kt):
         """SKIP / FULL / MASKED of tile (qt, kt) in batch row `row`, inside a kernel."""
-        return plan_ref[(self._row(row) * self.num_q + qt) * self.num_k + kt]
+        return plan_ref[(row * self.num_q + qt) * self.num_k + kt]
 
     def limit(self, hi_ref, row, qt):
         """The causal prefix of query tile qt in batch row `row`."""
-        return hi_ref[self._row(row) * self.num_q + qt]
+        return hi_ref[row * self.num_q + qt]
 
     def first(self, lo_ref, row, kt):
         """The first query tile of batch row `row` whose prefix reaches key tile kt."""
-        return lo_ref[self._row(row) * self.num_k + kt]
+        return lo_ref[row * self.num_k + kt]
 
     def key_tile(self, hi_ref, row, qt, kt):
         """The key tile to fetch at grid step kt: past the prefix, the prefix's last one."""

@@ -59,6 +59,18 @@ def permutation(layout: str, seq_len: int, num_shards: int, *, segment_ids=None,
     return lay.permutation(seq_len, num_shards)
 
 
+def row_order(layout: str, segment_ids, num_shards: int, *, tile: int | None = None):
+    """int32 [B, S]: attention's `order` for rows whose segment ids (natural order) are
+    segment_ids [B, S]: the layout's permutation in every row, or balanced's own per row.
+    `np.take_along_axis(field, order, axis=1)` lays a [B, S] field out.
+
+    Example: row_order('striped', zeros [2, 8], 2) -> [[0 2 4 6 1 3 5 7]] * 2.
+    """
+    seg = np.asarray(segment_ids)
+    perm = permutation(layout, seg.shape[-1], num_shards, segment_ids=seg, tile=tile)
+    return np.ascontiguousarray(np.broadcast_to(perm, seg.shape), np.int32)
+
+
 def inverse_permutation(layout: str, seq_len: int, num_shards: int, *, segment_ids=None,
                         tile: int | None = None) -> np.ndarray:
     """Layout order -> natural order: `y[:, inv]` ([S]) or `np.take_along_axis(y, inv, 1)`

@@ -23,8 +23,8 @@ host when the batch is made:
     segment_ids [B, S] (natural order) -> permutation [B, S]: row r's slot j holds original
     token perm[r, j]; every shard's slice increases.
 
-Example (S = 16, N = 2, tile 2; documents of 6, 2 and 8 tokens): row_permutation gives each
-device 4 units and the same tiles on each ring step.
+Example (S = 16, N = 2, tile 2; documents of 6, 2 and 8 tokens, segment ids
+[0]*6 + [1]*2 + [2]*8): device 0 holds [0 1 2 3 10 11 14 15], device 1 [4 5 6 7 8 9 12 13].
 
 The search costs about 60 ms for a 64k-token row at tile 512 on one CPU core (N = 8, 128 units);
 it runs in the data pipeline's prefetch thread.
@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from parallel.layouts.base import Layout
+from parallel.layouts.base import MAX_DEFAULT_TILE, Layout, largest_divisor
 
-MAX_UNIT = 512  # default unit: the largest divisor of the block up to this (the default tile)
 ROUNDS = 150  # rounds of the swap search
 CANDIDATES = 64  # swaps scored per round
 
@@ -79,13 +78,19 @@ class Balanced(Layout):
 
 
 def default_unit(block: int) -> int:
-    return max(u for u in range(1, min(block, MAX_UNIT) + 1) if block % u == 0)
+    """The unit when none is given: the default tile of a block (parallel.default_tile)."""
+    return largest_divisor(block, MAX_DEFAULT_TILE)
 
 
 def row_permutation(segment_ids, num_shards: int, unit: int) -> np.ndarray:
     """int32 [S]: one row's placement; device d holds slots d*B .. d*B+B-1."""
     adjacent = unit_graph(segment_ids, unit)
-    device = balance_units(adjacent, num_shards)
+    return order_of(balance_units(adjacent, num_shards), unit)
+
+
+def order_of(device, unit: int) -> np.ndarray:
+    """int32 [S]: the permutation that puts unit u on device[u], each device's units in
+    increasing order (every device holds the same number of units)."""
     units = np.argsort(device, kind="stable")  # by device, then increasing within a device
     return (units[:, None] * unit + np.arange(unit)).reshape(-1).astype(np.int32)
 

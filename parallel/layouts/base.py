@@ -13,6 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
+# Default tiles are the largest divisors of a layout's contiguous run up to this: large enough
+# for efficient matmuls, small enough to skip masked work (a kernel may ask for smaller ones).
+MAX_DEFAULT_TILE = 512
+
+
+def largest_divisor(n: int, at_most: int) -> int:
+    """The largest divisor of n that is at most `at_most`: largest_divisor(96, 64) -> 48."""
+    return max(t for t in range(1, min(n, at_most) + 1) if n % t == 0)
+
 
 class Layout:
     """One way of placing tokens on the seq shards. Subclasses set `name`, `chunks_per_shard`

@@ -47,7 +47,7 @@ class Ring(base.Strategy):
         qh = base.to_heads(q)
         q_pos = base.positions(spec, order, *q.shape[:2])
 
-        def step(s, block, acc):
+        def step(block, acc):
             k_s, v_s, seg_s, k_pos = block
             out, lse, count = base.pair_forward(spec, qh, k_s, v_s, q_pos, k_pos, seg, seg_s)
             return base.merge(acc, out, lse), count
@@ -55,7 +55,7 @@ class Ring(base.Strategy):
         def body(s, carry):
             block, acc, counts = carry
             arriving = _send_to_next(block, num_shards)  # issued first: overlaps this step
-            acc, count = step(s, block, acc)
+            acc, count = step(block, acc)
             return arriving, acc, counts.at[s].set(count)
 
         block = (base.to_heads(k), base.to_heads(v), seg, q_pos)
@@ -64,7 +64,7 @@ class Ring(base.Strategy):
         if num_shards > 1:  # (one shard: no loop to compile)
             block, acc, counts = lax.fori_loop(0, _hidden(num_shards - 1), body,
                                                (block, acc, counts))
-        (out, lse), count = step(num_shards - 1, block, acc)  # last step: nothing left to send
+        (out, lse), count = step(block, acc)  # the last step: nothing left to send
         counts = counts.at[num_shards - 1].set(count)
         return base.from_heads(out).astype(q.dtype), lse, counts
 
@@ -74,7 +74,7 @@ class Ring(base.Strategy):
         delta = base.delta_rows(out, dout)
         q_pos = base.positions(spec, order, *q.shape[:2])
 
-        def step(s, block, grads):
+        def step(block, grads):
             (k_s, v_s, seg_s, k_pos), (dq, dk, dv) = block, grads
             ddq, ddk, ddv = base.pair_backward(spec, qh, k_s, v_s, doh, lse, delta, q_pos, k_pos,
                                                seg, seg_s)
@@ -83,7 +83,7 @@ class Ring(base.Strategy):
         def body(s, carry):
             block, dq, dkv = carry
             arriving = _send_to_next(block, num_shards)
-            dq, dk, dv = step(s, block, (dq, *dkv))
+            dq, dk, dv = step(block, (dq, *dkv))
             return arriving, dq, _send_to_next((dk, dv), num_shards)
 
         block = (base.to_heads(k), base.to_heads(v), seg, q_pos)
