@@ -1,15 +1,19 @@
 """Sequence-parallel attention over a ('data', 'seq') mesh, as three independent choices:
 
-    layout    where tokens sit on the seq shards     LAYOUTS: ring, striped, zigzag
+    layout    where tokens sit on the seq shards     LAYOUTS: ring, striped, zigzag, balanced
     strategy  how keys/values meet the queries       STRATEGIES: ring
-    kernel    the work on one block pair             KERNELS: xla  (+ 'auto')
+    kernel    the work on one block pair             KERNELS: xla, pallas_tpu, pallas_gpu
+                                                     (+ 'auto': the platform's best)
 
 Public API:
   make_mesh(data, seq, *, devices=None)          the ('data', 'seq') device mesh
-  permutation(layout, seq_len, num_shards)       natural order -> layout order (host numpy)
-  inverse_permutation(layout, seq_len, num_shards)
-  attention(q, k, v, *, mesh, layout, segment_ids=None, causal=True, strategy='ring',
-            kernel='auto', tile_q=None, tile_k=None, scale=None)
+  permutation(layout, seq_len, num_shards, *, segment_ids=None, tile=None)
+                                                 natural -> layout order (host numpy; [S], or
+                                                 [B, S] for balanced, placed per row)
+  row_order(layout, segment_ids, num_shards)     [B, S]: attention's `order` for these rows
+  inverse_permutation(...)                       layout -> natural order
+  attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
+            strategy='ring', kernel='auto', tile_q=None, tile_k=None, scale=None)
   attention_with_stats(...)                      (out, tiles computed per device and step)
   cost                                           the tile rule and cost model (critical path)
 """

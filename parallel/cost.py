@@ -23,9 +23,11 @@ kernels' own counters.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from parallel.layouts import get_layout
+from parallel.layouts import get_layout, row_order
 
 
 def key_tile_limits(q_pos, k_pos, tile_q: int, tile_k: int, causal: bool, xp=np):
@@ -127,6 +129,20 @@ def placement_tile_counts(order, segment_ids, num_shards: int, tile_q: int, tile
             _, plan = tile_plan(q, k, *segs, tile_q, tile_k, causal)
             counts[d, s] = tiles_run(plan, 1)
     return counts
+
+
+def layout_tile_counts(layout: str, segment_ids, num_shards: int, tile_q: int, tile_k: int,
+                       causal: bool = True) -> np.ndarray:
+    """tiles[r, d, s] for rows segment_ids [R, S] (natural order) laid out by `layout`, int64
+    [R, N, N]: what attention_with_stats reports, row by row. balanced places each row on
+    units of lcm(tile_q, tile_k), as training does (training.loop.balance_tile).
+
+    Example: layout_tile_counts('zigzag', zeros [1, 16], 2, 2, 2)[0] -> [[10, 8], [10, 8]].
+    """
+    seg = np.asarray(segment_ids)
+    orders = row_order(layout, seg, num_shards, tile=math.lcm(tile_q, tile_k))
+    return np.stack([placement_tile_counts(o, s, num_shards, tile_q, tile_k, causal)
+                     for o, s in zip(orders, seg)])
 
 
 def single_device_tiles(segment_ids, tile_q: int, tile_k: int, causal: bool = True) -> int:

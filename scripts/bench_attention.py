@@ -1,10 +1,11 @@
-"""Benchmark of the ring, striped and zigzag layouts: work on the critical path, and wall clock.
+"""Benchmark of the layouts: work on the critical path, and wall clock (with packed documents).
 
 Usage:
   python scripts/bench_attention.py                      # tiles at N=2,4,8,16; wall clock, 2 processes
   python scripts/bench_attention.py --json runs/bench.json --reps 7
   python scripts/bench_attention.py --processes 1        # wall clock in one process (see below)
   python scripts/bench_attention.py --no-wallclock       # tile counts only (seconds)
+  python scripts/bench_attention.py --documents stdlib --seq-lens 65536 --batch 1
 
 1. Tiles. For each layout and ring size N, the kernel's own counters (`attention_with_stats`) give
    tiles[d, s], the tiles device d computed on ring step s. Devices wait for each other at every
@@ -18,6 +19,11 @@ Usage:
    ring's imbalance disappears from the clock. So by default each device is its own process,
    pinned to its own core (os.sched_setaffinity), joined with jax.distributed on 127.0.0.1, and
    every timed call ends with a global barrier so that process 0 times the slowest device.
+
+3. --documents: the wall clock on rows of packed documents, masked (segment ids), balanced
+   included: every layout attends over the same q, k, v in natural order, laid out by its own
+   `order` (parallel.row_order). "path tiles" is the cost model's critical path for those rows
+   (a device's rows summed per ring step), what the clock should follow.
 """
 
 from __future__ import annotations
@@ -53,7 +59,11 @@ def parse_args(argv=None):
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--strategy", default="ring", help="parallel.attention's strategy")
     p.add_argument("--kernel", default="auto", help="parallel.attention's kernel")
+    p.add_argument("--documents", help="wall clock with packed documents masked, balanced "
+                   "included: a length spec (exp:2048, lognormal:MU:SIGMA, pareto:ALPHA:MIN) or "
+                   "stdlib (the default config's own rows)")
     p.add_argument("--no-wallclock", action="store_true", help="tile counts only")
+    p.add_argument("--segments", help=argparse.SUPPRESS)  # the parent's segment ids, for workers
     p.add_argument("--json", help="write every figure to this JSON file")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -99,37 +109,80 @@ def print_tile_table(rows):
 
 # ---------------------------------------------------------------- wall clock
 
-def time_layouts(args, mesh, sync):
-    """Medians of forward and forward+backward per (seq_len, layout), layouts interleaved."""
-    import jax
+def segment_rows(args):
+    """{seq_len: segment ids [batch, seq_len] in natural order} for --documents (else {})."""
+    if not args.documents:
+        return {}
+    from data.document_lengths import packed_segment_ids
+    if args.documents != "stdlib":
+        return {s: packed_segment_ids(args.documents, args.batch, s) for s in args.seq_lens}
+    from configs import default
+    from training.loop import sample_segment_ids
+    config = default.get_config()
+    rows = {}
+    for seq_len in args.seq_lens:
+        config.seq_len = seq_len
+        rows[seq_len] = sample_segment_ids(config, os.path.join(ROOT, "runs", "bench_documents"),
+                                           args.batch)
+    return rows
+
+
+def layout_inputs(layouts, seg, num_shards, tile):
+    """{layout: (order, segment ids in layout order)}; (None, None) for one document."""
     import numpy as np
     import parallel
 
+    if seg is None:
+        return {layout: (None, None) for layout in layouts}
+    out = {}
+    for layout in layouts:
+        order = parallel.row_order(layout, seg, num_shards, tile=tile)
+        out[layout] = (order, np.take_along_axis(seg, order, 1))
+    return out
+
+
+def time_layouts(args, mesh, sync, segments):
+    """Medians of forward and forward+backward per (seq_len, layout), layouts interleaved; with
+    documents, each layout attends over the same natural-order q, k, v laid out its own way."""
+    import jax
+    import numpy as np
+    import parallel
+    from parallel import cost
+
+    layouts = LAYOUTS + (("balanced",) if segments else ())
+    sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
+    put = lambda x: jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
     results = []
     for seq_len in args.seq_lens:
-        sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
         rng = np.random.default_rng(seq_len)
-
-        def array(heads):
-            full = rng.standard_normal((args.batch, seq_len, heads, args.head_dim), np.float32)
-            return jax.make_array_from_callback(full.shape, sharding, lambda idx: full[idx])
-
-        q, dout = array(args.heads), array(args.heads)
-        k, v = array(args.kv_heads), array(args.kv_heads)
-        tile = seq_len // mesh.shape["seq"] // args.tiles_per_block
-        programs = {}
-        for layout in LAYOUTS:
-            attend = lambda q, k, v, layout=layout: parallel.attention(
+        full = {name: rng.standard_normal((args.batch, seq_len, heads, args.head_dim),
+                                          np.float32)
+                for name, heads in (("q", args.heads), ("k", args.kv_heads),
+                                    ("v", args.kv_heads), ("dout", args.heads))}
+        n = mesh.shape["seq"]
+        tile = seq_len // n // args.tiles_per_block
+        seg = segments.get(seq_len)
+        programs, paths = {}, {}
+        for layout, (order, seg_l) in layout_inputs(layouts, seg, n, tile).items():
+            take = (lambda x: x) if order is None else (
+                lambda x, o=order: np.take_along_axis(x, o[:, :, None, None], 1))
+            q, k, v, dout = (put(take(full[name])) for name in ("q", "k", "v", "dout"))
+            extra = {} if order is None else dict(order=put(order), segment_ids=put(seg_l))
+            attend = lambda q, k, v, layout=layout, extra=extra: parallel.attention(
                 q, k, v, mesh=mesh, layout=layout, strategy=args.strategy, kernel=args.kernel,
-                tile_q=tile, tile_k=tile)
+                tile_q=tile, tile_k=tile, **extra)
             fwd = jax.jit(attend)
             fwd_bwd = jax.jit(lambda q, k, v, do, attend=attend: jax.vjp(attend, q, k, v)[1](do))
-            programs[(layout, "forward")] = lambda f=fwd: f(q, k, v)
-            programs[(layout, "forward+backward")] = lambda f=fwd_bwd: f(q, k, v, dout)
+            programs[(layout, "forward")] = lambda f=fwd, a=(q, k, v): f(*a)
+            programs[(layout, "forward+backward")] = lambda f=fwd_bwd, a=(q, k, v, dout): f(*a)
+            if seg is not None:  # the rows of one device run together: sum them, then the path
+                counts = cost.layout_tile_counts(layout, seg, n, tile, tile).sum(axis=0)
+                paths[layout] = cost.critical_path(counts)
         times = interleaved(programs, args.reps, after=sync)  # layouts alternate every rep
         for (layout, mode), ts in times.items():
             results.append(dict(seq_len=seq_len, layout=layout, mode=mode,
-                                median_s=statistics.median(ts), times_s=ts))
+                                median_s=statistics.median(ts), times_s=ts,
+                                critical_path_tiles=paths.get(layout)))
     for r in results:
         ring = next(x for x in results if x["seq_len"] == r["seq_len"] and x["mode"] == r["mode"]
                     and x["layout"] == "ring")
@@ -139,10 +192,12 @@ def time_layouts(args, mesh, sync):
 
 def print_time_table(rows, setup):
     print(f"wall clock, {setup}")
-    print(f"{'seq':>6} {'mode':<17} {'layout':<8} {'median s':>9} {'ring/this':>9}")
+    print(f"{'seq':>6} {'mode':<17} {'layout':<9} {'median s':>9} {'ring/this':>9} "
+          f"{'path tiles':>10}")
     for r in rows:
-        print(f"{r['seq_len']:>6} {r['mode']:<17} {r['layout']:<8} {r['median_s']:>9.3f} "
-              f"{r['ring_over_layout']:>9.2f}")
+        path = "-" if r.get("critical_path_tiles") is None else r["critical_path_tiles"]
+        print(f"{r['seq_len']:>6} {r['mode']:<17} {r['layout']:<9} {r['median_s']:>9.3f} "
+              f"{r['ring_over_layout']:>9.2f} {path:>10}")
 
 
 def worker_main(args):
@@ -159,6 +214,11 @@ def worker_main(args):
 
     mesh = parallel.make_mesh(1, args.processes)
     barriers = iter(range(10**9))
+    segments = {}
+    if args.segments:
+        import numpy as np
+        with np.load(args.segments) as saved:
+            segments = {int(name): saved[name] for name in saved.files}
 
     def sync():
         # A barrier in the coordination service: the process that finished first sleeps in a
@@ -166,7 +226,7 @@ def worker_main(args):
         # the waiting process busy in gloo and was measured to slow the other one down.)
         distributed.global_state.client.wait_at_barrier(f"bench{next(barriers)}", 600_000)
 
-    rows = time_layouts(args, mesh, sync)
+    rows = time_layouts(args, mesh, sync, segments)
     if args.worker == 0:
         print("RESULTS " + json.dumps(rows), flush=True)
     jax.distributed.shutdown()
@@ -178,9 +238,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wallclock_multiprocess(args):
+def wallclock_multiprocess(args, segments):
+    import tempfile
+
+    import numpy as np
+
     port = free_port()
-    passthrough = ["--seq-lens", *map(str, args.seq_lens), "--processes", str(args.processes),
+    saved = tempfile.NamedTemporaryFile(suffix=".npz", delete=False)
+    np.savez(saved, **{str(s): seg for s, seg in segments.items()})
+    saved.close()
+    passthrough = ["--segments", saved.name,"--seq-lens", *map(str, args.seq_lens), "--processes", str(args.processes),
                    "--reps", str(args.reps), "--batch", str(args.batch), "--heads", str(args.heads),
                    "--kv-heads", str(args.kv_heads), "--head-dim", str(args.head_dim),
                    "--tiles-per-block", str(args.tiles_per_block), "--strategy", args.strategy,
@@ -196,6 +263,7 @@ def wallclock_multiprocess(args):
     finally:
         for p in procs:
             p.kill()
+        os.unlink(saved.name)
     if any(p.returncode for p in procs):
         sys.exit(f"bench worker failed: exit codes {[p.returncode for p in procs]}")
     line = next(l for l in outputs[0].splitlines() if l.startswith("RESULTS "))
@@ -212,19 +280,29 @@ def main():
     sys.path.insert(0, ROOT)
     import jax
 
+    from data import DataError
+    from data.document_lengths import parse_length_spec
+    try:
+        if args.documents not in (None, "stdlib"):
+            parse_length_spec(args.documents)
+    except DataError as e:
+        sys.exit(f"bench_attention: --documents: {e}")
     print(f"jax {jax.__version__}, {os.cpu_count()} cores, "
           f"heads {args.heads}/{args.kv_heads} x {args.head_dim}, batch {args.batch}")
     report = {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "port")}}
     report["tiles"] = tile_table(args.shards, args.tiles_per_block)
     print_tile_table(report["tiles"])
     if not args.no_wallclock:
+        segments = segment_rows(args)
         if args.processes > 1:
             setup = f"{args.processes} processes, one pinned core and one device each"
-            rows = wallclock_multiprocess(args)
+            rows = wallclock_multiprocess(args, segments)
         else:
             setup = "1 process, 2 fake devices sharing the cores (hides load imbalance)"
             mesh = __import__("parallel").make_mesh(1, 2, devices=jax.devices()[:2])
-            rows = time_layouts(args, mesh, lambda: None)
+            rows = time_layouts(args, mesh, lambda: None, segments)
+        if args.documents:
+            setup += f"; documents {args.documents}, masked"
         report["wallclock"] = rows
         report["wallclock_setup"] = setup
         print()

@@ -17,9 +17,10 @@ The table prints the mean over rows (and the worst row for balanced), and the ho
 balanced's placement took per row.
 
 Sources: `stdlib` (the embedded corpus, tokenized as configs/default.py does, rows cut as the
-training data cuts them, documents at EOS), `exp:MEAN` (exponential lengths), `lognormal:MU:SIGMA`
-(heavy-tailed), `pareto:ALPHA:MIN` (heavier), `one` (one document per row). q, k, v are zeros
-with one head of 8: only the counts matter, not the values.
+training data cuts them, documents at EOS), or a length spec of data/document_lengths.py:
+`exp:MEAN` (exponential lengths), `lognormal:MU:SIGMA` (heavy-tailed), `pareto:ALPHA:MIN`
+(heavier), `one` (one document per row). q, k, v are zeros with one head of 8: only the counts
+matter, not the values.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sources", nargs="+",
                    default=["stdlib", "exp:2048", "exp:256", "exp:16384", "lognormal:7.5:1.5",
-                            "one"])
+                            "pareto:1.5:512", "one"])
     p.add_argument("--seq-len", type=int, default=65536)
     p.add_argument("--shards", type=int, default=8, help="N, fake CPU devices on 'seq'")
     p.add_argument("--tiles", type=int, nargs="+", default=[256, 512, 1024])
@@ -50,45 +51,14 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def synthetic_rows(source: str, rows: int, seq_len: int, seed: int = 0):
-    """Segment ids [rows, seq_len] (natural order) of documents with the source's lengths."""
-    import numpy as np
-
-    kind, *params = source.split(":")
-    rng = np.random.default_rng(seed)
-    draw = {"exp": lambda: rng.exponential(float(params[0]), seq_len),
-            "lognormal": lambda: rng.lognormal(float(params[0]), float(params[1]), seq_len),
-            "pareto": lambda: float(params[1]) * (1 + rng.pareto(float(params[0]), seq_len)),
-            "one": lambda: np.full(seq_len, seq_len)}
-    if kind not in draw:
-        raise SystemExit(f"bench_documents: unknown source {source!r}: use stdlib, exp:MEAN, "
-                         f"lognormal:MU:SIGMA, pareto:ALPHA:MIN or one")
-    out = []
-    for _ in range(rows):
-        ends = np.cumsum(np.maximum(1, draw[kind]().astype(np.int64)))
-        out.append(np.searchsorted(ends, np.arange(seq_len), side="right"))
-    return np.stack(out).astype(np.int32)
-
-
 def stdlib_rows(args):
     """Segment ids of the first --rows training rows of the embedded corpus (natural order)."""
-    import numpy as np
-
-    import data
     from configs import default
-    from training.loop import prepare_data
+    from training.loop import sample_segment_ids
 
     config = default.get_config()
-    config.seq_len, config.global_batch_size = args.seq_len, args.rows
-    config.parallel.attention = "ring"  # natural order: 'order' is 0 .. S-1
-    import jax
-
-    import parallel
-
-    one_device = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    _, cache, spec = prepare_data(config, args.workdir, one_device)
-    batch = data.batch_rows(cache.train, spec, 0, np.arange(args.rows))
-    return batch["segment_ids"]
+    config.seq_len = args.seq_len
+    return sample_segment_ids(config, args.workdir, args.rows)
 
 
 def kernel_counts(seg_row, layout, shards, tile, kernel):
@@ -155,12 +125,19 @@ def main(argv=None):
     sys.path.insert(0, ROOT)
     import jax
 
+    from data import DataError
+    from data.document_lengths import packed_segment_ids, parse_length_spec
+
+    try:
+        [parse_length_spec(source) for source in args.sources if source != "stdlib"]
+    except DataError as e:
+        raise SystemExit(f"bench_documents: {e}")
     jax.config.update("jax_platforms", "cpu")
     print_header(args)
     results = []
     for source in args.sources:
         rows = (stdlib_rows(args) if source == "stdlib"
-                else synthetic_rows(source, args.rows, args.seq_len))
+                else packed_segment_ids(source, args.rows, args.seq_len))
         results += measure(args, source, rows)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -4,6 +4,8 @@
     python scripts/plan.py --config configs/paper_tpuv4_786k.py --device tpu-v4
     python scripts/plan.py --config configs/llama_7b.py --config.seq_len=65536 --device h100-80gb
     python scripts/plan.py --config configs/tiny.py --device cpu --compile yes --json /tmp/plan.json
+    python scripts/plan.py --config configs/default.py --documents data      # its own documents
+    python scripts/plan.py --config configs/llama_1b.py --documents lognormal:7.5:1.5
 
 Needs no accelerator. Config overrides (--config.FIELD=VALUE) work as in train.py. --device
 defaults to the config file's module-level DEVICE (e.g. "a100-80gb"), else "cpu". The device
@@ -70,6 +72,11 @@ accelerator's exact figure. "--compile auto" compiles only small problems (COMPI
                            with kv = 2 b n K Dh c (+ 4 b n segment ids) / link bandwidth,
                            dkv = 8 b n K Dh / link bandwidth, C_s = t_s 4 b tq tk Dh H / peak
                            remat runs the forward twice (the block is recomputed in the backward).
+                           --documents (packed rows, data.mask_documents): t_s is the mean over
+                           sample rows of step s's busiest device in each row's placement
+                           (parallel.cost.layout_tile_counts; balanced places every row), and
+                           doc eff = tiles one device runs on the whole row / N / critical path;
+                           model FLOPs then count each document's causal triangle.
     dense:                 6 P_mm b n FLOPs per micro-step (8 P_mm b n with remat: one more
                            forward), overlapped with the FSDP traffic: 2 all-gathers of the
                            weights and 1 reduce-scatter of the gradients, each (D-1)/D P p bytes
@@ -128,6 +135,13 @@ flags.DEFINE_integer("devices", 0, "Device count where the mesh has a -1 (0: 8 o
                      "config.cpu_devices on cpu).")
 flags.DEFINE_float("efficiency", 1.0, "Share of peak FLOP/s and bandwidth assumed reached "
                    "(1.0 = at peak).")
+flags.DEFINE_string("documents", None, "Document lengths to plan with (packed rows, "
+                    "data.mask_documents): 'data' samples the run's own first rows (its tokenizer "
+                    "and corpus, found or built in --workdir), or a length spec: exp:MEAN, "
+                    "lognormal:MU:SIGMA, pareto:ALPHA:MIN, one. Unset: one document per row.")
+flags.DEFINE_integer("document_rows", 4, "Rows of documents --documents samples.")
+flags.DEFINE_string("workdir", os.path.join(ROOT, "runs", "plan"), "Where --documents=data "
+                    "finds or builds the tokenizer and token cache (a run's workdir reuses its).")
 flags.mark_flags_as_required(["config"])
 FLAGS = flags.FLAGS
 
@@ -241,17 +255,27 @@ def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
              f"{device.hbm_bytes_per_s / 1e12:.2f} TB/s; ring hops overlap their step's compute",
              f"  {device.link_note}",
              f"  model FLOPs per step {plan['model_flops_per_step']:.3e} (training/flops.py"
-             f"{'; the remat recompute adds one forward, not counted' if m.remat else ''})",
-             f"  {'layout':<8}{'tile':>11}{'T':>6}{'path tiles':>12}{'attention s':>13}"
-             f"{'dense s':>10}{'optim s':>9}{'step s':>9}{'tokens/s':>11}{'MFU':>6}{'vs ring':>9}"]
+             f"{'; the remat recompute adds one forward, not counted' if m.remat else ''}"
+             f"{'; attention counts each document' if plan['documents'] else ''})",
+             *format_documents(plan["documents"]),
+             f"  {'layout':<9}{'tile':>11}{'T':>6}{'path tiles':>12}{'doc eff':>8}"
+             f"{'attention s':>13}{'dense s':>10}{'optim s':>9}{'step s':>9}{'tokens/s':>11}"
+             f"{'MFU':>6}{'vs ring':>9}"]
     ring = plan["time"].get("ring", {}).get("step_s")
     for layout, t in plan["time"].items():
         a = t["attention_layer"]
         speed = f"{ring / t['step_s']:.2f}x" if ring else "-"
-        lines.append(f"  {layout:<8}{t['tiles'][0]:>5}x{t['tiles'][1]:<5}{a['tiles_per_side']:>6.0f}"
-                     f"{a['critical_path_tiles']:>12,.0f}{t['attention_s']:>13.3f}"
+        eff = a["document_efficiency"]
+        lines.append(f"  {layout:<9}{t['tiles'][0]:>5}x{t['tiles'][1]:<5}"
+                     f"{a['tiles_per_side']:>6.0f}{a['critical_path_tiles']:>12,.0f}"
+                     f"{'-' if eff is None else f'{eff:.2f}':>8}{t['attention_s']:>13.3f}"
                      f"{t['dense_s']:>10.3f}{t['optimizer_s']:>9.3f}{t['step_s']:>9.3f}"
                      f"{t['tokens_per_s']:>11,.0f}{t['mfu']:>6.0%}{speed:>9}")
+    best = min(plan["time"], key=lambda layout: plan["time"][layout]["step_s"])
+    others = [t["step_s"] for layout, t in plan["time"].items() if layout != best]
+    margin = f", {min(others) / plan['time'][best]['step_s']:.2f}x the next" if others else ""
+    lines.append(f"  choose {best} (fastest predicted{margin}): "
+                 f"--config.parallel.attention={best}")
     hop = plan["time"][run.layout]["attention_layer"]
     lines += [f"  {run.layout}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, a "
               f"ring step >= {hop['hop_compute_s_min'] * 1e3:.2f} ms of compute; "
@@ -260,6 +284,16 @@ def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
               "  Not modelled: elementwise work (norms, RoPE, the loss's softmax), loop overheads, "
               "imperfect overlap."]
     return lines
+
+
+def format_documents(docs: dict | None) -> list[str]:
+    if docs is None:
+        return ["  documents: one per row (--documents samples packed rows; doc eff needs it)"]
+    return [f"  documents: {docs['spec']}, {docs['rows']} sample row(s), {docs['documents']:,} "
+            f"documents, mean {docs['mean_tokens']:,.0f} / median {docs['median_tokens']:,.0f} / "
+            f"max {docs['max_tokens']:,} tokens; path tiles are the mean row's",
+            "  doc eff = tiles one device computes on the whole row / N / critical path (1.0: "
+            "N devices share one device's work evenly)"]
 
 
 def format_plan(plan: dict, config, device: Device, run: Run) -> str:
@@ -305,22 +339,56 @@ def use_fake_devices(count: int) -> None:
     os.environ["JAX_PLATFORMS"] = "cpu"  # the planner compiles on the host, whatever is attached
 
 
-def make_plan(config, device_name: str, devices: int, compile_mode: str,
-              efficiency: float) -> tuple[dict, Device, Run]:
+def make_plan(config, device_name: str, devices: int, compile_mode: str, efficiency: float,
+              documents: str | None = None, document_rows: int = 4,
+              workdir: str | None = None) -> tuple[dict, Device, Run]:
     from training.validate import validate_config
     device, run = DEVICES[device_name], make_run(config, devices)
     if device_name == "cpu":  # fake devices share the host's memory
         host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         device = dataclasses.replace(device, memory_bytes=host / devices)
     validate_config(config, devices, process_count(device, devices), platform=device.platform)
-    plan = analytic_plan(config, device, run, efficiency)
+    segment_ids = sample_documents(config, documents, document_rows, workdir)
+    plan = analytic_plan(config, device, run, efficiency, segment_ids)
     plan.update(device=device_name, device_spec=dataclasses.asdict(device),
-                processes=process_count(device, devices), run=dataclasses.asdict(run))
+                processes=process_count(device, devices), run=dataclasses.asdict(run),
+                documents=describe_documents(documents, segment_ids))
     plan["as_built"] = state_as_built(config, run)
     plan["today"] = today_scenarios(plan, config, run, device)
     go, why = compile_decision(compile_mode, plan["params"]["total"], run)
     plan["compiled"] = compiled_memory(config, run) if go else {"status": why}
     return plan, device, run
+
+
+def sample_documents(config, spec: str | None, rows: int, workdir: str | None):
+    """Segment ids [rows, seq_len] (natural order) for --documents, or None (one document)."""
+    from training.validate import ConfigError
+    if spec is None:
+        return None
+    if not config.data.mask_documents:
+        raise ConfigError(f"--documents={spec} needs data.mask_documents=True (without it every "
+                          "row is one causal document): set --config.data.mask_documents=True or "
+                          "drop --documents")
+    if rows < 1:
+        raise ConfigError(f"--document_rows={rows}: sample at least one row")
+    if spec == "data":
+        from training.loop import sample_segment_ids
+        return sample_segment_ids(config, workdir or os.path.join(ROOT, "runs", "plan"), rows)
+    from data.document_lengths import packed_segment_ids
+    return packed_segment_ids(spec, rows, config.seq_len)
+
+
+def describe_documents(spec: str | None, segment_ids) -> dict | None:
+    """Length statistics of the sampled rows (a row's last document is cut where it ends)."""
+    import numpy as np
+
+    from data.document_lengths import document_lengths
+    if segment_ids is None:
+        return None
+    lengths = document_lengths(segment_ids)
+    return {"spec": spec, "rows": len(segment_ids), "documents": int(lengths.size),
+            "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
+            "max_tokens": int(lengths.max())}
 
 
 def today_scenarios(plan: dict, config, run: Run, device: Device) -> dict:
@@ -356,11 +424,13 @@ def main(argv):
     device_name = FLAGS.device or config_device(filename)
     devices = device_count(config, device_name, FLAGS.devices)
     use_fake_devices(devices)
+    from data import DataError
     from training.validate import ConfigError
     try:
         plan, device, run = make_plan(config, device_name, devices, FLAGS.compile,
-                                      FLAGS.efficiency)
-    except ConfigError as e:
+                                      FLAGS.efficiency, FLAGS.documents, FLAGS.document_rows,
+                                      FLAGS.workdir)
+    except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename

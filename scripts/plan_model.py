@@ -8,6 +8,8 @@ import math
 import os
 import sys
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -196,24 +198,40 @@ def fit(total: float, device: Device) -> dict:
 
 # ------------------------------------------------------------------------------ time
 
-def ring_step_tiles(layout: str, num_shards: int, block: int, tiles: tuple[int, int]) -> list:
-    """Tiles the slowest device computes on each ring step (causal, one document, tile skipping),
-    from parallel.cost, the rule the kernels run. Closed forms with T tiles per side:
-    ring [T(T+1)/2, T^2 x (N-1)], striped [T(T+1)/2 x N], zigzag [T(T+1)/2, T^2/2 x (N-1)].
-    """
-    import numpy as np
-
+def step_tile_counts(layout: str, num_shards: int, block: int, tiles: tuple[int, int],
+                     documents=None):
+    """tiles[r, d, s]: tiles device d computes on ring step s for row r, from parallel.cost (the
+    rule the kernels run). documents: segment ids [R, S] in natural order (a sample of packed
+    rows), or None for one causal document per row ([1, N, N])."""
     from parallel import cost, get_layout
+    if documents is not None:
+        return cost.layout_tile_counts(layout, documents, num_shards, *tiles)
     if get_layout(layout).data_dependent:
         # One document: balanced starts from (and keeps) a zigzag over units of one tile.
         from parallel.layouts import balanced
         unit = np.lcm(*tiles)
         order = balanced.order_of(balanced.zigzag_units(num_shards * block // unit, num_shards),
                                   unit)
-        counts = cost.placement_tile_counts(order, None, num_shards, *tiles)
-    else:
-        counts = cost.ring_tile_counts(layout, num_shards, block, *tiles)
-    return counts.max(axis=0).tolist()
+        return cost.placement_tile_counts(order, None, num_shards, *tiles)[None]
+    return cost.ring_tile_counts(layout, num_shards, block, *tiles)[None]
+
+
+def ring_step_tiles(layout: str, num_shards: int, block: int, tiles: tuple[int, int],
+                    documents=None) -> list:
+    """Tiles the slowest device computes on each ring step (mean over the rows of `documents`).
+    Closed forms for one document, T tiles per side: ring [T(T+1)/2, T^2 x (N-1)], striped
+    [T(T+1)/2 x N], zigzag and balanced [T(T+1)/2, T^2/2 x (N-1)].
+    """
+    counts = step_tile_counts(layout, num_shards, block, tiles, documents)
+    return counts.max(axis=1).mean(axis=0).tolist()
+
+
+def document_efficiency(counts, documents, tiles: tuple[int, int]) -> float:
+    """Mean over rows of single-device tiles / N / critical path (cost.document_efficiency):
+    counts [R, N, N] from step_tile_counts, documents [R, S]."""
+    from parallel import cost
+    return float(np.mean([cost.document_efficiency(c, cost.single_device_tiles(seg, *tiles))
+                          for c, seg in zip(counts, documents)]))
 
 
 def ring_transfer_bytes(m, run: Run, with_segments: bool) -> tuple[float, float]:
@@ -224,12 +242,14 @@ def ring_transfer_bytes(m, run: Run, with_segments: bool) -> tuple[float, float]
 
 
 def attention_layer_seconds(m, run: Run, layout: str, tiles: tuple[int, int], rate: float,
-                            link: float, with_segments: bool) -> dict:
-    """One layer's attention, forward (x2 with remat) and backward, on the critical path."""
+                            link: float, with_segments: bool, documents=None) -> dict:
+    """One layer's attention, forward (x2 with remat) and backward, on the critical path;
+    with documents [R, S] (segment ids of sample rows), the mean row's."""
     tq, tk = tiles
     per_side = run.block / math.sqrt(tq * tk)  # T (exact for square tiles)
     tile_flops = 4 * run.rows * tq * tk * m.head_dim * m.num_heads
-    steps = ring_step_tiles(layout, run.seq, run.block, tiles)
+    counts = step_tile_counts(layout, run.seq, run.block, tiles, documents)
+    steps = counts.max(axis=1).mean(axis=0).tolist()
     compute = [t * tile_flops / rate for t in steps]
     kv, dkv = (x / link for x in ring_transfer_bytes(m, run, with_segments))
     if run.seq == 1:
@@ -244,7 +264,9 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles: tuple[int, int], ra
             "forward_s": forward, "backward_s": backward,
             "seconds": forward * (2 if m.remat else 1) + backward,
             "hop_compute_s_min": min(compute), "hop_transfer_s": kv,
-            "comm_bound_forward_steps": comm_bound_steps}
+            "comm_bound_forward_steps": comm_bound_steps,
+            "document_efficiency": (None if documents is None
+                                    else document_efficiency(counts, documents, tiles))}
 
 
 def dense_seconds(m, run: Run, rate: float, link: float) -> dict:
@@ -264,13 +286,13 @@ def optimizer_seconds(m, run: Run, device: Device, efficiency: float) -> float:
 
 
 def step_time(m, run: Run, layout: str, device: Device, efficiency: float, mask_documents: bool,
-              model_flops: float) -> dict:
+              model_flops: float, documents=None) -> dict:
     """Predicted step time, tokens/s and MFU for one attention layout."""
     from training.flops import peak_flops
     peak = peak_flops(device.flops_key)
     rate, link = peak * efficiency, device.link_bytes_per_s * efficiency
     tiles = tile_sizes(m, layout, run.block, device)
-    attn = attention_layer_seconds(m, run, layout, tiles, rate, link, mask_documents)
+    attn = attention_layer_seconds(m, run, layout, tiles, rate, link, mask_documents, documents)
     dense = dense_seconds(m, run, rate, link)
     opt = optimizer_seconds(m, run, device, efficiency)
     seconds = run.accum * (m.num_layers * attn["seconds"] + dense["seconds"]) + opt
@@ -283,8 +305,9 @@ def step_time(m, run: Run, layout: str, device: Device, efficiency: float, mask_
 
 # ------------------------------------------------------------------------------ the plan
 
-def analytic_plan(config, device: Device, run: Run, efficiency: float) -> dict:
-    """Every analytic figure: parameters, memory terms, fit, FLOPs and time per layout."""
+def analytic_plan(config, device: Device, run: Run, efficiency: float, documents=None) -> dict:
+    """Every analytic figure: parameters, memory terms, fit, FLOPs and time per layout;
+    documents: segment ids [R, seq_len] of sample rows (None: one document per row)."""
     import model
     from training.flops import flops_per_token, peak_flops
     m = model.ModelConfig.from_config(config.model, config.parallel)
@@ -292,12 +315,22 @@ def analytic_plan(config, device: Device, run: Run, efficiency: float) -> dict:
     state = state_memory(m, run)
     acts = activation_memory(m, run, tiles)
     total = sum(state.values()) + sum(acts.values())
-    model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
+    model_flops = flops_per_token(m, run.seq_len, keys_per_query=_keys_per_query(documents))
+    model_flops *= run.tokens_per_step
     times = {layout: step_time(m, run, layout, device, efficiency, config.data.mask_documents,
-                               model_flops) for layout in _layouts_for(run)}
+                               model_flops, documents) for layout in _layouts_for(run)}
     return {"params": param_counts(m), "state_bytes": state, "activation_bytes": acts,
             "fit": fit(total, device), "tiles": list(tiles), "model_flops_per_step": model_flops,
             "peak_flops": peak_flops(device.flops_key), "efficiency": efficiency, "time": times}
+
+
+def _keys_per_query(documents) -> float | None:
+    """Mean keys a query sees with documents masked (None: one causal document per row)."""
+    if documents is None:
+        return None
+    from data.document_lengths import document_lengths
+    lengths = document_lengths(documents).astype(np.float64)
+    return float((lengths * (lengths + 1) / 2).sum() / np.asarray(documents).size)
 
 
 def _layouts_for(run: Run) -> list[str]:

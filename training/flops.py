@@ -48,7 +48,11 @@ def matmul_params(m) -> int:
     return m.num_layers * (attention + mlp) + m.d_model * m.vocab_size
 
 
-def flops_per_token(m, seq_len: int, causal: bool = True) -> float:
+def flops_per_token(m, seq_len: int, causal: bool = True,
+                    keys_per_query: float | None = None) -> float:
+    """keys_per_query: the mean number of keys a query attends to, in place of c * S (packed
+    documents, masked: sum over documents of L (L + 1) / 2, divided by S)."""
     dense = 6 * matmul_params(m)
-    attention = 3 * m.num_layers * 4 * seq_len * m.num_heads * m.head_dim
-    return dense + attention * (0.5 if causal else 1.0)
+    if keys_per_query is None:
+        keys_per_query = seq_len * (0.5 if causal else 1.0)
+    return dense + 3 * m.num_layers * 4 * keys_per_query * m.num_heads * m.head_dim

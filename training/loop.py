@@ -9,6 +9,7 @@ every checkpoint_every_steps, at the end, and when asked to stop (SIGTERM / pree
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -16,6 +17,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 import data
@@ -67,6 +69,18 @@ def prepare_data(config, workdir: str, mesh):
                           reset_positions=config.data.reset_positions,
                           eos_id=tokenizer.eos_id, tile=balance_tile(config.model))
     return tokenizer, cache, spec
+
+
+def sample_segment_ids(config, workdir: str, rows: int) -> np.ndarray:
+    """Segment ids int32 [rows, seq_len], natural order, of the run's first training rows (its
+    tokenizer, corpus and windows; documents at EOS whatever data.mask_documents says): the
+    document lengths the planner and scripts/bench_documents.py measure layouts on. Builds the
+    tokenizer and token cache in workdir (or data.cache_dir) unless they are there already."""
+    one_device = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    _, cache, spec = prepare_data(config, workdir, one_device)
+    spec = dataclasses.replace(spec, global_batch=rows, layout="ring", num_seq_shards=1,
+                               mask_documents=True)
+    return data.batch_rows(cache.train, spec, 0, np.arange(rows))["segment_ids"]
 
 
 def balance_tile(model_config):
