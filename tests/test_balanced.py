@@ -104,6 +104,29 @@ def test_balance_beats_every_static_layout_with_documents(mean):
     assert eff["balanced"] >= max(eff.values()) - 1e-9, eff
 
 
+def test_search_keeps_its_tables_exact_and_never_lengthens_a_start():
+    """The swap search's incremental W and neighbour tables equal a recount after every round
+    (on an arbitrary graph, not only packed documents), and the placement it returns has a
+    critical path no longer than either start's: ring's contiguous one or the zigzag."""
+    rng = np.random.default_rng(3)
+    m, n = 48, 4
+    adjacent = rng.random((m, m)) < 0.15
+    adjacent = np.triu(adjacent, 1) | np.triu(adjacent, 1).T
+    pairs = np.nonzero(np.tril(adjacent))
+    search = balanced._Search(adjacent, pairs, balanced.zigzag_units(m, n), n, seed=0)
+    for _ in range(20):
+        search.run(5)
+        device = search.device
+        np.testing.assert_array_equal(search.w, balanced.work(device, adjacent, n))
+        onehot = np.eye(n, dtype=int)[device]
+        np.testing.assert_array_equal(search.below, np.tril(adjacent).astype(int) @ onehot)
+        np.testing.assert_array_equal(search.above, np.triu(adjacent).astype(int) @ onehot)
+        assert np.bincount(device, minlength=n).tolist() == [m // n] * n
+    final = cost.critical_path(balanced.work(balanced.balance_units(adjacent, n), adjacent, n))
+    for start in (balanced.zigzag_units, balanced.contiguous_units):
+        assert final <= cost.critical_path(balanced.work(start(m, n), adjacent, n))
+
+
 @pytest.mark.parametrize("bad,match", [
     (dict(segment_ids=None), "pass segment_ids"),
     (dict(segment_ids=np.zeros(64, np.int32)), r"integers \[B, 64\]"),

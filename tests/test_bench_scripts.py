@@ -1,14 +1,18 @@
-"""scripts/bench_simulated_ring.py, run small on this CPU: it times every step of the ring and
-reports a share of the ideal (the figures themselves need a GPU; see BENCHMARKS.md)."""
+"""Benchmark scripts run small on this CPU: bench_simulated_ring (times every ring step and
+reports a share of the ideal; the figures themselves need a GPU, see BENCHMARKS.md),
+bench_documents (efficiency from the kernel's counters) and compare_losses."""
 
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
+import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "scripts"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_documents  # noqa: E402  (scripts/bench_documents.py)
 import bench_simulated_ring  # noqa: E402  (scripts/bench_simulated_ring.py)
 
 
@@ -24,3 +28,39 @@ def test_simulated_ring_times_every_step(tmp_path):
         assert np.isclose(row["share"], row["ideal_s"] / sum(row["step_s"]))
         assert 0 < row["model_share"] <= 1
     assert result["block_pair"]["block"] == 128
+
+
+def test_bench_documents_counts_every_layout(tmp_path, capsys):
+    out = tmp_path / "documents.json"
+    bench_documents.main(["--sources", "exp:40", "one", "--seq-len", "1024", "--shards", "4",
+                          "--tiles", "32", "--rows", "1", "--json", str(out)])
+    results = {r["source"]: r for r in json.loads(out.read_text())["results"]}
+    short, one = results["exp:40"]["efficiency"], results["one"]["efficiency"]
+    assert set(short) == set(bench_documents.LAYOUTS)
+    assert short["balanced"] >= 0.9 and short["balanced"] >= max(short.values())
+    assert one["balanced"] == pytest.approx(one["zigzag"]) and one["ring"] < 0.7
+    assert "| exp:40 | 32 | " in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="bench_documents: unknown document length spec"):
+        bench_documents.main(["--sources", "gamma:3"])
+
+
+def write_metrics(workdir, losses):
+    workdir.mkdir()
+    with open(workdir / "metrics.jsonl", "w") as f:
+        for step, loss in losses.items():
+            f.write(json.dumps({"step": step, "train/loss": loss}) + "\n")
+        f.write(json.dumps({"step": 20, "eval/loss": 4.0}) + "\n")
+    return str(workdir)
+
+
+def test_compare_losses_finds_the_largest_difference(tmp_path):
+    a = write_metrics(tmp_path / "a", {10: 5.0, 20: 4.5})
+    b = write_metrics(tmp_path / "b", {10: 5.0001, 20: 4.5, 30: 9.0})
+    script = [sys.executable, os.path.join(ROOT, "scripts", "compare_losses.py")]
+    run = lambda *args: subprocess.run(script + list(args), capture_output=True, text=True)
+    same = run(a, b, "--tolerance", "2e-4")
+    assert same.returncode == 0, same.stderr
+    assert "largest |difference| from a: 1.00e-04 over 2 steps" in same.stdout
+    assert run(a, b, "--tolerance", "5e-5").returncode == 1
+    missing = run(a, str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "pass the --workdir" in missing.stderr

@@ -28,8 +28,8 @@ host when the batch is made:
 Example (S = 16, N = 2, tile 2; documents of 6, 2 and 8 tokens, segment ids
 [0]*6 + [1]*2 + [2]*8): device 0 holds [0 1 2 3 10 11 14 15], device 1 [4 5 6 7 8 9 12 13].
 
-The search costs about 60 ms for a 64k-token row at tile 512 on one CPU core (N = 8, 128 units);
-it runs in the data pipeline's prefetch thread.
+Both searches together take about 0.1 s for a 64k-token row (N = 8, tiles 256 to 1024:
+scripts/bench_documents.py prints it); they run in the data pipeline's prefetch thread.
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ def contiguous_units(num_units: int, num_shards: int) -> np.ndarray:
 def balance_units(adjacent, num_shards: int, rounds: int = ROUNDS, seed: int = 0) -> np.ndarray:
     """device [M]: M / N units per device, with a short critical path (module docstring): the
     better of the searches from a zigzag and from a contiguous start (zigzag on a tie)."""
-    searches = [_Search(adjacent, start(adjacent.shape[0], num_shards), num_shards, seed)
+    pairs = np.nonzero(np.tril(adjacent))  # (later, earlier) units of every adjacent pair
+    searches = [_Search(adjacent, pairs, start(adjacent.shape[0], num_shards), num_shards, seed)
                 for start in (zigzag_units, contiguous_units)]
     for search in searches:
         search.run(rounds)
@@ -152,12 +153,14 @@ class _Search:
     later unit of the pair); above[u, e] at (e, (e - x) % N).
     """
 
-    def __init__(self, adjacent, device, num_shards, seed):
+    def __init__(self, adjacent, pairs, device, num_shards, seed):
         self.adjacent, self.device, self.n = adjacent, device.copy(), num_shards
         self.rng = np.random.default_rng(seed)
-        onehot = np.eye(num_shards, dtype=np.int64)[self.device]
-        self.below = np.tril(adjacent).astype(np.int64) @ onehot
-        self.above = np.triu(adjacent).astype(np.int64) @ onehot
+        later, earlier = pairs
+        m, n = len(device), num_shards
+        # Counted from the pair list (O(pairs), not an M x M x N product).
+        self.below = np.bincount(later * n + device[earlier], minlength=m * n).reshape(m, n)
+        self.above = np.bincount(earlier * n + device[later], minlength=m * n).reshape(m, n)
         self.w = work(self.device, adjacent, num_shards)
         self.score = _score(self.w)
 
