@@ -167,14 +167,22 @@ def time_layouts(args, mesh, sync, segments):
             take = (lambda x: x) if order is None else (
                 lambda x, o=order: np.take_along_axis(x, o[:, :, None, None], 1))
             q, k, v, dout = (put(take(full[name])) for name in ("q", "k", "v", "dout"))
-            extra = {} if order is None else dict(order=put(order), segment_ids=put(seg_l))
-            attend = lambda q, k, v, layout=layout, extra=extra: parallel.attention(
-                q, k, v, mesh=mesh, layout=layout, strategy=args.strategy, kernel=args.kernel,
-                tile_q=tile, tile_k=tile, **extra)
-            fwd = jax.jit(attend)
-            fwd_bwd = jax.jit(lambda q, k, v, do, attend=attend: jax.vjp(attend, q, k, v)[1](do))
-            programs[(layout, "forward")] = lambda f=fwd, a=(q, k, v): f(*a)
-            programs[(layout, "forward+backward")] = lambda f=fwd_bwd, a=(q, k, v, dout): f(*a)
+            # order and segment ids are arguments: a multi-process jit cannot close over them.
+            extra = () if order is None else (put(order), put(seg_l))
+
+            def attend(q, k, v, *extra, layout=layout):
+                kw = dict(zip(("order", "segment_ids"), extra))
+                return parallel.attention(q, k, v, mesh=mesh, layout=layout, tile_q=tile,
+                                          tile_k=tile, strategy=args.strategy,
+                                          kernel=args.kernel, **kw)
+
+            def attend_vjp(q, k, v, do, *extra, attend=attend):
+                return jax.vjp(lambda q, k, v: attend(q, k, v, *extra), q, k, v)[1](do)
+
+            fwd, fwd_bwd = jax.jit(attend), jax.jit(attend_vjp)
+            programs[(layout, "forward")] = lambda f=fwd, a=(q, k, v, *extra): f(*a)
+            programs[(layout, "forward+backward")] = (
+                lambda f=fwd_bwd, a=(q, k, v, dout, *extra): f(*a))
             if seg is not None:  # the rows of one device run together: sum them, then the path
                 counts = cost.layout_tile_counts(layout, seg, n, tile, tile).sum(axis=0)
                 paths[layout] = cost.critical_path(counts)

@@ -17,8 +17,9 @@ host when the batch is made:
    sum_s max_d W[d, s].
 3. Start from a zigzag over units (0, 1, .., N-1, N-1, .., 0, 0, 1, ..: long documents are
    then balanced as zigzag balances one sequence) and improve by swapping units between
-   devices while the critical path (then the spread of W) does not grow. Swaps are scored in
-   vectorised batches, with a fixed seed: the placement is a pure function of the segment ids.
+   devices while the critical path (then the spread of W) does not grow, until PATIENCE rounds
+   in a row bring no gain (ROUNDS at most). Swaps are scored in vectorised batches, with a
+   fixed seed: the placement is a pure function of the segment ids.
    Run the same search from ring's contiguous start too (documents much shorter than a block
    are balanced there already) and keep the better; a tie keeps the zigzag.
 
@@ -40,6 +41,7 @@ from parallel.layouts.base import MAX_DEFAULT_TILE, Layout, largest_divisor
 
 ROUNDS = 150  # rounds of the swap search
 CANDIDATES = 64  # swaps scored per round
+PATIENCE = 40  # rounds without a lower score before the search stops
 
 
 class Balanced(Layout):
@@ -196,9 +198,14 @@ class _Search:
             table[:, new] += side
         self.device[unit] = new
 
-    def run(self, rounds):
-        m = len(self.device)
+    def run(self, rounds, patience=PATIENCE):
+        """Up to `rounds` rounds; stops after `patience` rounds in a row without a lower score
+        (small rows have few swaps to try; equal scores are still taken, to cross plateaus)."""
+        m, stale = len(self.device), 0
         for _ in range(rounds):
+            if stale >= patience:
+                break
+            stale += 1
             a, b = self.rng.integers(m, size=(2, CANDIDATES))
             keep = self.device[a] != self.device[b]
             a, b = a[keep], b[keep]
@@ -207,6 +214,8 @@ class _Search:
             delta = self._swap_deltas(a, b)
             scores = _score(self.w[None] + delta)
             best = int(np.argmin(scores))
+            if scores[best] < self.score:
+                stale = 0
             if scores[best] <= self.score:
                 self.w, self.score = self.w + delta[best], scores[best]
                 da, db = self.device[a[best]], self.device[b[best]]
