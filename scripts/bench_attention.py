@@ -255,8 +255,8 @@ def wallclock_multiprocess(args, segments):
     saved = tempfile.NamedTemporaryFile(suffix=".npz", delete=False)
     np.savez(saved, **{str(s): seg for s, seg in segments.items()})
     saved.close()
-    passthrough = ["--segments", saved.name,"--seq-lens", *map(str, args.seq_lens), "--processes", str(args.processes),
-                   "--reps", str(args.reps), "--batch", str(args.batch), "--heads", str(args.heads),
+    passthrough = ["--segments", saved.name, "--seq-lens", *map(str, args.seq_lens),
+                   "--processes", str(args.processes), "--reps", str(args.reps), "--batch", str(args.batch), "--heads", str(args.heads),
                    "--kv-heads", str(args.kv_heads), "--head-dim", str(args.head_dim),
                    "--tiles-per-block", str(args.tiles_per_block), "--strategy", args.strategy,
                    "--kernel", args.kernel]

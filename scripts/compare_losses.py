@@ -51,7 +51,8 @@ def main(argv=None):
     if not steps:
         fail("the runs share no logged step: compare runs of one config")
     names = [os.path.basename(os.path.normpath(w)) for w in args.workdirs]
-    print(f"{'step':>5} {'metric':<11}" + "".join(f"{n:>16}" for n in names) + f"{'max |diff|':>12}")
+    print(f"{'step':>5} {'metric':<11}" + "".join(f"{n:>16}" for n in names)
+          + f"{'max |diff|':>12}")
     worst = 0.0
     for step in steps:
         for key in KEYS:

@@ -119,8 +119,9 @@ from ml_collections import config_flags
 
 # The model and the compile check live beside this file; the tests reach them through here.
 from plan_model import (DEVICES, Device, GB, ROOT, Run, activation_memory, analytic_plan,
-                        attention_layer_seconds, device_count, fit, gather_all_bytes, make_run,
-                        param_counts, process_count, ring_step_tiles, state_memory)  # noqa: F401
+                        attention_layer_seconds, describe_documents, device_count, fit,
+                        gather_all_bytes, make_run, param_counts, process_count, ring_step_tiles,
+                        sample_documents, state_memory)  # noqa: F401
 from plan_compile import (abstract_batch, abstract_train_state, bytes_per_device,
                           compile_decision, compiled_memory, run_mesh, state_as_built)  # noqa: F401
 
@@ -358,37 +359,6 @@ def make_plan(config, device_name: str, devices: int, compile_mode: str, efficie
     go, why = compile_decision(compile_mode, plan["params"]["total"], run)
     plan["compiled"] = compiled_memory(config, run) if go else {"status": why}
     return plan, device, run
-
-
-def sample_documents(config, spec: str | None, rows: int, workdir: str | None):
-    """Segment ids [rows, seq_len] (natural order) for --documents, or None (one document)."""
-    from training.validate import ConfigError
-    if spec is None:
-        return None
-    if not config.data.mask_documents:
-        raise ConfigError(f"--documents={spec} needs data.mask_documents=True (without it every "
-                          "row is one causal document): set --config.data.mask_documents=True or "
-                          "drop --documents")
-    if rows < 1:
-        raise ConfigError(f"--document_rows={rows}: sample at least one row")
-    if spec == "data":
-        from training.loop import sample_segment_ids
-        return sample_segment_ids(config, workdir or os.path.join(ROOT, "runs", "plan"), rows)
-    from data.document_lengths import packed_segment_ids
-    return packed_segment_ids(spec, rows, config.seq_len)
-
-
-def describe_documents(spec: str | None, segment_ids) -> dict | None:
-    """Length statistics of the sampled rows (a row's last document is cut where it ends)."""
-    import numpy as np
-
-    from data.document_lengths import document_lengths
-    if segment_ids is None:
-        return None
-    lengths = document_lengths(segment_ids)
-    return {"spec": spec, "rows": len(segment_ids), "documents": int(lengths.size),
-            "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
-            "max_tokens": int(lengths.max())}
 
 
 def today_scenarios(plan: dict, config, run: Run, device: Device) -> dict:

@@ -305,6 +305,35 @@ def step_time(m, run: Run, layout: str, device: Device, efficiency: float, mask_
 
 # ------------------------------------------------------------------------------ the plan
 
+def sample_documents(config, spec: str | None, rows: int, workdir: str | None):
+    """Segment ids [rows, seq_len] (natural order) for --documents, or None (one document)."""
+    from training.validate import ConfigError
+    if spec is None:
+        return None
+    if not config.data.mask_documents:
+        raise ConfigError(f"--documents={spec} needs data.mask_documents=True (without it every "
+                          "row is one causal document): set --config.data.mask_documents=True or "
+                          "drop --documents")
+    if rows < 1:
+        raise ConfigError(f"--document_rows={rows}: sample at least one row")
+    if spec == "data":
+        from training.loop import sample_segment_ids
+        return sample_segment_ids(config, workdir or os.path.join(ROOT, "runs", "plan"), rows)
+    from data.document_lengths import packed_segment_ids
+    return packed_segment_ids(spec, rows, config.seq_len)
+
+
+def describe_documents(spec: str | None, segment_ids) -> dict | None:
+    """Length statistics of the sampled rows (a row's last document is cut where it ends)."""
+    from data.document_lengths import document_lengths
+    if segment_ids is None:
+        return None
+    lengths = document_lengths(segment_ids)
+    return {"spec": spec, "rows": len(segment_ids), "documents": int(lengths.size),
+            "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
+            "max_tokens": int(lengths.max())}
+
+
 def analytic_plan(config, device: Device, run: Run, efficiency: float, documents=None) -> dict:
     """Every analytic figure: parameters, memory terms, fit, FLOPs and time per layout;
     documents: segment ids [R, seq_len] of sample rows (None: one document per row)."""
