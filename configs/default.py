@@ -33,7 +33,7 @@ def get_config():
     # Three separate choices (parallel/README.md): where tokens sit on the seq shards, how keys and
     # values reach the queries, and what computes one (query block, key block) pair.
     config.parallel.attention = "striped"  # layout: 'ring' | 'striped' | 'zigzag' | 'balanced'
-    config.parallel.strategy = "ring"  # strategy: 'ring' (a ring of ppermutes)
+    config.parallel.strategy = "ring"  # strategy: 'ring' (ppermute hops) | 'allgather' (one all-gather)
     # kernel: 'auto' (the backend's fused one: pallas_tpu on TPUs, pallas_gpu on GPUs; else
     # 'xla') | 'xla' (runs everywhere) | 'pallas_tpu' | 'pallas_gpu' (both interpreted, slowly,
     # on CPUs; pallas_tpu wants tiles that are multiples of 128 on a TPU)

@@ -1,7 +1,7 @@
 """Sequence-parallel attention over a ('data', 'seq') mesh, as three independent choices:
 
     layout    where tokens sit on the seq shards     LAYOUTS: ring, striped, zigzag, balanced
-    strategy  how keys/values meet the queries       STRATEGIES: ring
+    strategy  how keys/values meet the queries       STRATEGIES: ring, allgather
     kernel    the work on one block pair             KERNELS: xla, pallas_tpu, pallas_gpu
                                                      (+ 'auto': the platform's best)
 

@@ -112,7 +112,7 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
         or [B, S] from a data-dependent layout). Required for 'balanced'; for the others it
         defaults to the layout's own formula. Masks and tile skipping follow it.
       causal: mask keys whose original index is after the query's.
-      strategy: how keys and values reach the queries ('ring').
+      strategy: how keys and values reach the queries ('ring' or 'allgather': STRATEGIES).
       kernel: the work on one block pair: 'auto' (the backend's fused kernel, else 'xla') or a
         name from `parallel.KERNELS`.
       tile_q, tile_k: tile sizes inside each block pair (default: the largest divisor of the

@@ -43,7 +43,7 @@ def test_layout_and_mesh_signatures():
 
 def test_registries():
     assert list(parallel.LAYOUTS) == ["ring", "striped", "zigzag", "balanced"]
-    assert list(parallel.STRATEGIES) == ["ring"]
+    assert list(parallel.STRATEGIES) == ["ring", "allgather"]
     assert list(parallel.KERNELS) == ["xla", "pallas_gpu", "pallas_tpu"]
     assert parallel.resolve_kernel("auto", "cpu").name == "xla"  # no fused kernel for CPUs
     assert parallel.resolve_kernel("auto", "gpu").name == "pallas_gpu"

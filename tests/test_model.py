@@ -55,11 +55,12 @@ def single_device():
     return loss_and_grads("ring", 1, 1)
 
 
-@pytest.mark.parametrize("layout,data,seq", [("ring", 1, 4), ("striped", 1, 4), ("zigzag", 1, 4),
-                                             ("striped", 2, 4), ("balanced", 2, 4)])
-def test_same_loss_and_gradients_as_one_device(single_device, layout, data, seq):
+@pytest.mark.parametrize("layout,data,seq,strategy", [
+    ("ring", 1, 4, "ring"), ("striped", 1, 4, "ring"), ("zigzag", 1, 4, "ring"),
+    ("striped", 2, 4, "ring"), ("balanced", 2, 4, "ring"), ("zigzag", 2, 4, "allgather")])
+def test_same_loss_and_gradients_as_one_device(single_device, layout, data, seq, strategy):
     want_loss, want_grads, _ = single_device
-    loss, grads, _ = loss_and_grads(layout, data, seq)
+    loss, grads, _ = loss_and_grads(layout, data, seq, attention_strategy=strategy)
     assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
     errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
     assert max(jax.tree.leaves(errors)) < 1e-4

@@ -1,16 +1,17 @@
 """Strategies: how keys and values meet queries across the 'seq' shards. See base.py.
 
-    ring   K/V blocks hop around the ring with ppermute, N steps, compute overlapping transfer
+    ring       K/V blocks hop around the ring with ppermute, N steps, compute overlapping transfer
+    allgather  one all_gather of K/V, then the ring's block order locally; dK/dV reduce-scattered
 
 A new strategy is one file and one entry in the tuple below.
 """
 
 from __future__ import annotations
 
-from parallel.strategies import ring
+from parallel.strategies import allgather, ring
 from parallel.strategies.base import Strategy
 
-STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY for m in (ring,)}
+STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY for m in (ring, allgather)}
 
 
 def get_strategy(name: str) -> Strategy:
