@@ -17,6 +17,8 @@ float32 dK/dV buffer (8 b S h d): O(S) per device, against the ring's O(S / N).
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -48,14 +50,9 @@ class AllGather(base.Strategy):
         n_shards = spec.num_shards
         qh = base.to_heads(q)
         q_pos = base.positions(spec, order, *q.shape[:2])
-        local = (base.to_heads(k), base.to_heads(v), seg, q_pos)
+        local = base.key_block(k, v, seg, q_pos)
         gathered = _gather(local, n_shards)  # issued before the local block's compute
-
-        def step(block, acc):
-            k_s, v_s, seg_s, k_pos = block
-            out, lse, count = base.pair_forward(spec, qh, k_s, v_s, q_pos, k_pos, seg, seg_s)
-            return base.merge(acc, out, lse), count
-
+        step = functools.partial(base.forward_step, spec, qh, q_pos, seg)
         acc, count = step(local, base.empty_result(qh, spec.tiles))
         counts = varying(jnp.zeros((n_shards,), jnp.int32), spec.tiles).at[0].set(count)
 
@@ -74,7 +71,7 @@ class AllGather(base.Strategy):
         qh, doh = base.to_heads(q), base.to_heads(dout)
         delta = base.delta_rows(out, dout)
         q_pos = base.positions(spec, order, *q.shape[:2])
-        gathered = _gather((base.to_heads(k), base.to_heads(v), seg, q_pos), n_shards)
+        gathered = _gather(base.key_block(k, v, seg, q_pos), n_shards)
         kh = gathered[0]
         dq = varying(jnp.zeros(qh.shape, jnp.float32), spec.tiles)
         dkv = varying(jnp.zeros((2, *kh.shape), jnp.float32), spec.tiles)  # [2, N, b, h, n, d]

@@ -86,6 +86,18 @@ def pair_forward(spec, q, k, v, q_pos, k_pos, q_seg, k_seg):
     return lax.cond(pair_may_meet(q_pos, k_pos, q_seg, k_seg, tiles.causal), run, empty)
 
 
+def key_block(k, v, seg, pos):
+    """What travels to the queries: K and V head-major, segment ids and original positions."""
+    return to_heads(k), to_heads(v), seg, pos
+
+
+def forward_step(spec, qh, q_pos, q_seg, block, acc):
+    """The query block against one key block, merged into acc: (acc, tiles computed)."""
+    k_s, v_s, seg_s, k_pos = block
+    out, lse, count = pair_forward(spec, qh, k_s, v_s, q_pos, k_pos, q_seg, seg_s)
+    return merge(acc, out, lse), count
+
+
 def pair_backward(spec, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg):
     """The kernel's backward on one block pair, or zeros if it is empty: dq, dk, dv f32."""
     tiles = spec.tiles

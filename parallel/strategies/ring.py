@@ -13,6 +13,8 @@ and the float32 log-sum-exp: O(S / N) per device whatever N.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -47,10 +49,7 @@ class Ring(base.Strategy):
         qh = base.to_heads(q)
         q_pos = base.positions(spec, order, *q.shape[:2])
 
-        def step(block, acc):
-            k_s, v_s, seg_s, k_pos = block
-            out, lse, count = base.pair_forward(spec, qh, k_s, v_s, q_pos, k_pos, seg, seg_s)
-            return base.merge(acc, out, lse), count
+        step = functools.partial(base.forward_step, spec, qh, q_pos, seg)
 
         def body(s, carry):
             block, acc, counts = carry
@@ -58,7 +57,7 @@ class Ring(base.Strategy):
             acc, count = step(block, acc)
             return arriving, acc, counts.at[s].set(count)
 
-        block = (base.to_heads(k), base.to_heads(v), seg, q_pos)
+        block = base.key_block(k, v, seg, q_pos)
         counts = varying(jnp.zeros((num_shards,), jnp.int32), spec.tiles)
         acc = base.empty_result(qh, spec.tiles)
         if num_shards > 1:  # (one shard: no loop to compile)
@@ -86,7 +85,7 @@ class Ring(base.Strategy):
             dq, dk, dv = step(block, (dq, *dkv))
             return arriving, dq, _send_to_next((dk, dv), num_shards)
 
-        block = (base.to_heads(k), base.to_heads(v), seg, q_pos)
+        block = base.key_block(k, v, seg, q_pos)
         dq = varying(jnp.zeros(qh.shape, jnp.float32), spec.tiles)
         dkv = varying((jnp.zeros(block[0].shape, jnp.float32),) * 2, spec.tiles)
         # N identical steps: the last one also sends its K/V (nobody reads them; the hop overlaps
