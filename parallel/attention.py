@@ -95,7 +95,8 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
-              strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None):
+              strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None,
+              ulysses_degree=None):
     """Exact sequence-parallel attention over the mesh's 'seq' axis.
 
     Args:
@@ -112,12 +113,15 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
         or [B, S] from a data-dependent layout). Required for 'balanced'; for the others it
         defaults to the layout's own formula. Masks and tile skipping follow it.
       causal: mask keys whose original index is after the query's.
-      strategy: how keys and values reach the queries ('ring' or 'allgather': STRATEGIES).
+      strategy: how keys and values reach the queries: 'ring', 'allgather', 'ulysses' or
+        'usp' (STRATEGIES; see parallel/README.md for when each is faster).
       kernel: the work on one block pair: 'auto' (the backend's fused kernel, else 'xla') or a
         name from `parallel.KERNELS`.
       tile_q, tile_k: tile sizes inside each block pair (default: the largest divisor of the
         block, or of half a block for zigzag, up to 512).
       scale: score scale, > 0 (default 1 / sqrt(head_dim)).
+      ulysses_degree: for strategy 'usp' only: u, the 'seq' devices per all-to-all group (a
+        divisor of the seq shards and of q_heads); the ring runs over the N / u groups.
 
     Returns:
       [batch, seq, q_heads, head_dim] in q's dtype, order and sharding. A query with no visible
@@ -129,20 +133,25 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
       y[:, inverse_permutation('striped', 1024, 8)]   # natural order again
     """
     spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
-                     kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale)
+                     kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
+                     ulysses_degree=ulysses_degree)
     return _attention(spec, q, k, v, segment_ids, order)
 
 
 def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
-                         strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None):
+                         strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None,
+                         ulysses_degree=None):
     """`attention`'s forward, plus the work it did.
 
     Returns (out, tiles): tiles [N, N] int32, tiles[d, s] = tile_q x tile_k tiles that seq shard
-    d computed on step s, counted inside the kernel's own loop, one per batch row (all heads);
+    d computed on step s, counted inside the kernel's own loop, one per batch row (all the
+    heads the device holds: all of them, or H / u for ulysses and usp, whose N / u steps fill
+    the first columns);
     the maximum over 'data' shards when the batch is sharded, since those may skip different
     tiles.
     """
     spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
-                     kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale)
+                     kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
+                     ulysses_degree=ulysses_degree)
     out, _, counts = _forward(spec, q, k, v, segment_ids, order)
     return out, counts.max(axis=0)

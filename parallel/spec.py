@@ -43,6 +43,7 @@ class AttentionSpec:
     strategy: Strategy
     kernel: Kernel
     tiles: TileSpec
+    ulysses_degree: int = 1  # devices per head all-to-all group (ulysses: N; usp: chosen)
 
     @property
     def num_shards(self) -> int:
@@ -57,7 +58,7 @@ def default_tile(layout: str, block: int, largest: int = MAX_DEFAULT_TILE) -> in
 
 
 def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, causal, tile_q,
-              tile_k, scale) -> AttentionSpec:
+              tile_k, scale, ulysses_degree=None) -> AttentionSpec:
     """Validates the arguments of `parallel.attention` and gathers the static parameters."""
     lay, strat = get_layout(layout), get_strategy(strategy)
     _check_mesh(mesh)
@@ -71,6 +72,7 @@ def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, ca
             f"batch {batch} is not divisible by the {mesh.shape[DATA]} 'data' shards: "
             f"use a batch that is a multiple of {mesh.shape[DATA]}")
     lay.check_divisible(seq_len, mesh.shape[SEQ])
+    degree = strat.ulysses_degree(ulysses_degree, mesh.shape[SEQ], q.shape[2])
     block = seq_len // mesh.shape[SEQ]
     tile_q = default_tile(lay, block, kern.max_tiles[0]) if tile_q is None else int(tile_q)
     tile_k = default_tile(lay, block, kern.max_tiles[1]) if tile_k is None else int(tile_k)
@@ -84,7 +86,8 @@ def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, ca
     kern.check_tiles(tile_q, tile_k, interpret)
     tiles = TileSpec(tile_q=tile_q, tile_k=tile_k, causal=bool(causal), scale=scale,
                      precision=precision, varying_axes=(DATA, SEQ), interpret=interpret)
-    return AttentionSpec(mesh=mesh, layout=lay, strategy=strat, kernel=kern, tiles=tiles)
+    return AttentionSpec(mesh=mesh, layout=lay, strategy=strat, kernel=kern, tiles=tiles,
+                         ulysses_degree=degree)
 
 
 def _check_mesh(mesh):

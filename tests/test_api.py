@@ -14,10 +14,10 @@ from parallel.strategies.ring import Ring
 from tests import dense_reference as ref
 
 ATTENTION_PARAMETERS = ["q", "k", "v", "mesh", "layout", "segment_ids", "order", "causal",
-                        "strategy", "kernel", "tile_q", "tile_k", "scale"]
+                        "strategy", "kernel", "tile_q", "tile_k", "scale", "ulysses_degree"]
 ATTENTION_DEFAULTS = {"segment_ids": None, "order": None, "causal": True, "strategy": "ring",
                       "kernel": "auto",
-                      "tile_q": None, "tile_k": None, "scale": None}
+                      "tile_q": None, "tile_k": None, "scale": None, "ulysses_degree": None}
 
 
 @pytest.mark.parametrize("fn", [parallel.attention, parallel.attention_with_stats])
@@ -43,7 +43,7 @@ def test_layout_and_mesh_signatures():
 
 def test_registries():
     assert list(parallel.LAYOUTS) == ["ring", "striped", "zigzag", "balanced"]
-    assert list(parallel.STRATEGIES) == ["ring", "allgather"]
+    assert list(parallel.STRATEGIES) == ["ring", "allgather", "ulysses", "usp"]
     assert list(parallel.KERNELS) == ["xla", "pallas_gpu", "pallas_tpu"]
     assert parallel.resolve_kernel("auto", "cpu").name == "xla"  # no fused kernel for CPUs
     assert parallel.resolve_kernel("auto", "gpu").name == "pallas_gpu"

@@ -97,3 +97,29 @@ def test_mesh_without_seq_axis():
 def test_bad_strategy_kernel_or_scale(mesh, kw, match):
     with pytest.raises(ValueError, match=match):
         call(mesh, zeros(*GOOD_Q), zeros(*GOOD_KV), zeros(*GOOD_KV), **kw)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"strategy": "usp"}, r"strategy 'usp' needs ulysses_degree: one of \[1, 2, 4\]"),
+    ({"strategy": "usp", "ulysses_degree": 3},
+     r"ulysses_degree=3 does not divide the 4 'seq' shards: choose one of \[1, 2, 4\]"),
+    ({"strategy": "usp", "ulysses_degree": 8}, r"ulysses_degree=8 does not divide the 4"),
+    ({"strategy": "ring", "ulysses_degree": 2},
+     r"ulysses_degree=2 applies to strategy 'usp' only"),
+    ({"strategy": "ulysses", "ulysses_degree": 2},
+     r"strategy 'ulysses' spreads heads over all 4 'seq' shards, not 2"),
+])
+def test_bad_ulysses_degree(mesh, kw, match):
+    with pytest.raises(ValueError, match=match):
+        call(mesh, zeros(*GOOD_Q), zeros(*GOOD_KV), zeros(*GOOD_KV), **kw)
+
+
+@pytest.mark.parametrize("strategy,degree", [("ulysses", None), ("usp", 4)])
+def test_heads_not_divisible_by_the_ulysses_degree(mesh, strategy, degree):
+    """6 query heads on 4 devices: the error names the degrees that fit (KV heads need not
+    divide: they are repeated)."""
+    with pytest.raises(ValueError, match=r"query heads \(6\) are not divisible by the Ulysses "
+                                         r"degree 4: choose strategy='usp' with ulysses_degree "
+                                         r"in \[1, 2\]"):
+        call(mesh, zeros(2, 64, 6, 8), zeros(2, 64, 3, 8), zeros(2, 64, 3, 8), strategy=strategy,
+             ulysses_degree=degree)

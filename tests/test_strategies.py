@@ -1,5 +1,5 @@
 """Every strategy other than the ring equals dense float64 attention (forward and gradients) for
-every layout, on the issue's meshes, and counts the ring's tiles per step where it should."""
+every layout, on the issue's meshes, and counts the tiles per step it should."""
 
 import itertools
 
@@ -10,29 +10,44 @@ import parallel
 from tests.test_attention import (HEADS, MODES, assert_matches_reference, layout_order,
                                   make_inputs, mesh_for, run_kernel, take)
 
-OTHERS = [name for name in parallel.STRATEGIES if name != "ring"]
 MESHES = [(1, 2), (2, 2), (1, 4), (1, 8), (2, 4)]  # data x seq
+USP_MESHES = [(1, 4, 2), (1, 8, 2), (1, 8, 4), (2, 4, 2)]  # data x seq, Ulysses degree
+
+
+def ulysses_heads(degree, i):
+    """(q_heads, kv_heads) that the degree divides: MHA, GQA with KV heads repeated to fit the
+    degree (2 KV heads for 4 or 8 devices), MQA; rotating with i."""
+    return [(degree, degree), (2 * degree, 2), (degree, 1)][i % 3]
+
+
 # Each (strategy, layout, mesh) meets one (causal, segments) mode and one head layout, rotating,
 # so that every strategy sees MHA, GQA, MQA, causal or not, packed and scattered segment ids.
-CASES = [(strategy, layout, mesh, MODES[i % 4], HEADS[i % 3])
-         for strategy in OTHERS
-         for i, (layout, mesh) in enumerate(itertools.product(parallel.LAYOUTS, MESHES))]
+CASES = [(strategy, layout, (data, seq), None, MODES[i % 4],
+          HEADS[i % 3] if strategy == "allgather" else ulysses_heads(seq, i))
+         for strategy in ("allgather", "ulysses")
+         for i, (layout, (data, seq)) in enumerate(itertools.product(parallel.LAYOUTS, MESHES))]
+CASES += [("usp", layout, (data, seq), u, MODES[i % 4], ulysses_heads(u, i))
+          for i, (layout, (data, seq, u)) in enumerate(itertools.product(parallel.LAYOUTS,
+                                                                         USP_MESHES))]
 
 
-@pytest.mark.parametrize("strategy,layout,mesh_shape,mode,heads", CASES)
-def test_matches_dense_reference(strategy, layout, mesh_shape, mode, heads):
+@pytest.mark.parametrize("strategy,layout,mesh_shape,degree,mode,heads", CASES)
+def test_matches_dense_reference(strategy, layout, mesh_shape, degree, mode, heads):
     data, num_shards = mesh_shape
     causal, segments = mode
     mesh = mesh_for(num_shards, data=data)
     q, k, v, dout, seg = make_inputs(num_shards + data, 2 * data, *heads, segments=segments)
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=causal,
-                            tile_q=4, tile_k=4, strategy=strategy)
+                            tile_q=4, tile_k=4, strategy=strategy, ulysses_degree=degree)
     assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
 
 
-@pytest.mark.parametrize("strategy", [s for s in OTHERS if s == "allgather"])
+def test_all_strategies_cover_every_registered_one():
+    assert {case[0] for case in CASES} | {"ring"} == set(parallel.STRATEGIES)
+
+
 @pytest.mark.parametrize("layout", parallel.LAYOUTS)
-def test_allgather_runs_the_rings_tiles(strategy, layout):
+def test_allgather_runs_the_rings_tiles(layout):
     """allgather meets the blocks in the ring's order with the same kernel: tiles[d, s] equal."""
     mesh = mesh_for(4, data=1)
     q, k, v, _, seg = make_inputs(3, 2, 4, 2, segments="packed")
@@ -40,6 +55,28 @@ def test_allgather_runs_the_rings_tiles(strategy, layout):
     args = [take(x, order) for x in (q, k, v)]
     counts = {s: np.asarray(parallel.attention_with_stats(
         *args, mesh=mesh, layout=layout, segment_ids=take(seg, order), order=order,
-        strategy=s, tile_q=4, tile_k=4)[1]) for s in ("ring", strategy)}
-    np.testing.assert_array_equal(counts[strategy], counts["ring"])
+        strategy=s, tile_q=4, tile_k=4)[1]) for s in ("ring", "allgather")}
+    np.testing.assert_array_equal(counts["allgather"], counts["ring"])
     assert counts["ring"].sum() > 0
+
+
+@pytest.mark.parametrize("strategy,degree", [("ulysses", None), ("usp", 2)])
+def test_ulysses_tiles_are_the_sorted_groups_causal_triangle(strategy, degree):
+    """After the all-to-all a group's tokens are sorted, so with one document and the striped
+    layout ulysses (u = N = 4) runs exactly the causal triangle of the whole sequence: T (T + 1)
+    / 2 tiles per device in step 0, nothing after; usp (u = 2) runs N / u = 2 steps."""
+    mesh = mesh_for(4, data=1)
+    q, k, v, _, _ = make_inputs(5, 1, 4, 2)
+    order = layout_order("striped", None, 1, q.shape[1], 4)
+    _, tiles = parallel.attention_with_stats(
+        *[take(x, order) for x in (q, k, v)], mesh=mesh, layout="striped", strategy=strategy,
+        ulysses_degree=degree, tile_q=4, tile_k=4)
+    tiles = np.asarray(tiles)
+    if strategy == "ulysses":
+        t = q.shape[1] // 4  # tiles per side of the whole sequence
+        np.testing.assert_array_equal(tiles[:, 0], t * (t + 1) // 2)
+        assert not tiles[:, 1:].any()
+    else:
+        assert tiles[:, :2].all() and not tiles[:, 2:].any()
+        # two groups of sorted striped tokens are a striped layout over 2: balanced within 1 tile
+        assert tiles.sum(axis=1).max() - tiles.sum(axis=1).min() <= 2

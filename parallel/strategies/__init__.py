@@ -2,16 +2,19 @@
 
     ring       K/V blocks hop around the ring with ppermute, N steps, compute overlapping transfer
     allgather  one all_gather of K/V, then the ring's block order locally; dK/dV reduce-scattered
+    ulysses    all_to_all sequence -> heads, attention over the whole sequence for H/N heads, back
+    usp        ulysses within groups of u devices x a ring over the N/u groups (ulysses_degree=u)
 
 A new strategy is one file and one entry in the tuple below.
 """
 
 from __future__ import annotations
 
-from parallel.strategies import allgather, ring
+from parallel.strategies import allgather, ring, ulysses, usp
 from parallel.strategies.base import Strategy
 
-STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY for m in (ring, allgather)}
+STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY
+                                   for m in (ring, allgather, ulysses, usp)}
 
 
 def get_strategy(name: str) -> Strategy:

@@ -31,6 +31,15 @@ class Strategy:
 
     name: str = ""
 
+    def ulysses_degree(self, requested, num_shards, q_heads) -> int:
+        """The Ulysses degree this strategy runs with, from the caller's `ulysses_degree`
+        (None: not given): 1 (no head all-to-all) unless the strategy overrides it. ValueError,
+        one line, for a request it cannot honour."""
+        if requested not in (None, 1):
+            raise ValueError(f"ulysses_degree={requested} applies to strategy 'usp' only: drop "
+                             f"it, or use strategy='usp'")
+        return 1
+
     def forward(self, spec, q, k, v, seg, order):
         raise NotImplementedError
 

@@ -1,0 +1,163 @@
+"""`ulysses`: all-to-all from sequence shards to head shards, attention over the whole sequence
+for a share of the heads, all-to-all back.
+
+On a group of u consecutive 'seq' devices (u = N for `ulysses`; `usp` chooses u and runs a ring
+over the N / u groups), one device's forward:
+
+    q [b, n, H, d], k/v [b, n, h, d]   sequence-sharded: n = S / N tokens, every head
+      | all_to_all over the group: split heads, concatenate the group's blocks
+    q [b, H/u, u n, d], k/v [b, h/u, u n, d]   head-sharded: the group's u n tokens
+      | sort the tokens by original index (skipped where the layout's blocks already are)
+      | ring_forward over the N / u groups (for `ulysses`, one step: one dense block pair,
+      |   with the kernel's causal and document tile skipping)
+      | unsort, all_to_all back: split the sequence, concatenate heads
+    out [b, n, H, d], lse [b, H, n]
+
+Why sort: the kernels' tile skipping needs original indices increasing along a block, and the
+concatenation of u blocks of striped or zigzag is not. Sorted, a striped or zigzag group of u
+devices is one block of the same layout over N / u devices, so usp keeps its balance.
+
+GQA: query head i uses KV head i // g, and the all-to-all gives a device H/u consecutive query
+heads, so it needs their KV heads, h/u of them. When u does not divide h, every KV head is
+repeated u / gcd(h, u) times first (as many copies as needed, no more); the backward sums the
+copies' dK and dV. Query heads must be divisible by u.
+
+Backward: q, k, v, dO, and (lse, D = rowsum(dO O)) go through the same all-to-all and sort;
+ring_backward; dQ, dK, dV come back. Residuals are the local q, k, v, out and lse: O(S / N).
+Tile counts per step (`attention_with_stats`) count tiles of H/u heads; steps past N / u are 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from parallel.mesh import SEQ
+from parallel.strategies import base
+from parallel.strategies.ring import Hops, ring_backward, ring_forward
+
+
+def check_heads(degree, q_heads, num_shards):
+    """ValueError unless the q_heads query heads split evenly over `degree` devices."""
+    if q_heads % degree:
+        fits = [u for u in range(1, num_shards + 1) if num_shards % u == 0 and q_heads % u == 0]
+        raise ValueError(
+            f"query heads ({q_heads}) are not divisible by the Ulysses degree {degree}: choose "
+            f"strategy='usp' with ulysses_degree in {fits}, or 'ring' / 'allgather'")
+
+
+class _Group:
+    """This device's Ulysses group: u consecutive 'seq' shards. Moves head-major arrays between
+    sequence sharding and head sharding, the group's tokens sorted by original index."""
+
+    def __init__(self, spec, degree, pos, seg, sort):
+        n_shards = spec.num_shards
+        self.degree = degree
+        self.groups = None if degree == n_shards else [
+            list(range(g * degree, (g + 1) * degree)) for g in range(n_shards // degree)]
+        pos = self._gather(pos)
+        self.perm = jnp.argsort(pos, axis=1) if sort else None
+        self.inverse = None if self.perm is None else jnp.argsort(self.perm, axis=1)
+        self.pos, self.seg = self._sort(pos, self.perm, 1), self._sort(self._gather(seg),
+                                                                         self.perm, 1)
+
+    def _gather(self, x):
+        """[b, n] -> [b, u n]: the group's blocks in device order."""
+        if x is None or self.degree == 1:
+            return x
+        return lax.all_gather(x, SEQ, axis=1, tiled=True, axis_index_groups=self.groups)
+
+    @staticmethod
+    def _sort(x, perm, axis):
+        """x with its `axis` (the group's tokens) taken in the order perm [b, u n], per row."""
+        if x is None or perm is None:
+            return x
+        return jax.vmap(lambda xr, pr: jnp.take(xr, pr, axis=axis - 1))(x, perm)
+
+    def to_heads(self, x):
+        """[b, H, n, ...] -> [b, H/u, u n, ...], sorted."""
+        if self.degree > 1:
+            x = lax.all_to_all(x, SEQ, 1, 2, tiled=True, axis_index_groups=self.groups)
+        return self._sort(x, self.perm, 2)
+
+    def to_seq(self, x):
+        """The inverse of to_heads: [b, H/u, u n, ...] -> [b, H, n, ...]."""
+        x = self._sort(x, self.inverse, 2)
+        if self.degree == 1:
+            return x
+        return lax.all_to_all(x, SEQ, 2, 1, tiled=True, axis_index_groups=self.groups)
+
+
+def _needs_sort(spec, degree, order, block) -> bool:
+    """Whether the concatenated blocks of a group can fail to increase: always with a caller's
+    `order`; for a static layout, checked on its formula (a ring layout never needs it)."""
+    if degree == 1:
+        return False
+    if order is not None or spec.layout.data_dependent:
+        return True
+    n_shards = spec.num_shards
+    pos = np.stack([np.asarray(spec.layout.positions(d, block, n_shards))
+                    for d in range(n_shards)]).reshape(n_shards // degree, -1)
+    return bool((np.diff(pos, axis=1) <= 0).any())
+
+
+def _kv_copies(kv_heads, degree):
+    """How many times each KV head is repeated so that the degree divides their number."""
+    return degree // math.gcd(kv_heads, degree)
+
+
+class Ulysses(base.Strategy):
+    name = "ulysses"
+
+    def ulysses_degree(self, requested, num_shards, q_heads):
+        if requested not in (None, num_shards):
+            raise ValueError(
+                f"strategy 'ulysses' spreads heads over all {num_shards} 'seq' shards, not "
+                f"{requested}: use strategy='usp' with ulysses_degree={requested}, or drop it")
+        check_heads(num_shards, q_heads, num_shards)
+        return num_shards
+
+    def _setup(self, spec, q, seg, order):
+        degree = spec.ulysses_degree
+        pos = base.positions(spec, order, *q.shape[:2])
+        group = _Group(spec, degree, pos, seg, _needs_sort(spec, degree, order, q.shape[1]))
+        return group, Hops(spec.num_shards // degree, stride=degree)
+
+    def _kv_to_heads(self, group, x):
+        x = base.to_heads(x)
+        return group.to_heads(jnp.repeat(x, _kv_copies(x.shape[1], group.degree), axis=1))
+
+    def forward(self, spec, q, k, v, seg, order):
+        group, hops = self._setup(spec, q, seg, order)
+        qh = group.to_heads(base.to_heads(q))
+        block = (self._kv_to_heads(group, k), self._kv_to_heads(group, v), group.seg, group.pos)
+        out, lse, counts = ring_forward(spec, hops, qh, group.pos, group.seg, block)
+        out = group.to_seq(out.astype(q.dtype))  # cast first: the all-to-all moves q's dtype
+        lse = group.to_seq(lse[..., None])[..., 0]
+        counts = jnp.zeros((spec.num_shards,), jnp.int32).at[:hops.steps].set(counts)
+        return base.from_heads(out), lse, counts
+
+    def backward(self, spec, q, k, v, seg, order, out, lse, dout):
+        group, hops = self._setup(spec, q, seg, order)
+        rows = group.to_heads(jnp.stack([lse, base.delta_rows(out, dout)], axis=-1))
+        qh, doh = group.to_heads(base.to_heads(q)), group.to_heads(base.to_heads(dout))
+        block = (self._kv_to_heads(group, k), self._kv_to_heads(group, v), group.seg, group.pos)
+        dq, dk, dv = ring_backward(spec, hops, qh, doh, rows[..., 0], rows[..., 1], group.pos,
+                                   group.seg, block)
+        return (base.from_heads(group.to_seq(dq.astype(q.dtype))),
+                self._kv_from_heads(group, dk, k), self._kv_from_heads(group, dv, v))
+
+    @staticmethod
+    def _kv_from_heads(group, dx, like):
+        """dK or dV back to sequence sharding, the copies of each KV head summed (float32)."""
+        dx = group.to_seq(dx)
+        copies = dx.shape[1] // like.shape[2]
+        dx = dx.reshape(dx.shape[0], like.shape[2], copies, *dx.shape[2:]).sum(axis=2)
+        return base.from_heads(dx.astype(like.dtype))
+
+
+STRATEGY = Ulysses()
