@@ -33,7 +33,11 @@ def get_config():
     # Three separate choices (parallel/README.md): where tokens sit on the seq shards, how keys and
     # values reach the queries, and what computes one (query block, key block) pair.
     config.parallel.attention = "striped"  # layout: 'ring' | 'striped' | 'zigzag' | 'balanced'
-    config.parallel.strategy = "ring"  # strategy: 'ring' (ppermute hops) | 'allgather' (one all-gather)
+    # strategy: 'ring' (K/V hop device to device) | 'allgather' (one all-gather of K/V) |
+    # 'ulysses' (all-to-all to head shards) | 'usp' (ulysses in groups x ring) | 'auto' (the
+    # planner's pick for this mesh and device: scripts/plan.py prints the table)
+    config.parallel.strategy = "ring"
+    config.parallel.ulysses_degree = 0  # usp only: devices per all-to-all group (divides mesh.seq)
     # kernel: 'auto' (the backend's fused one: pallas_tpu on TPUs, pallas_gpu on GPUs; else
     # 'xla') | 'xla' (runs everywhere) | 'pallas_tpu' | 'pallas_gpu' (both interpreted, slowly,
     # on CPUs; pallas_tpu wants tiles that are multiples of 128 on a TPU)

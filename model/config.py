@@ -25,6 +25,7 @@ class ModelConfig:
     attention_layout: str = "striped"  # where tokens sit on the seq shards: parallel.LAYOUTS
     attention_strategy: str = "ring"  # how K/V meet the queries: parallel.STRATEGIES
     attention_kernel: str = "auto"  # the block-pair kernel: 'auto' or parallel.KERNELS
+    ulysses_degree: int = 0  # strategy 'usp': devices per all-to-all group; 0 = not set
     tile_q: int = 0  # attention tile sizes; 0 = parallel.attention's default
     tile_k: int = 0
 
@@ -38,6 +39,7 @@ class ModelConfig:
             values["attention_layout"] = parallel_cfg.attention
             values["attention_strategy"] = parallel_cfg.get("strategy", "ring")
             values["attention_kernel"] = parallel_cfg.get("kernel", "auto")
+            values["ulysses_degree"] = parallel_cfg.get("ulysses_degree", 0)
         return cls(**values)
 
     @property

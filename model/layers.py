@@ -77,7 +77,8 @@ class Attention(nnx.Module):
         out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
                                  strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
                                  segment_ids=segment_ids, order=order, tile_q=cfg.tile_q or None,
-                                 tile_k=cfg.tile_k or None)
+                                 tile_k=cfg.tile_k or None,
+                                 ulysses_degree=cfg.ulysses_degree or None)
         return self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))
 
 

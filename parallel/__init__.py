@@ -1,7 +1,7 @@
 """Sequence-parallel attention over a ('data', 'seq') mesh, as three independent choices:
 
     layout    where tokens sit on the seq shards     LAYOUTS: ring, striped, zigzag, balanced
-    strategy  how keys/values meet the queries       STRATEGIES: ring, allgather
+    strategy  how keys/values meet the queries       STRATEGIES: ring, allgather, ulysses, usp
     kernel    the work on one block pair             KERNELS: xla, pallas_tpu, pallas_gpu
                                                      (+ 'auto': the platform's best)
 
@@ -13,12 +13,14 @@ Public API:
   row_order(layout, segment_ids, num_shards)     [B, S]: attention's `order` for these rows
   inverse_permutation(...)                       layout -> natural order
   attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
-            strategy='ring', kernel='auto', tile_q=None, tile_k=None, scale=None)
+            strategy='ring', kernel='auto', tile_q=None, tile_k=None, scale=None,
+            ulysses_degree=None)
   attention_with_stats(...)                      (out, tiles computed per device and step)
   cost                                           the tile rule and cost model (critical path)
+  strategy_cost                                  time, traffic and memory per strategy
 """
 
-from parallel import cost
+from parallel import cost, strategy_cost
 from parallel.attention import attention, attention_with_stats
 from parallel.kernels import KERNELS, resolve_kernel
 from parallel.layouts import (LAYOUTS, block_positions, check_divisible, get_layout,
@@ -31,4 +33,5 @@ __all__ = [
     "DATA", "KERNELS", "LAYOUTS", "SEQ", "STRATEGIES", "attention", "attention_with_stats",
     "block_positions", "check_divisible", "cost", "default_tile", "get_layout", "get_strategy",
     "inverse_permutation", "make_mesh", "permutation", "resolve_kernel", "row_order",
+    "strategy_cost",
 ]

@@ -176,3 +176,50 @@ def efficiency(tiles, seq_len: int, tile_q: int, tile_k: int, causal: bool = Tru
     """ideal / critical path: 1.0 is a perfectly balanced ring that computes no masked pair."""
     tiles = np.asarray(tiles)
     return ideal_tiles(seq_len, tiles.shape[0], tile_q, tile_k, causal) / critical_path(tiles)
+
+
+def layout_orders(layout: str, num_shards: int, block: int, tiles: tuple[int, int],
+                  documents=None) -> np.ndarray:
+    """int32 [R, S]: the original index at each slot, per row: a static layout's permutation
+    ([1, S]), or balanced's placement of each row of documents [R, S] (natural order) on units of
+    lcm(tiles). Without documents, balanced places one document: its zigzag start over units,
+    which its search keeps."""
+    if documents is not None:
+        return row_order(layout, np.asarray(documents), num_shards, tile=math.lcm(*tiles))
+    lay = get_layout(layout)
+    if lay.data_dependent:
+        from parallel.layouts import balanced
+        unit = math.lcm(*tiles)
+        units = balanced.zigzag_units(num_shards * block // unit, num_shards)
+        return np.asarray(balanced.order_of(units, unit))[None]
+    return lay.permutation(num_shards * block, num_shards)[None]
+
+
+def step_tile_counts(layout: str, num_shards: int, block: int, tiles: tuple[int, int],
+                     documents=None) -> np.ndarray:
+    """tiles[r, d, s]: tiles device d computes on ring step s for row r (int64 [R, N, N]);
+    documents: segment ids [R, S] in natural order (None: one causal document, R = 1)."""
+    orders = layout_orders(layout, num_shards, block, tiles, documents)
+    segs = [None] * len(orders) if documents is None else np.asarray(documents)
+    return np.stack([placement_tile_counts(o, s, num_shards, *tiles)
+                     for o, s in zip(orders, segs)])
+
+
+def group_orders(orders, num_shards: int, degree: int) -> np.ndarray:
+    """[R, S]: the slots as ulysses/usp compute them: each group of `degree` consecutive
+    shards' tokens, concatenated and sorted by original index (parallel/strategies/ulysses.py).
+    Example: striped over 4 shards of 2, degree 2: [0 4 1 5 | 2 6 3 7] -> [0 1 4 5 | 2 3 6 7]."""
+    orders = np.asarray(orders)
+    grouped = orders.reshape(len(orders), num_shards // degree, -1)
+    return np.sort(grouped, axis=-1).reshape(orders.shape)
+
+
+def group_tile_counts(layout: str, num_shards: int, degree: int, block: int,
+                      tiles: tuple[int, int], documents=None) -> np.ndarray:
+    """tiles[r, g, s] for usp with `degree` (ulysses: degree = N): group g's device on step s
+    of the ring over the N / degree groups; each tile spans H / degree heads. [R, N/u, N/u]."""
+    orders = group_orders(layout_orders(layout, num_shards, block, tiles, documents),
+                          num_shards, degree)
+    segs = [None] * len(orders) if documents is None else np.asarray(documents)
+    return np.stack([placement_tile_counts(o, s, num_shards // degree, *tiles)
+                     for o, s in zip(orders, segs)])

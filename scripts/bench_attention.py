@@ -6,6 +6,7 @@ Usage:
   python scripts/bench_attention.py --processes 1        # wall clock in one process (see below)
   python scripts/bench_attention.py --no-wallclock       # tile counts only (seconds)
   python scripts/bench_attention.py --documents stdlib --seq-lens 65536 --batch 1
+  python scripts/bench_attention.py --strategies ring allgather --no-tiles   # strategies
 
 1. Tiles. For each layout and ring size N, the kernel's own counters (`attention_with_stats`) give
    tiles[d, s], the tiles device d computed on ring step s. Devices wait for each other at every
@@ -57,12 +58,15 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=4, help="query heads")
     p.add_argument("--kv-heads", type=int, default=4, help="key/value heads")
     p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--strategy", default="ring", help="parallel.attention's strategy")
+    p.add_argument("--strategies", nargs="+", default=["ring"],
+                   help="parallel.attention's strategies for the wall clock, interleaved with "
+                        "the layouts (e.g. ring allgather)")
     p.add_argument("--kernel", default="auto", help="parallel.attention's kernel")
     p.add_argument("--documents", help="wall clock with packed documents masked, balanced "
                    "included: a length spec (exp:2048, lognormal:MU:SIGMA, pareto:ALPHA:MIN) or "
                    "stdlib (the default config's own rows)")
     p.add_argument("--no-wallclock", action="store_true", help="tile counts only")
+    p.add_argument("--no-tiles", action="store_true", help="wall clock only")
     p.add_argument("--segments", help=argparse.SUPPRESS)  # the parent's segment ids, for workers
     p.add_argument("--json", help="write every figure to this JSON file")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -163,49 +167,57 @@ def time_layouts(args, mesh, sync, segments):
         tile = seq_len // n // args.tiles_per_block
         seg = segments.get(seq_len)
         programs, paths = {}, {}
-        for layout, (order, seg_l) in layout_inputs(layouts, seg, n, tile).items():
+        kinds = [(layout, strategy, inputs) for layout, inputs
+                 in layout_inputs(layouts, seg, n, tile).items() for strategy in args.strategies]
+        for layout, strategy, (order, seg_l) in kinds:
             take = (lambda x: x) if order is None else (
                 lambda x, o=order: np.take_along_axis(x, o[:, :, None, None], 1))
             q, k, v, dout = (put(take(full[name])) for name in ("q", "k", "v", "dout"))
             # order and segment ids are arguments: a multi-process jit cannot close over them.
             extra = () if order is None else (put(order), put(seg_l))
 
-            def attend(q, k, v, *extra, layout=layout):
+            def attend(q, k, v, *extra, layout=layout, strategy=strategy):
                 kw = dict(zip(("order", "segment_ids"), extra))
                 return parallel.attention(q, k, v, mesh=mesh, layout=layout, tile_q=tile,
-                                          tile_k=tile, strategy=args.strategy,
+                                          tile_k=tile, strategy=strategy,
                                           kernel=args.kernel, **kw)
 
             def attend_vjp(q, k, v, do, *extra, attend=attend):
                 return jax.vjp(lambda q, k, v: attend(q, k, v, *extra), q, k, v)[1](do)
 
             fwd, fwd_bwd = jax.jit(attend), jax.jit(attend_vjp)
-            programs[(layout, "forward")] = lambda f=fwd, a=(q, k, v, *extra): f(*a)
-            programs[(layout, "forward+backward")] = (
+            programs[(layout, strategy, "forward")] = lambda f=fwd, a=(q, k, v, *extra): f(*a)
+            programs[(layout, strategy, "forward+backward")] = (
                 lambda f=fwd_bwd, a=(q, k, v, dout, *extra): f(*a))
             if seg is not None:  # the rows of one device run together: sum them, then the path
                 counts = cost.layout_tile_counts(layout, seg, n, tile, tile).sum(axis=0)
                 paths[layout] = cost.critical_path(counts)
-        times = interleaved(programs, args.reps, after=sync)  # layouts alternate every rep
-        for (layout, mode), ts in times.items():
-            results.append(dict(seq_len=seq_len, layout=layout, mode=mode,
+        times = interleaved(programs, args.reps, after=sync)  # kinds alternate every rep
+        for (layout, strategy, mode), ts in times.items():
+            results.append(dict(seq_len=seq_len, layout=layout, strategy=strategy, mode=mode,
                                 median_s=statistics.median(ts), times_s=ts,
                                 critical_path_tiles=paths.get(layout)))
     for r in results:
-        ring = next(x for x in results if x["seq_len"] == r["seq_len"] and x["mode"] == r["mode"]
-                    and x["layout"] == "ring")
+        same = lambda x, **kw: all(x[k] == r[k] for k in ("seq_len", "mode", "layout",
+                                                          "strategy") if k not in kw)
+        ring = next(x for x in results if same(x, layout=1) and x["layout"] == "ring")
         r["ring_over_layout"] = ring["median_s"] / r["median_s"]
+        ring = next(x for x in results if same(x, strategy=1) and x["strategy"] == "ring")
+        r["ring_strategy_over_this"] = ring["median_s"] / r["median_s"]
     return results
 
 
 def print_time_table(rows, setup):
     print(f"wall clock, {setup}")
-    print(f"{'seq':>6} {'mode':<17} {'layout':<9} {'median s':>9} {'ring/this':>9} "
-          f"{'path tiles':>10}")
+    print("ring/this: the ring layout's time (same strategy) / this; ring strat/this: the ring "
+          "strategy's time (same layout) / this")
+    print(f"{'seq':>6} {'mode':<17} {'layout':<9} {'strategy':<10} {'median s':>9} "
+          f"{'ring/this':>9} {'ring strat/this':>15} {'path tiles':>10}")
     for r in rows:
         path = "-" if r.get("critical_path_tiles") is None else r["critical_path_tiles"]
-        print(f"{r['seq_len']:>6} {r['mode']:<17} {r['layout']:<9} {r['median_s']:>9.3f} "
-              f"{r['ring_over_layout']:>9.2f} {path:>10}")
+        print(f"{r['seq_len']:>6} {r['mode']:<17} {r['layout']:<9} {r['strategy']:<10} "
+              f"{r['median_s']:>9.3f} {r['ring_over_layout']:>9.2f} "
+              f"{r['ring_strategy_over_this']:>15.2f} {path:>10}")
 
 
 def worker_main(args):
@@ -256,10 +268,11 @@ def wallclock_multiprocess(args, segments):
     np.savez(saved, **{str(s): seg for s, seg in segments.items()})
     saved.close()
     passthrough = ["--segments", saved.name, "--seq-lens", *map(str, args.seq_lens),
-                   "--processes", str(args.processes), "--reps", str(args.reps), "--batch", str(args.batch), "--heads", str(args.heads),
+                   "--processes", str(args.processes), "--reps", str(args.reps),
+                   "--batch", str(args.batch), "--heads", str(args.heads),
                    "--kv-heads", str(args.kv_heads), "--head-dim", str(args.head_dim),
-                   "--tiles-per-block", str(args.tiles_per_block), "--strategy", args.strategy,
-                   "--kernel", args.kernel]
+                   "--tiles-per-block", str(args.tiles_per_block),
+                   "--strategies", *args.strategies, "--kernel", args.kernel]
     env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *passthrough,
@@ -298,8 +311,9 @@ def main():
     print(f"jax {jax.__version__}, {os.cpu_count()} cores, "
           f"heads {args.heads}/{args.kv_heads} x {args.head_dim}, batch {args.batch}")
     report = {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "port")}}
-    report["tiles"] = tile_table(args.shards, args.tiles_per_block)
-    print_tile_table(report["tiles"])
+    if not args.no_tiles:
+        report["tiles"] = tile_table(args.shards, args.tiles_per_block)
+        print_tile_table(report["tiles"])
     if not args.no_wallclock:
         segments = segment_rows(args)
         if args.processes > 1:

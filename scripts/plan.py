@@ -66,7 +66,7 @@ accelerator's exact figure. "--compile auto" compiles only small problems (COMPI
                            striped: t = [T(T+1)/2 x N]               total N T(T+1)/2
                            zigzag:  t = [T(T+1)/2, T^2/2 x (N-1)]    total T(T+1)/2 + (N-1)T^2/2
                            A step's transfer overlaps its compute (the kernel issues the hop
-                           first): step time = max(compute, bytes / link bandwidth).
+                           first): step time = max(compute, latency + bytes / link bandwidth).
                            forward  = sum_{s<N-1} max(C_s, kv) + C_{N-1}
                            backward = sum_{s<N-1} max(2 C_s, kv + dkv) + 2 C_{N-1} + dkv
                            with kv = 2 b n K Dh c (+ 4 b n segment ids) / link bandwidth,
@@ -85,22 +85,30 @@ accelerator's exact figure. "--compile auto" compiles only small problems (COMPI
                            gradients; AdamW reads parameters, gradients, mu, nu, writes three).
     step = grad_accum_steps x (L x attention + dense) + optimizer
     tokens/s = global_batch_size x seq_len / step.
-    Not modelled: elementwise work (norms, RoPE, softmax of the loss), kernel launch and loop
-    overheads, imperfect overlap. Model FLOPs per step (what MFU counts) come from
+    Strategies: the table after the layouts prices ring, allgather, ulysses and usp for the run's
+    layout with parallel/strategy_cost.py (formulas in its docstring: collectives at the device's
+    collective bandwidth, a latency per hop or collective, no overlap of all-to-alls), each with
+    its memory total (the ring's K/V buffers swapped for the strategy's), and recommends the
+    fastest that fits: what --config.parallel.strategy=auto runs. Where the config file carries
+    MEASURED step times (configs/llama3_8b_v5p.py: MaxText's), they are printed beside.
+    Not modelled: elementwise work (norms, RoPE, softmax of the loss), loop overheads beyond the
+    latency term, imperfect overlap. Model FLOPs per step (what MFU counts) come from
     training/flops.py and exclude the remat recompute, so even at peak MFU is below 100% with remat.
 
 4. Devices (peak bf16 FLOP/s from training/flops.py; the rest nominal, "assumed" where the vendor
    gives no per-link figure; memory in decimal GB, which understates the GiB parts a little):
 
-| --device | peak | HBM | HBM bandwidth | ring link, per direction | chips per host |
-|---|---|---|---|---|---|
-| a100-80gb | 312e12 | 80 GB | 2.0 TB/s | NVLink 3: 300 GB/s | 8 |
-| h100-80gb | 989e12 | 80 GB | 3.35 TB/s | NVLink 4: 450 GB/s | 8 |
-| h200 | 989e12 | 141 GB | 4.8 TB/s | NVLink 4: 450 GB/s | 8 |
-| tpu-v4 | 275e12 | 32 GB | 1.2 TB/s | ICI ~50 GB/s, one link per hop (assumed) | 4 |
-| tpu-v5e | 197e12 | 16 GB | 0.82 TB/s | ICI ~50 GB/s (assumed) | 4 |
-| tpu-v5p | 459e12 | 95 GB | 2.76 TB/s | ICI ~100 GB/s (assumed) | 4 |
-| cpu | 0.1e12 (nominal) | host memory / devices | nominal | nominal 10 GB/s | all |
+| --device | peak | HBM | HBM bandwidth | ring link, per direction | collectives | latency | chips per host |
+|---|---|---|---|---|---|---|---|
+| a100-80gb | 312e12 | 80 GB | 2.0 TB/s | NVLink 3: 300 GB/s | 300 GB/s | 10 us | 8 |
+| h100-80gb | 989e12 | 80 GB | 3.35 TB/s | NVLink 4: 450 GB/s | 450 GB/s | 10 us | 8 |
+| h200 | 989e12 | 141 GB | 4.8 TB/s | NVLink 4: 450 GB/s | 450 GB/s | 10 us | 8 |
+| tpu-v4 | 275e12 | 32 GB | 1.2 TB/s | ICI ~50 GB/s, one link per hop (assumed) | 150 GB/s (assumed) | 5 us | 4 |
+| tpu-v5e | 197e12 | 16 GB | 0.82 TB/s | ICI ~50 GB/s (assumed) | 100 GB/s (assumed) | 5 us | 4 |
+| tpu-v5p | 459e12 | 95 GB | 2.76 TB/s | ICI ~100 GB/s (assumed) | 300 GB/s (assumed) | 5 us | 4 |
+| cpu | 0.1e12 (nominal) | host memory / devices | nominal | nominal 10 GB/s | 10 GB/s | 50 us | all |
+
+   The table lives in training/devices.py (the planner and parallel.strategy=auto share it).
 
    The process count (devices / chips per host) is what training/validate.py checks the batch
    against.
@@ -124,6 +132,7 @@ from plan_model import (DEVICES, Device, GB, ROOT, Run, activation_memory, analy
                         sample_documents, state_memory)  # noqa: F401
 from plan_compile import (abstract_batch, abstract_train_state, bytes_per_device,
                           compile_decision, compiled_memory, run_mesh, state_as_built)  # noqa: F401
+from plan_strategies import format_strategies, measured_times
 
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
                                  lock_config=True)
@@ -314,7 +323,7 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
     unit = _unit(plan["fit"]["total_bytes"])
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
             + format_compiled(plan, run, unit) + [""] + format_time(plan, m, run, device) + [""]
-            + format_notes(plan, unit))
+            + format_strategies(plan, run, plan.get("measured")) + [""] + format_notes(plan, unit))
     return "\n".join(head + body)
 
 
@@ -404,6 +413,7 @@ def main(argv):
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
+    plan["measured"] = measured_times(filename, run.seq_len)
     print(format_plan(plan, config, device, run))
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:

@@ -13,49 +13,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from training.devices import DEVICES, Device  # noqa: E402,F401  (plan.py imports them here)
+
 GB = 1e9
 FIT_FRACTION = 0.9  # "fits" if the analytic total is at most this share of the device memory
-
-
-@dataclasses.dataclass(frozen=True)
-class Device:
-    """One accelerator: peak from training/flops.py, the rest nominal vendor figures."""
-
-    title: str
-    flops_key: str  # device_kind substring looked up in training.flops.PEAK_FLOPS
-    memory_bytes: float  # HBM capacity, nominal decimal GB
-    hbm_bytes_per_s: float
-    link_bytes_per_s: float  # one ring hop: bytes/s from a device to its neighbour, one direction
-    link_note: str
-    chips_per_host: int  # processes = devices / chips_per_host (one process per host)
-
-    @property
-    def platform(self) -> str:
-        """Its jax backend: what kernel='auto' picks there, and the kernel's tile rules."""
-        if self.flops_key == "cpu":
-            return "cpu"
-        return "tpu" if self.flops_key.startswith("tpu") else "gpu"
-
-
-DEVICES = {
-    "a100-80gb": Device("A100 80GB", "a100", 80 * GB, 2.0e12, 300 * GB,
-                        "NVLink 3: 300 GB/s per direction", 8),
-    "h100-80gb": Device("H100 80GB", "h100", 80 * GB, 3.35e12, 450 * GB,
-                        "NVLink 4: 450 GB/s per direction", 8),
-    "h200": Device("H200", "h200", 141 * GB, 4.8e12, 450 * GB,
-                   "NVLink 4: 450 GB/s per direction", 8),
-    "tpu-v4": Device("TPU v4", "tpu v4", 32 * GB, 1.2e12, 50 * GB,
-                     "ICI: ~50 GB/s per link per direction, the ring using one link per hop "
-                     "(assumed; all-gathers over the 3D torus could use more)", 4),
-    "tpu-v5e": Device("TPU v5e", "tpu v5e", 16 * GB, 0.82e12, 50 * GB,
-                      "ICI: ~50 GB/s per link per direction (1,600 Gbit/s per chip over 4 "
-                      "links; assumed)", 4),
-    "tpu-v5p": Device("TPU v5p", "tpu v5p", 95 * GB, 2.76e12, 100 * GB,
-                      "ICI: ~100 GB/s per link per direction (4,800 Gbit/s per chip over 6 "
-                      "links; assumed)", 4),
-    "cpu": Device("CPU (fake device)", "cpu", 0.0, 20 * GB, 10 * GB,  # memory: host / devices
-                  "nominal 10 GB/s between fake devices", 1 << 30),
-}
 
 
 # ------------------------------------------------------------------------------ run shape
@@ -200,20 +161,10 @@ def fit(total: float, device: Device) -> dict:
 
 def step_tile_counts(layout: str, num_shards: int, block: int, tiles: tuple[int, int],
                      documents=None):
-    """tiles[r, d, s]: tiles device d computes on ring step s for row r, from parallel.cost (the
-    rule the kernels run). documents: segment ids [R, S] in natural order (a sample of packed
-    rows), or None for one causal document per row ([1, N, N])."""
-    from parallel import cost, get_layout
-    if documents is not None:
-        return cost.layout_tile_counts(layout, documents, num_shards, *tiles)
-    if get_layout(layout).data_dependent:
-        # One document: balanced starts from (and keeps) a zigzag over units of one tile.
-        from parallel.layouts import balanced
-        unit = np.lcm(*tiles)
-        order = balanced.order_of(balanced.zigzag_units(num_shards * block // unit, num_shards),
-                                  unit)
-        return cost.placement_tile_counts(order, None, num_shards, *tiles)[None]
-    return cost.ring_tile_counts(layout, num_shards, block, *tiles)[None]
+    """tiles[r, d, s]: tiles device d computes on ring step s for row r (parallel.cost, the
+    rule the kernels run); documents: segment ids [R, S] of packed rows, or None."""
+    from parallel import cost
+    return cost.step_tile_counts(layout, num_shards, block, tiles, documents)
 
 
 def ring_step_tiles(layout: str, num_shards: int, block: int, tiles: tuple[int, int],
@@ -241,32 +192,41 @@ def ring_transfer_bytes(m, run: Run, with_segments: bool) -> tuple[float, float]
     return kv, 2 * kv_elems * 4
 
 
+def layer_shape(m, run: Run, layout: str, tiles: tuple[int, int], with_segments: bool):
+    """One attention layer on one device, as parallel.strategy_cost takes it."""
+    from parallel.strategy_cost import LayerShape
+    return LayerShape(rows=run.rows, seq_len=run.seq_len, num_shards=run.seq,
+                      q_heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+                      itemsize=_bytes(m.dtype), layout=layout, tiles=tuple(tiles),
+                      with_segments=with_segments)
+
+
 def attention_layer_seconds(m, run: Run, layout: str, tiles: tuple[int, int], rate: float,
-                            link: float, with_segments: bool, documents=None) -> dict:
-    """One layer's attention, forward (x2 with remat) and backward, on the critical path;
-    with documents [R, S] (segment ids of sample rows), the mean row's."""
+                            link: float, with_segments: bool, documents=None,
+                            latency: float = 0.0, collective: float | None = None,
+                            strategy: str = "ring", degree: int = 1) -> dict:
+    """One layer's attention, forward (x2 with remat) and backward, on the critical path
+    (parallel.strategy_cost's formulas); with documents [R, S] (segment ids of sample rows),
+    the mean row's."""
+    from parallel.strategy_cost import Network, estimate
     tq, tk = tiles
-    per_side = run.block / math.sqrt(tq * tk)  # T (exact for square tiles)
+    shape = layer_shape(m, run, layout, tiles, with_segments)
+    net = Network(flops_per_s=rate, link_bytes_per_s=link, latency_s=latency,
+                  collective_bytes_per_s=link if collective is None else collective)
+    est = estimate(shape, net, strategy, degree, documents)
     tile_flops = 4 * run.rows * tq * tk * m.head_dim * m.num_heads
     counts = step_tile_counts(layout, run.seq, run.block, tiles, documents)
-    steps = counts.max(axis=1).mean(axis=0).tolist()
-    compute = [t * tile_flops / rate for t in steps]
-    kv, dkv = (x / link for x in ring_transfer_bytes(m, run, with_segments))
-    if run.seq == 1:
-        kv = dkv = 0.0
-    forward = sum(max(c, kv) for c in compute[:-1]) + compute[-1]
-    # The backward's last step also sends its K/V (one loop of N steps compiles the kernel once);
-    # then the last dK/dV hop brings them home.
-    backward = (sum(max(2 * c, kv + dkv) for c in compute[:-1]) + max(2 * compute[-1], kv)
-                + dkv)
-    comm_bound_steps = sum(c < kv for c in compute[:-1])
-    return {"tiles_per_side": per_side, "critical_path_tiles": sum(compute) * rate / tile_flops,
-            "forward_s": forward, "backward_s": backward,
-            "seconds": forward * (2 if m.remat else 1) + backward,
+    compute = [t * tile_flops / rate for t in counts.max(axis=1).mean(axis=0).tolist()]
+    kv = ring_transfer_bytes(m, run, with_segments)[0] / link if run.seq > 1 else 0.0
+    return {"tiles_per_side": run.block / math.sqrt(tq * tk),
+            "critical_path_tiles": sum(compute) * rate / tile_flops,
+            "forward_s": est["forward_s"], "backward_s": est["backward_s"],
+            "seconds": est["forward_s"] * (2 if m.remat else 1) + est["backward_s"],
             "hop_compute_s_min": min(compute), "hop_transfer_s": kv,
-            "comm_bound_forward_steps": comm_bound_steps,
+            "comm_bound_forward_steps": sum(c < kv for c in compute[:-1]),
             "document_efficiency": (None if documents is None
-                                    else document_efficiency(counts, documents, tiles))}
+                                    else document_efficiency(counts, documents, tiles)),
+            "bytes_sent": est["bytes_sent"], "buffer_bytes": est["buffer_bytes"]}
 
 
 def dense_seconds(m, run: Run, rate: float, link: float) -> dict:
@@ -286,17 +246,22 @@ def optimizer_seconds(m, run: Run, device: Device, efficiency: float) -> float:
 
 
 def step_time(m, run: Run, layout: str, device: Device, efficiency: float, mask_documents: bool,
-              model_flops: float, documents=None) -> dict:
-    """Predicted step time, tokens/s and MFU for one attention layout."""
+              model_flops: float, documents=None, strategy: str = "ring",
+              degree: int = 1) -> dict:
+    """Predicted step time, tokens/s and MFU for one attention layout and strategy."""
     from training.flops import peak_flops
     peak = peak_flops(device.flops_key)
     rate, link = peak * efficiency, device.link_bytes_per_s * efficiency
     tiles = tile_sizes(m, layout, run.block, device)
-    attn = attention_layer_seconds(m, run, layout, tiles, rate, link, mask_documents, documents)
+    attn = attention_layer_seconds(m, run, layout, tiles, rate, link, mask_documents, documents,
+                                   latency=device.latency_s,
+                                   collective=device.collective_rate * efficiency,
+                                   strategy=strategy, degree=degree)
     dense = dense_seconds(m, run, rate, link)
     opt = optimizer_seconds(m, run, device, efficiency)
     seconds = run.accum * (m.num_layers * attn["seconds"] + dense["seconds"]) + opt
-    return {"layout": layout, "tiles": list(tiles), "attention_layer": attn, "dense": dense,
+    return {"layout": layout, "strategy": strategy, "degree": degree, "tiles": list(tiles),
+            "attention_layer": attn, "dense": dense,
             "attention_s": run.accum * m.num_layers * attn["seconds"],
             "dense_s": run.accum * dense["seconds"], "optimizer_s": opt, "step_s": seconds,
             "tokens_per_s": run.tokens_per_step / seconds,
@@ -348,9 +313,29 @@ def analytic_plan(config, device: Device, run: Run, efficiency: float, documents
     model_flops *= run.tokens_per_step
     times = {layout: step_time(m, run, layout, device, efficiency, config.data.mask_documents,
                                model_flops, documents) for layout in _layouts_for(run)}
+    strategies = strategy_times(m, run, device, efficiency, config.data.mask_documents,
+                                model_flops, documents, total, acts["kv_ring_buffers"])
     return {"params": param_counts(m), "state_bytes": state, "activation_bytes": acts,
             "fit": fit(total, device), "tiles": list(tiles), "model_flops_per_step": model_flops,
-            "peak_flops": peak_flops(device.flops_key), "efficiency": efficiency, "time": times}
+            "peak_flops": peak_flops(device.flops_key), "efficiency": efficiency, "time": times,
+            "strategies": strategies}
+
+
+def strategy_times(m, run: Run, device: Device, efficiency: float, mask_documents: bool,
+                   model_flops: float, documents, memory_total: float, ring_buffers: float):
+    """step_time for every strategy (parallel.strategy_cost.options) on the run's layout, each
+    with its memory (the plan's total with the ring's K/V buffers swapped for the strategy's),
+    and the recommendation: the fastest whose total fits."""
+    from parallel import strategy_cost
+    rows = []
+    for strategy, degree in strategy_cost.options(run.seq, m.num_heads):
+        t = step_time(m, run, run.layout, device, efficiency, mask_documents, model_flops,
+                      documents, strategy, degree)
+        total = memory_total - ring_buffers + t["attention_layer"]["buffer_bytes"]
+        rows.append(dict(t, memory=fit(total, device) if device.memory_bytes else None))
+    fitting = [r for r in rows if r["memory"] is None or r["memory"]["verdict"] != "does not fit"]
+    best = min(fitting or rows, key=lambda r: r["step_s"])
+    return {"rows": rows, "choice": {"strategy": best["strategy"], "degree": best["degree"]}}
 
 
 def _keys_per_query(documents) -> float | None:

@@ -80,3 +80,24 @@ def test_ulysses_tiles_are_the_sorted_groups_causal_triangle(strategy, degree):
         assert tiles[:, :2].all() and not tiles[:, 2:].any()
         # two groups of sorted striped tokens are a striped layout over 2: balanced within 1 tile
         assert tiles.sum(axis=1).max() - tiles.sum(axis=1).min() <= 2
+
+
+@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("num_shards,degree", [(4, 4), (8, 2)])
+def test_cost_model_counts_the_ulysses_groups_tiles(layout, num_shards, degree):
+    """parallel.cost.group_tile_counts (the planner's and 'auto''s count for ulysses/usp) equals
+    the kernel's own count, packed documents, one row: every device of a group alike."""
+    mesh = mesh_for(num_shards, data=1)
+    q, k, v, _, seg = make_inputs(3, 1, 4, 2, segments="packed")
+    order = layout_order(layout, seg, 1, q.shape[1], num_shards, tile=4)
+    _, tiles = parallel.attention_with_stats(
+        *[take(x, order) for x in (q, k, v)], mesh=mesh, layout=layout,
+        segment_ids=take(seg, order), order=order, strategy="usp", ulysses_degree=degree,
+        tile_q=4, tile_k=4)
+    groups = num_shards // degree
+    want = parallel.cost.group_tile_counts(layout, num_shards, degree, q.shape[1] // num_shards,
+                                           (4, 4), seg)[0]
+    got = np.asarray(tiles)[:, :groups].reshape(groups, degree, groups)
+    for j in range(degree):
+        np.testing.assert_array_equal(got[:, j], want)
+    assert not np.asarray(tiles)[:, groups:].any()

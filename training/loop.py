@@ -24,7 +24,7 @@ import data
 import model
 import parallel
 from checkpoints import Checkpointer, StopRequest, abstract_like
-from training import flops, optim, resume, step as step_lib, trackers
+from training import auto_strategy, flops, optim, resume, step as step_lib, trackers
 from training.validate import ConfigError, validate_config
 
 
@@ -93,6 +93,13 @@ def balance_tile(model_config):
 def create_train_state(config, mesh):
     """Sharded model parameters and optimizer state, and the pieces the steps need."""
     model_cfg = model.ModelConfig.from_config(config.model, config.parallel)
+    strategy, degree, why = auto_strategy.resolve(
+        config, (mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ]), jax.default_backend(),
+        mesh.devices.flat[0].device_kind)
+    if config.parallel.get("strategy") == "auto":
+        _say(f"ringstripe: parallel.strategy {why}")
+        model_cfg = dataclasses.replace(model_cfg, attention_strategy=strategy,
+                                        ulysses_degree=degree if strategy == "usp" else 0)
     net = model.create(model_cfg, mesh, config.seed)
     graphdef, params = nnx.split(net, nnx.Param)
     tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
@@ -185,10 +192,13 @@ def _eval_batches(config, cache, spec, mesh):
     return [data.to_global(eval_fn, i, mesh, spec) for i in range(count)]
 
 
-def _announce(config, mesh_shape, num_params: int, cache) -> None:
+def _announce(config, model_cfg, mesh_shape, num_params: int, cache) -> None:
     p = config.parallel
     kernel = parallel.resolve_kernel(p.get("kernel", "auto"), jax.default_backend()).name
-    _say(f"ringstripe: {p.attention} attention ({p.get('strategy', 'ring')} strategy, {kernel} "
+    strategy = model_cfg.attention_strategy
+    if strategy == "usp":
+        strategy += f" {model_cfg.ulysses_degree}x{mesh_shape[1] // model_cfg.ulysses_degree}"
+    _say(f"ringstripe: {p.attention} attention ({strategy} strategy, {kernel} "
          f"kernel), mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on {jax.device_count()} "
          f"{jax.devices()[0].platform} devices; "
          f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
@@ -204,7 +214,8 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
     track = trackers.make_trackers(config, workdir, mesh_shape, jax.process_index() == 0,
                                    progress.wandb_run_id)
-    _announce(config, mesh_shape, model.count_params(nnx.merge(graphdef, state["params"])), cache)
+    _announce(config, model_cfg, mesh_shape,
+              model.count_params(nnx.merge(graphdef, state["params"])), cache)
     if start_step:
         track.event(start_step, "resumed", {"restored_step": start_step, "attention":
                                             config.parallel.attention, "mesh": list(mesh_shape)})

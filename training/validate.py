@@ -35,9 +35,9 @@ def _validate_parallel(p, platform):
         raise ConfigError(f"parallel.attention={p.attention!r} is not a known layout: choose one "
                           f"of {', '.join(parallel.LAYOUTS)}")
     strategy, kernel = p.get("strategy", "ring"), p.get("kernel", "auto")
-    if strategy not in parallel.STRATEGIES:
+    if strategy not in parallel.STRATEGIES and strategy != "auto":
         raise ConfigError(f"parallel.strategy={strategy!r} is not a known strategy: choose one "
-                          f"of {', '.join(parallel.STRATEGIES)}")
+                          f"of {', '.join(parallel.STRATEGIES)} or auto")
     try:
         parallel.resolve_kernel(kernel, platform)
     except ValueError as e:
@@ -82,6 +82,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
             raise ConfigError(f"model.{tile}={size} does not divide the per-device block of "
                               f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}")
     _validate_kernel_tiles(config, platform, block)
+    _validate_ulysses(config.parallel, seq, config.model.num_heads)
     accum = config.optim.grad_accum_steps
     for what, count in (("the data shards", data), ("the processes", process_count),
                         ("data shards x optim.grad_accum_steps", data * accum)):
@@ -89,6 +90,18 @@ def validate_config(config, device_count: int, process_count: int, platform: str
             raise ConfigError(f"global_batch_size={config.global_batch_size} is not divisible "
                               f"by {what} ({count}): use a multiple of {count}")
     _validate_model(config.model, device_count)
+
+
+def _validate_ulysses(p, seq, q_heads):
+    """parallel.ulysses_degree fits the strategy, mesh.seq and the query heads."""
+    strategy, degree = p.get("strategy", "ring"), p.get("ulysses_degree", 0) or None
+    if strategy == "auto":
+        return
+    try:
+        parallel.get_strategy(strategy).ulysses_degree(degree, seq, q_heads)
+    except ValueError as e:
+        raise ConfigError(f"parallel.strategy={strategy!r}, parallel.ulysses_degree / "
+                          f"model.num_heads: {e}") from None
 
 
 def _validate_model(m, device_count):

@@ -1,4 +1,4 @@
-"""`allgather`: every device gathers the whole key/value sequence, then attends to it block by block.
+"""`allgather`: every device gathers the whole key/value sequence, then attends to it by blocks.
 
 Forward: one `all_gather` over 'seq' brings every device's K, V (KV heads only, head-major),
 segment ids and original positions. The device first runs its query block against its own key

@@ -1,0 +1,105 @@
+"""parallel.strategy_cost (the planner's strategy table and 'auto') against hand-derived figures,
+and parallel.strategy='auto' / parallel.ulysses_degree in a run config."""
+
+import pytest
+
+from configs import default
+from parallel import strategy_cost as sc
+from training import auto_strategy
+from training.validate import ConfigError, validate_config
+
+# One unit of everything: a tile costs 1 s of forward compute when F = 4 b tq tk d H = rate.
+SHAPE = sc.LayerShape(rows=1, seq_len=64, num_shards=4, q_heads=4, kv_heads=2, head_dim=2,
+                      itemsize=2, layout="striped", tiles=(4, 4))
+TILE_FLOPS = 4 * 1 * 4 * 4 * 2 * 4
+
+
+def network(link=1e30, collective=1e30, latency=0.0):
+    return sc.Network(flops_per_s=TILE_FLOPS, link_bytes_per_s=link,
+                      collective_bytes_per_s=collective, latency_s=latency)
+
+
+def test_options_follow_the_mesh_and_heads():
+    assert sc.options(4, 4) == [("ring", 1), ("allgather", 1), ("usp", 2), ("ulysses", 4)]
+    assert sc.options(8, 4) == [("ring", 1), ("allgather", 1), ("usp", 2), ("usp", 4)]
+    assert sc.options(1, 4) == [("ring", 1), ("allgather", 1)]
+
+
+def test_free_network_leaves_the_tile_counts():
+    """With free links: striped's ring runs T(T+1)/2 tiles on each of N steps (T = 4 per block);
+    allgather the same work without waiting (the busiest device: 40 tiles); ulysses the whole
+    sequence's triangle (T = 16, 136 tiles), each tile over H / 4 heads: a quarter of a
+    full-head tile's FLOPs."""
+    ring = sc.estimate(SHAPE, network(), "ring")
+    assert ring["forward_s"] == 4 * 10 and ring["backward_s"] == 2 * 4 * 10
+    gather = sc.estimate(SHAPE, network(), "allgather")
+    assert gather["forward_s"] == 40 and gather["backward_s"] == 80
+    ulysses = sc.estimate(SHAPE, network(), "ulysses", 4)
+    assert ulysses["forward_s"] == 136 / 4 and ulysses["backward_s"] == 2 * 136 / 4
+
+
+def test_transfers_and_latency_are_charged_where_they_cannot_overlap():
+    """Link-bound ring: each forward hop costs KV / link + latency instead of its 10 s step;
+    ulysses pays four all-to-alls of (u - 1) / u of its q, k, v, out on top of its compute."""
+    b, n, h, d, p = 1, 16, 2, 2, 2
+    kv = 2 * b * n * h * d * p  # 256 bytes
+    slow = sc.estimate(SHAPE, network(link=kv / 100.0, latency=1.0), "ring")
+    assert slow["forward_s"] == pytest.approx(3 * 101 + 10)
+    q = b * n * 4 * d * p
+    ulysses = sc.estimate(SHAPE, network(collective=1.0), "ulysses", 4)
+    kv4 = 2 * b * n * 4 * d * p  # KV heads repeated from 2 to lcm(2, 4) = 4
+    assert ulysses["forward_s"] == pytest.approx(136 / 4 + 0.75 * (q + kv4) + 0.75 * q)
+
+
+def test_allgather_buffers_grow_with_the_sequence_the_rings_do_not():
+    """At a fixed block per device, doubling N doubles allgather's buffers (O(S)); the ring's
+    and usp's stay put (O(S / N))."""
+    def buffers(strategy, shards, degree=1):
+        shape = sc.LayerShape(rows=1, seq_len=16 * shards, num_shards=shards, q_heads=8,
+                              kv_heads=8, head_dim=2, itemsize=2, layout="ring", tiles=(4, 4))
+        return sc.estimate(shape, network(), strategy, degree)["buffer_bytes"]
+    assert buffers("allgather", 8) == 2 * buffers("allgather", 4)
+    assert buffers("ring", 8) == buffers("ring", 4)
+    assert buffers("usp", 8, 2) == buffers("usp", 4, 2)
+
+
+def test_recommend_takes_the_fastest_that_fits():
+    table = [{"strategy": "ring", "degree": 1, "forward_s": 3, "backward_s": 6,
+              "buffer_bytes": 10},
+             {"strategy": "allgather", "degree": 1, "forward_s": 2, "backward_s": 4,
+              "buffer_bytes": 100}]
+    assert sc.recommend(table, remat=False)["strategy"] == "allgather"
+    assert sc.recommend(table, remat=False, memory_left=50)["strategy"] == "ring"
+    assert sc.recommend(table, remat=False, memory_left=5)["strategy"] == "ring"  # smallest
+
+
+def test_auto_resolves_to_a_registered_strategy_with_a_reason():
+    config = default.get_config()
+    config.parallel.strategy = "auto"
+    strategy, degree, why = auto_strategy.resolve(config, (1, 4), "cpu", "cpu")
+    table = sc.strategy_table(auto_strategy.layer_shape(config, (1, 4), "cpu"),
+                              sc.Network(0.1e12, 10e9, 10e9, 50e-6))
+    assert (strategy, degree) in {(r["strategy"], r["degree"]) for r in table}
+    assert why.startswith(f"auto -> {strategy}")
+    config.parallel.strategy = "usp"
+    assert auto_strategy.resolve(config, (1, 4), "cpu", "cpu")[:2] == ("usp", 1)
+
+
+@pytest.mark.parametrize("strategy,degree,match", [
+    ("usp", 0, "strategy 'usp' needs ulysses_degree"),
+    ("usp", 3, "ulysses_degree=3 does not divide the 4 'seq' shards"),
+    ("ring", 2, "ulysses_degree=2 applies to strategy 'usp' only"),
+    ("usp_ring", 0, "parallel.strategy='usp_ring' is not a known strategy"),
+])
+def test_config_errors(strategy, degree, match):
+    config = default.get_config()
+    config.parallel.strategy, config.parallel.ulysses_degree = strategy, degree
+    with pytest.raises(ConfigError, match=match):
+        validate_config(config, 4, 1)
+
+
+def test_auto_and_a_good_degree_validate():
+    config = default.get_config()
+    for strategy, degree in (("auto", 0), ("usp", 2), ("ulysses", 0), ("allgather", 0)):
+        config.parallel.strategy, config.parallel.ulysses_degree = strategy, degree
+        validate_config(config, 4, 1)
