@@ -141,8 +141,15 @@ def layout_tile_counts(layout: str, segment_ids, num_shards: int, tile_q: int, t
     """
     seg = np.asarray(segment_ids)
     orders = row_order(layout, seg, num_shards, tile=math.lcm(tile_q, tile_k))
-    return np.stack([placement_tile_counts(o, s, num_shards, tile_q, tile_k, causal)
-                     for o, s in zip(orders, seg)])
+    return _row_counts(orders, seg, num_shards, (tile_q, tile_k), causal)
+
+
+def _row_counts(orders, segment_ids, num_shards: int, tiles: tuple[int, int],
+                causal: bool = True) -> np.ndarray:
+    """placement_tile_counts of every row: orders [R, S], segment_ids [R, S] or None."""
+    segs = [None] * len(orders) if segment_ids is None else segment_ids
+    return np.stack([placement_tile_counts(o, s, num_shards, *tiles, causal)
+                     for o, s in zip(orders, segs)])
 
 
 def single_device_tiles(segment_ids, tile_q: int, tile_k: int, causal: bool = True) -> int:
@@ -200,9 +207,8 @@ def step_tile_counts(layout: str, num_shards: int, block: int, tiles: tuple[int,
     """tiles[r, d, s]: tiles device d computes on ring step s for row r (int64 [R, N, N]);
     documents: segment ids [R, S] in natural order (None: one causal document, R = 1)."""
     orders = layout_orders(layout, num_shards, block, tiles, documents)
-    segs = [None] * len(orders) if documents is None else np.asarray(documents)
-    return np.stack([placement_tile_counts(o, s, num_shards, *tiles)
-                     for o, s in zip(orders, segs)])
+    return _row_counts(orders, None if documents is None else np.asarray(documents),
+                       num_shards, tiles)
 
 
 def group_orders(orders, num_shards: int, degree: int) -> np.ndarray:
@@ -220,6 +226,5 @@ def group_tile_counts(layout: str, num_shards: int, degree: int, block: int,
     of the ring over the N / degree groups; each tile spans H / degree heads. [R, N/u, N/u]."""
     orders = group_orders(layout_orders(layout, num_shards, block, tiles, documents),
                           num_shards, degree)
-    segs = [None] * len(orders) if documents is None else np.asarray(documents)
-    return np.stack([placement_tile_counts(o, s, num_shards // degree, *tiles)
-                     for o, s in zip(orders, segs)])
+    return _row_counts(orders, None if documents is None else np.asarray(documents),
+                       num_shards // degree, tiles)

@@ -103,16 +103,18 @@ def _ring_seconds(steps, hop_kv, hop_dkv):
 
 
 def estimate(x: LayerShape, net: Network, strategy: str, degree: int = 1,
-             documents=None) -> dict:
+             documents=None, step_counts=None) -> dict:
     """Seconds (forward, backward), bytes sent and buffer bytes of `strategy` for one layer;
-    documents: segment ids [R, S] of sample rows (None: one causal document per row)."""
+    documents: segment ids [R, S] of sample rows (None: one causal document per row);
+    step_counts: cost.step_tile_counts of these, when the caller has them already."""
     tile_s = 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads / net.flops_per_s
     hop = lambda b: net.latency_s + b / net.link_bytes_per_s
     coll = lambda b: net.latency_s + b / net.collective_bytes_per_s
     n_shards = x.num_shards
     if strategy in ("ring", "allgather"):
         q, kv, dkv = _bytes(x, x.kv_heads)
-        counts = cost.step_tile_counts(x.layout, n_shards, x.block, x.tiles, documents)
+        counts = (cost.step_tile_counts(x.layout, n_shards, x.block, x.tiles, documents)
+                  if step_counts is None else step_counts)
         if strategy == "ring":
             steps = (counts.max(axis=1).mean(axis=0) * tile_s).tolist()
             forward, backward = _ring_seconds(steps, hop(kv), hop(dkv))

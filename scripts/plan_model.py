@@ -213,9 +213,9 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles: tuple[int, int], ra
     shape = layer_shape(m, run, layout, tiles, with_segments)
     net = Network(flops_per_s=rate, link_bytes_per_s=link, latency_s=latency,
                   collective_bytes_per_s=link if collective is None else collective)
-    est = estimate(shape, net, strategy, degree, documents)
-    tile_flops = 4 * run.rows * tq * tk * m.head_dim * m.num_heads
     counts = step_tile_counts(layout, run.seq, run.block, tiles, documents)
+    est = estimate(shape, net, strategy, degree, documents, step_counts=counts)
+    tile_flops = 4 * run.rows * tq * tk * m.head_dim * m.num_heads
     compute = [t * tile_flops / rate for t in counts.max(axis=1).mean(axis=0).tolist()]
     kv = ring_transfer_bytes(m, run, with_segments)[0] / link if run.seq > 1 else 0.0
     return {"tiles_per_side": run.block / math.sqrt(tq * tk),
