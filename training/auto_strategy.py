@@ -10,25 +10,24 @@ above all) would take more than BUFFER_SHARE of the device's memory.
 
 from __future__ import annotations
 
-import parallel
+import jax.numpy as jnp
+
 from parallel import strategy_cost
 from training import flops
 from training.devices import device_for_kind
+from training.validate import attention_tiles
 
 BUFFER_SHARE = 0.125
 
 
 def layer_shape(config, mesh_shape, platform: str) -> strategy_cost.LayerShape:
     m, (data, seq) = config.model, mesh_shape
-    kernel = parallel.resolve_kernel(config.parallel.get("kernel", "auto"), platform)
-    block = config.seq_len // seq
-    tiles = tuple(m.get(name, 0) or parallel.default_tile(config.parallel.attention, block, top)
-                  for name, top in zip(("tile_q", "tile_k"), kernel.max_tiles))
+    _, tiles = attention_tiles(config, platform, config.seq_len // seq)
     rows = config.global_batch_size // data // config.optim.grad_accum_steps
     return strategy_cost.LayerShape(
         rows=rows, seq_len=config.seq_len, num_shards=seq, q_heads=m.num_heads,
         kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-        itemsize=2 if m.get("dtype", "float32") in ("bfloat16", "float16") else 4,
+        itemsize=jnp.dtype(m.get("dtype", "float32")).itemsize,
         layout=config.parallel.attention, tiles=tiles,
         with_segments=bool(config.data.get("mask_documents", False)))
 
@@ -47,9 +46,9 @@ def resolve(config, mesh_shape, platform: str, device_kind: str) -> tuple[str, i
         collective_bytes_per_s=device.collective_rate)
     table = strategy_cost.strategy_table(layer_shape(config, mesh_shape, platform), net)
     limit = BUFFER_SHARE * device.memory_bytes if device.memory_bytes else None
-    best = strategy_cost.recommend(table, bool(config.model.get("remat", False)), limit)
-    ring = strategy_cost.layer_seconds(table[0], bool(config.model.get("remat", False)))
-    mine = strategy_cost.layer_seconds(best, bool(config.model.get("remat", False)))
+    remat = bool(config.model.get("remat", False))
+    best = strategy_cost.recommend(table, remat, limit)
+    ring, mine = (strategy_cost.layer_seconds(row, remat) for row in (table[0], best))
     name = best["strategy"] + (f" (ulysses_degree {best['degree']})"
                                if best["strategy"] == "usp" else "")
     return best["strategy"], best["degree"], (

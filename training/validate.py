@@ -44,12 +44,18 @@ def _validate_parallel(p, platform):
         raise ConfigError(f"parallel.kernel={kernel!r}: {e}") from None
 
 
-def _validate_kernel_tiles(config, platform, block):
-    """The tiles the kernel will get (model.tile_q/k, or its defaults) are ones it can compile."""
+def attention_tiles(config, platform, block):
+    """(kernel, (tile_q, tile_k)): the kernel a run gets on `platform` and the tiles it will use
+    on blocks of `block` tokens: model.tile_q/k, or (0) the default for the layout and kernel."""
     kernel = parallel.resolve_kernel(config.parallel.get("kernel", "auto"), platform)
     layout = config.parallel.attention
-    tiles = [config.model.get(name, 0) or parallel.default_tile(layout, block, largest)
-             for name, largest in zip(("tile_q", "tile_k"), kernel.max_tiles)]
+    return kernel, tuple(config.model.get(name, 0) or parallel.default_tile(layout, block, top)
+                         for name, top in zip(("tile_q", "tile_k"), kernel.max_tiles))
+
+
+def _validate_kernel_tiles(config, platform, block):
+    """The tiles the kernel will get (model.tile_q/k, or its defaults) are ones it can compile."""
+    kernel, tiles = attention_tiles(config, platform, block)
     try:
         kernel.check_tiles(*tiles, kernel.interpreted_on(platform))
     except ValueError as e:
