@@ -11,9 +11,10 @@ Needs no accelerator. Config overrides (--config.FIELD=VALUE) work as in train.p
 defaults to the config file's module-level DEVICE (e.g. "a100-80gb"), else "cpu". The device
 count is the mesh's (mesh.data x mesh.seq); where the mesh has a -1, --devices (default: 8 on an
 accelerator, config.cpu_devices on cpu). Every figure is per device unless it says otherwise.
-The formulas below live in plan_model.py, the compile check in plan_compile.py; this file reads
-the flags and prints. Tiles default as the run's kernel on that device would choose them
-(`Kernel.max_tiles`: 512 for xla and pallas_tpu, 128 x 64 for pallas_gpu on a GPU).
+The formulas below live in plan_model.py, the compile check in plan_compile.py, the time tables
+in plan_time.py; this file reads the flags and prints. Tiles default as the run's kernel on that
+device would choose them (`Kernel.max_tiles`: 512 for xla and pallas_tpu, 128 x 64 for pallas_gpu
+on a GPU).
 
 Notation: P parameters (P_mm of them in matmuls, training/flops.py), D devices, N = mesh.seq (the
 ring), n = seq_len / N (the block), b = global_batch_size / mesh.data / grad_accum_steps (rows per
@@ -132,7 +133,7 @@ from plan_model import (DEVICES, Device, GB, ROOT, Run, activation_memory, analy
                         sample_documents, state_memory)  # noqa: F401
 from plan_compile import (abstract_batch, abstract_train_state, bytes_per_device,
                           compile_decision, compiled_memory, run_mesh, state_as_built)  # noqa: F401
-from plan_strategies import format_strategies, measured_times
+from plan_time import format_strategies, format_time, measured_times
 
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
                                  lock_config=True)
@@ -253,57 +254,6 @@ def format_compiled(plan: dict, run: Run, unit) -> list[str]:
             f"{c['temp'] / size:.2f}: total {c['total'] / size:.2f} {name}",
             f"  analytic (design) / compiled = {ratio:.2f}; XLA:CPU's schedule ignores remat "
             "(note 2): a cross-check, not the accelerator's figure"]
-
-
-def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
-    eff = plan["efficiency"]
-    at = "peak" if eff == 1 else f"{eff:.0%} of peak"
-    lines = [f"Time per step at {at} (efficiency {eff:.2f}"
-             f"{' = at peak' if eff == 1 else ''}: FLOP/s, links and HBM at that share of "
-             "their nominal rates)",
-             f"  compute {plan['peak_flops'] / 1e12:g} TFLOP/s bf16 per device; HBM "
-             f"{device.hbm_bytes_per_s / 1e12:.2f} TB/s; ring hops overlap their step's compute",
-             f"  {device.link_note}",
-             f"  model FLOPs per step {plan['model_flops_per_step']:.3e} (training/flops.py"
-             f"{'; the remat recompute adds one forward, not counted' if m.remat else ''}"
-             f"{'; attention counts each document' if plan['documents'] else ''})",
-             *format_documents(plan["documents"]),
-             f"  {'layout':<9}{'tile':>11}{'T':>6}{'path tiles':>12}{'doc eff':>8}"
-             f"{'attention s':>13}{'dense s':>10}{'optim s':>9}{'step s':>9}{'tokens/s':>11}"
-             f"{'MFU':>6}{'vs ring':>9}"]
-    ring = plan["time"].get("ring", {}).get("step_s")
-    for layout, t in plan["time"].items():
-        a = t["attention_layer"]
-        speed = f"{ring / t['step_s']:.2f}x" if ring else "-"
-        eff = a["document_efficiency"]
-        lines.append(f"  {layout:<9}{t['tiles'][0]:>5}x{t['tiles'][1]:<5}"
-                     f"{a['tiles_per_side']:>6.0f}{a['critical_path_tiles']:>12,.0f}"
-                     f"{'-' if eff is None else f'{eff:.2f}':>8}{t['attention_s']:>13.3f}"
-                     f"{t['dense_s']:>10.3f}{t['optimizer_s']:>9.3f}{t['step_s']:>9.3f}"
-                     f"{t['tokens_per_s']:>11,.0f}{t['mfu']:>6.0%}{speed:>9}")
-    best = min(plan["time"], key=lambda layout: plan["time"][layout]["step_s"])
-    others = [t["step_s"] for layout, t in plan["time"].items() if layout != best]
-    margin = f", {min(others) / plan['time'][best]['step_s']:.2f}x the next" if others else ""
-    lines.append(f"  choose {best} (fastest predicted{margin}): "
-                 f"--config.parallel.attention={best}")
-    hop = plan["time"][run.layout]["attention_layer"]
-    lines += [f"  {run.layout}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, a "
-              f"ring step >= {hop['hop_compute_s_min'] * 1e3:.2f} ms of compute; "
-              f"{hop['comm_bound_forward_steps']} of {run.seq - 1} forward hops per layer are "
-              "link-bound.",
-              "  Not modelled: elementwise work (norms, RoPE, the loss's softmax), loop overheads, "
-              "imperfect overlap."]
-    return lines
-
-
-def format_documents(docs: dict | None) -> list[str]:
-    if docs is None:
-        return ["  documents: one per row (--documents samples packed rows; doc eff needs it)"]
-    return [f"  documents: {docs['spec']}, {docs['rows']} sample row(s), {docs['documents']:,} "
-            f"documents, mean {docs['mean_tokens']:,.0f} / median {docs['median_tokens']:,.0f} / "
-            f"max {docs['max_tokens']:,} tokens; path tiles are the mean row's",
-            "  doc eff = tiles one device computes on the whole row / N / critical path (1.0: "
-            "N devices share one device's work evenly)"]
 
 
 def format_plan(plan: dict, config, device: Device, run: Run) -> str:
