@@ -197,13 +197,14 @@ def time_layouts(args, mesh, sync, segments):
             results.append(dict(seq_len=seq_len, layout=layout, strategy=strategy, mode=mode,
                                 median_s=statistics.median(ts), times_s=ts,
                                 critical_path_tiles=paths.get(layout)))
+    def twin(r, **changed):
+        """The result that differs from r only in `changed`."""
+        want = dict({k: r[k] for k in ("seq_len", "mode", "layout", "strategy")}, **changed)
+        return next(x for x in results if all(x[k] == v for k, v in want.items()))
+
     for r in results:
-        same = lambda x, **kw: all(x[k] == r[k] for k in ("seq_len", "mode", "layout",
-                                                          "strategy") if k not in kw)
-        ring = next(x for x in results if same(x, layout=1) and x["layout"] == "ring")
-        r["ring_over_layout"] = ring["median_s"] / r["median_s"]
-        ring = next(x for x in results if same(x, strategy=1) and x["strategy"] == "ring")
-        r["ring_strategy_over_this"] = ring["median_s"] / r["median_s"]
+        r["ring_over_layout"] = twin(r, layout="ring")["median_s"] / r["median_s"]
+        r["ring_strategy_over_this"] = twin(r, strategy="ring")["median_s"] / r["median_s"]
     return results
 
 
