@@ -62,8 +62,8 @@ class _Group:
         pos = self._gather(pos)
         self.perm = jnp.argsort(pos, axis=1) if sort else None
         self.inverse = None if self.perm is None else jnp.argsort(self.perm, axis=1)
-        self.pos, self.seg = self._sort(pos, self.perm, 1), self._sort(self._gather(seg),
-                                                                         self.perm, 1)
+        self.pos = self._sort(pos, self.perm, 1)
+        self.seg = self._sort(self._gather(seg), self.perm, 1)
 
     def _gather(self, x):
         """[b, n] -> [b, u n]: the group's blocks in device order."""
