@@ -13,10 +13,11 @@ strategy table). 8.0B parameters: d_model 4096, 32 layers, 32 query heads and 8 
 SwiGLU 14336, vocab 128256, RoPE base 500000; bfloat16 compute, float32 parameters and AdamW
 state, every block rematerialised. Mesh data 1 x seq 64: 1,024 tokens per chip at 64k.
 
-Batch: 64 chips are 16 hosts (4 chips each) and training/validate.py wants the global batch
-divisible by the process count, so a step is 16 sequences as 16 accumulated micro-batches of 1;
-each micro-step is one sequence over the 64 chips, the unit the strategy table compares (we do
-not know MaxText's batch: compare the ratios between strategies).
+Batch: a step is 16 sequences as 16 accumulated micro-batches of 1; each micro-step is one
+sequence over the 64 chips (16 hosts of 4), the unit the strategy table compares (we do not know
+MaxText's batch: compare the ratios between strategies). The 16 is no longer forced by the host
+count: each host builds only its columns of a row (data/README.md), so
+--config.global_batch_size=1 --config.optim.grad_accum_steps=1 also runs, one sequence a step.
 """
 
 from configs import default, llama_7b
@@ -37,7 +38,7 @@ def get_config():
     config = default.get_config()
     llama_7b.set_accelerator_run(config)
     config.seq_len = 65536  # tokens per sequence (1,024 per chip)
-    config.global_batch_size = 16  # sequences per step: one per process (16 hosts), see above
+    config.global_batch_size = 16  # sequences per step, as 16 micro-batches of 1 (see above)
     config.optim.grad_accum_steps = 16  # micro-batches per step: one sequence each
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 64  # sequence shards over all 64 chips

@@ -7,7 +7,8 @@ Public API (see data/README.md):
   TokenCache, build_token_cache                                         token_cache.py
   BatchSpec, num_windows, batch_rows, process_batch,                    batches.py
   eval_rows, eval_batches
-  to_global, local_rows, assemble_global, Prefetcher                    pipeline.py
+  to_global, local_block (local_rows, local_columns), assemble_global,  pipeline.py
+  Prefetcher
   GrainPrefetcher, CacheRows, make_prefetcher                           grain_loader.py
   DataError                                                             every user error
 """
@@ -16,7 +17,8 @@ from data.batches import (FIELDS, BatchSpec, batch_rows, eval_batches, eval_rows
                           num_eval_batches, num_windows, process_batch)
 from data.errors import DataError
 from data.grain_loader import LOADERS, CacheRows, GrainPrefetcher, make_prefetcher
-from data.pipeline import Prefetcher, assemble_global, local_rows, to_global
+from data.pipeline import (Prefetcher, assemble_global, local_block, local_columns, local_rows,
+                           to_global)
 from data.sources import (SOURCE_KINDS, SourceOptions, TfdsSource, describe_source,
                           iter_documents, parse_tfds_source, source_options)
 from data.token_cache import TokenCache, build_token_cache
@@ -26,7 +28,7 @@ __all__ = [
     "FIELDS", "LOADERS", "SOURCE_KINDS", "BatchSpec", "CacheRows", "DataError", "GrainPrefetcher",
     "Prefetcher", "SourceOptions", "TfdsSource", "TokenCache", "Tokenizer", "assemble_global",
     "batch_rows", "build_token_cache", "describe_source", "eval_batches", "eval_rows",
-    "get_tokenizer", "iter_documents", "load_tokenizer", "local_rows", "make_prefetcher",
-    "num_eval_batches", "num_windows", "parse_tfds_source", "process_batch", "source_options",
-    "to_global", "train_tokenizer",
+    "get_tokenizer", "iter_documents", "load_tokenizer", "local_block", "local_columns",
+    "local_rows", "make_prefetcher", "num_eval_batches", "num_windows", "parse_tfds_source",
+    "process_batch", "source_options", "to_global", "train_tokenizer",
 ]

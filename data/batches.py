@@ -1,4 +1,4 @@
-"""Step-indexed batches: a batch is a pure function of (seed, step, rows), never of history.
+"""Step-indexed batches: a pure function of (seed, step, rows, columns), never of history.
 
 The token stream is cut into W non-overlapping windows of S+1 tokens; window w is
 tokens[w*S : w*S + S + 1] (consecutive windows share one token: the last target of one is the
@@ -21,6 +21,12 @@ perm [0 2 4 6 1 3 5 7], so inputs become [5 1 8 1 6 7 9 3] and positions [0 2 1 
 The permutation itself travels as the field 'order' (the original index of every slot), which
 attention masks by. For 'balanced' it is per row, made from the row's segment ids and aligned to
 the attention tile (BatchSpec.tile): a function of the window, so resume stays exact.
+
+`columns` asks for some laid-out slots only (what a process's seq shards hold when a row is split
+over hosts): the row's window, its EOS prefix sums and balanced's order are made for the whole
+row, the fields only at the original positions `order[:, columns]`. In the striped example,
+columns [4 5 6 7] (seq shard 1) are positions [1 3 5 7]: inputs [6 7 9 3], equal to the whole
+row's inputs[:, 4:8].
 """
 
 from __future__ import annotations
@@ -54,13 +60,17 @@ def num_windows(tokens: np.ndarray, seq_len: int) -> int:
     return max(0, (len(tokens) - 1) // seq_len)
 
 
-def batch_rows(tokens: np.ndarray, spec: BatchSpec, step: int, rows) -> dict[str, np.ndarray]:
+def batch_rows(tokens: np.ndarray, spec: BatchSpec, step: int, rows,
+               columns=None) -> dict[str, np.ndarray]:
     """Rows `rows` (global row indices) of training step `step`, in layout order.
 
-    Returns 'inputs', 'targets', 'positions', 'segment_ids', 'order' int32 [R, S] and 'weights'
-    float32 [R, S], R = len(rows).
+    Returns 'inputs', 'targets', 'positions', 'segment_ids', 'order' int32 [R, C] and 'weights'
+    float32 [R, C], R = len(rows): the laid-out columns `columns` (sorted slot indices; seq
+    shard s holds slots s*S/N .. (s+1)*S/N - 1), C = len(columns); None = all S of them.
+    Always equal to batch_rows(tokens, spec, step, rows)[name][:, columns].
     """
     rows = _check_rows(spec, rows)
+    columns = _check_columns(spec, columns)
     count = _check_windows(tokens, spec)
     samples = step * spec.global_batch + rows          # int64: no overflow for long runs
     epochs, offsets = np.divmod(samples, count)
@@ -68,7 +78,7 @@ def batch_rows(tokens: np.ndarray, spec: BatchSpec, step: int, rows) -> dict[str
     for epoch in np.unique(epochs):                     # a batch spans at most two epochs
         here = epochs == epoch
         windows[here] = _epoch_order(spec.seed, int(epoch), count)[offsets[here]]
-    return _rows_for_windows(tokens, spec, windows)
+    return _rows_for_windows(tokens, spec, windows, columns)
 
 
 def process_batch(tokens: np.ndarray, spec: BatchSpec, step: int, process_index: int,
@@ -83,15 +93,18 @@ def process_batch(tokens: np.ndarray, spec: BatchSpec, step: int, process_index:
     return batch_rows(tokens, spec, step, np.arange(process_index * per, (process_index + 1) * per))
 
 
-def eval_rows(tokens: np.ndarray, spec: BatchSpec, index: int, rows) -> dict[str, np.ndarray]:
-    """Rows of eval batch `index`: windows index*B + row, in order, no shuffle."""
+def eval_rows(tokens: np.ndarray, spec: BatchSpec, index: int, rows,
+              columns=None) -> dict[str, np.ndarray]:
+    """Rows of eval batch `index`: windows index*B + row, in order, no shuffle; `columns` as in
+    batch_rows."""
     rows = _check_rows(spec, rows)
+    columns = _check_columns(spec, columns)
     count = _check_windows(tokens, spec)
     windows = index * spec.global_batch + rows
     if index < 0 or windows.max(initial=0) >= count:
         raise DataError(f"eval batch {index} needs window {windows.max()} but the eval tokens hold "
                         f"{count} windows: ask for fewer eval batches or raise data.eval_fraction")
-    return _rows_for_windows(tokens, spec, windows)
+    return _rows_for_windows(tokens, spec, windows, columns)
 
 
 def num_eval_batches(tokens: np.ndarray, spec: BatchSpec, num_batches: int) -> int:
@@ -123,50 +136,65 @@ def _epoch_order(seed: int, epoch: int, count: int) -> np.ndarray:
     return order
 
 
-def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray) -> dict:
-    """Cuts the windows, shifts targets, derives segments and positions, then permutes."""
+def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray,
+                      columns: np.ndarray) -> dict:
+    """Cuts the windows and finds their documents (whole rows), then makes every field at the
+    original positions the laid-out `columns` hold, and only there."""
     S = spec.seq_len
     starts = windows[:, None] * S + np.arange(S + 1)           # [R, S+1] token indices
     window = np.asarray(tokens)[starts].astype(np.int32)      # reads only these rows of a memmap
-    inputs, targets = window[:, :-1], window[:, 1:]            # shift before permuting
-    segment_ids, positions = _segments_and_positions(inputs, spec)
-    natural = {"inputs": inputs, "targets": targets,
-               "weights": np.ones(inputs.shape, np.float32),
-               "positions": positions, "segment_ids": segment_ids}
-    try:  # balanced places each row from its documents, the others alike in every row
-        order = parallel.row_order(spec.layout, segment_ids, spec.num_seq_shards, tile=spec.tile)
+    segments, span_start = _documents(window[:, :-1], spec)   # natural order, whole rows
+    order = _order(spec, segments, columns)                   # [R, C] original positions
+
+    def at(x):  # x [R, S or S+1] in natural order -> its values at `order`
+        return np.take_along_axis(x, order, axis=1)
+
+    positions = order - at(span_start) if spec.reset_positions else order.copy()
+    return {"inputs": at(window), "targets": at(window[:, 1:]),  # shifted before permuting
+            "weights": np.ones(order.shape, np.float32), "positions": positions,
+            "segment_ids": at(segments), "order": order}
+
+
+def _order(spec: BatchSpec, segments: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """int32 [R, C]: the original position of each requested laid-out column, per row. Only
+    balanced needs the whole row's documents; the static layouts index their [S] permutation."""
+    try:
+        if parallel.get_layout(spec.layout).data_dependent:
+            whole = parallel.row_order(spec.layout, segments, spec.num_seq_shards, tile=spec.tile)
+            return np.ascontiguousarray(whole[:, columns])
+        perm = parallel.permutation(spec.layout, spec.seq_len, spec.num_seq_shards)
     except ValueError as e:
         raise DataError(f"batch: {e}") from e
-    laid_out = {name: np.take_along_axis(x, order, axis=1) for name, x in natural.items()}
-    return {**laid_out, "order": order}
+    return np.ascontiguousarray(np.broadcast_to(perm[columns], (len(segments), len(columns))),
+                                np.int32)
 
 
-def _segments_and_positions(inputs: np.ndarray, spec: BatchSpec):
-    """segment_ids, positions int32 [R, S] in natural order, from the EOS tokens in `inputs`.
+def _documents(inputs: np.ndarray, spec: BatchSpec):
+    """(segment_ids, span_start) int32 [R, S], natural order, from the EOS tokens in `inputs`:
+    prefix sums over whole rows. segment_ids are zeros without mask_documents; span_start (the
+    slot after the last EOS before each slot; reset positions are slot - span_start) is None
+    without reset_positions.
 
     Example, EOS=1: inputs [5 1 7 1 1 3] -> is_eos [0 1 0 1 1 0], segments [0 0 1 1 2 3];
-    a segment starts after each EOS, at [0 2 4 5], so reset positions are [0 1 0 1 0 0].
+    a segment starts after each EOS, span_start [0 0 2 2 4 5], reset positions [0 1 0 1 0 0].
     """
     R, S = inputs.shape
-    index = np.broadcast_to(np.arange(S, dtype=np.int32), (R, S))
     if not (spec.mask_documents or spec.reset_positions):
-        return np.zeros((R, S), np.int32), np.array(index)
+        return np.zeros((R, S), np.int32), None
     if spec.eos_id is None:
         raise DataError("BatchSpec.eos_id is None but mask_documents or reset_positions needs it: "
                         "pass eos_id=tokenizer.eos_id")
     is_eos = (inputs == spec.eos_id).astype(np.int32)
-    segments = np.cumsum(is_eos, axis=1) - is_eos               # EOS tokens strictly before i
     if spec.mask_documents:
-        segment_ids = segments.astype(np.int32)
+        segment_ids = np.cumsum(is_eos, axis=1, dtype=np.int32) - is_eos  # EOS strictly before
     else:
         segment_ids = np.zeros((R, S), np.int32)
     if not spec.reset_positions:
-        return segment_ids, np.array(index)
-    # Start of the span holding slot i: the slot after the last EOS before i (0 if none).
+        return segment_ids, None
+    index = np.arange(S, dtype=np.int32)
     after_eos = np.zeros((R, S), np.int32)
-    after_eos[:, 1:] = np.where(is_eos[:, :-1] == 1, index[:, 1:], 0)
-    span_start = np.maximum.accumulate(after_eos, axis=1)
-    return segment_ids, (index - span_start).astype(np.int32)
+    after_eos[:, 1:] = np.where(is_eos[:, :-1] == 1, index[1:], 0)
+    return segment_ids, np.maximum.accumulate(after_eos, axis=1)
 
 
 def _check_layout(layout: str, seq_len: int, num_shards: int) -> None:
@@ -185,6 +213,16 @@ def _check_rows(spec: BatchSpec, rows) -> np.ndarray:
                         f"got {rows.min()}..{rows.max()}")
     _check_layout(spec.layout, spec.seq_len, spec.num_seq_shards)  # divisibility, early
     return rows
+
+
+def _check_columns(spec: BatchSpec, columns) -> np.ndarray:
+    if columns is None:
+        return np.arange(spec.seq_len)
+    columns = np.asarray(columns, dtype=np.int64).reshape(-1)
+    if columns.size and (columns.min() < 0 or columns.max() >= spec.seq_len):
+        raise DataError(f"columns must lie in 0..{spec.seq_len - 1} (seq_len), "
+                        f"got {columns.min()}..{columns.max()}")
+    return columns
 
 
 def _check_windows(tokens: np.ndarray, spec: BatchSpec) -> int:

@@ -5,10 +5,10 @@
     ...
     prefetch.close()                       # stops the threads and worker processes
 
-The pipeline, for this process's rows R = local_rows(mesh, spec):
+The pipeline, for this process's rows R and laid-out columns C = local_block(mesh, spec):
 
     grain.MapDataset.range(start_step, start_step + num_steps)     element i = step start_step + i
-      .map(step -> (step, batch_fn(step, R)))                       numpy, random access
+      .map(step -> (step, batch_fn(step, R, C)))                    numpy, random access
       .to_iter_dataset(ReadOptions(num_threads, prefetch_buffer_size=depth))
       .mp_prefetch(MultiprocessingOptions(num_workers=workers))    only when workers > 0
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from data.batches import BatchSpec, batch_rows, eval_rows
 from data.errors import DataError
-from data.pipeline import BatchFn, Prefetcher, assemble_global, local_rows
+from data.pipeline import BatchFn, Prefetcher, assemble_global, local_block
 from data.token_cache import TokenCache
 
 LOADERS = ("thread", "grain")
@@ -59,7 +59,7 @@ def make_prefetcher(config_data, cache: TokenCache, mesh, spec: BatchSpec, start
 
 
 class CacheRows:
-    """batch_fn(step, rows) over one split of a token cache, cheap to pickle.
+    """batch_fn(step, rows, columns) over one split of a token cache, cheap to pickle.
 
     split 'train': `batch_rows` (shuffled windows, by step); 'eval': `eval_rows` (in order, by
     batch index). Pickles as (path, token range, spec); a worker reopens the .npy as a memmap.
@@ -74,9 +74,9 @@ class CacheRows:
         self.stop = len(cache.train) if split == "train" else cache.num_tokens
         self._tokens = cache.train if split == "train" else cache.eval
 
-    def __call__(self, step: int, rows) -> dict[str, np.ndarray]:
+    def __call__(self, step: int, rows, columns=None) -> dict[str, np.ndarray]:
         rows_fn = batch_rows if self.split == "train" else eval_rows
-        return rows_fn(self.tokens, self.spec, step, rows)
+        return rows_fn(self.tokens, self.spec, step, rows, columns)
 
     @property
     def tokens(self) -> np.ndarray:
@@ -93,21 +93,21 @@ class CacheRows:
 
 
 class _HostBatch:
-    """step -> (step, this process's rows of that step): the map grain runs (picklable)."""
+    """step -> (step, this process's block of that step): the map grain runs (picklable)."""
 
-    def __init__(self, batch_fn: BatchFn, rows: np.ndarray):
-        self.batch_fn, self.rows = batch_fn, rows
+    def __init__(self, batch_fn: BatchFn, rows: np.ndarray, columns: np.ndarray):
+        self.batch_fn, self.rows, self.columns = batch_fn, rows, columns
 
     def __call__(self, step) -> tuple[int, dict[str, np.ndarray]]:
         step = int(step)
-        return step, self.batch_fn(step, self.rows)
+        return step, self.batch_fn(step, self.rows, self.columns)
 
 
 class GrainPrefetcher:
     """`Prefetcher`'s interface on a grain pipeline: next() -> (step, global batch), close().
 
-    batch_fn: (step, rows) -> {field: [R, S] numpy}, picklable when workers > 0; or a TokenCache,
-        whose train split is read through CacheRows.
+    batch_fn: (step, rows, columns) -> {field: [R, C] numpy}, picklable when workers > 0; or a
+        TokenCache, whose train split is read through CacheRows.
     workers: 0 = build batches on `threads` grain threads in this process; N = in N spawned
         worker processes (each with one thread).
     depth: batches buffered ahead, per worker process (or in this process when workers = 0).
@@ -127,13 +127,13 @@ class GrainPrefetcher:
         if depth < 1 or threads < 1:
             raise DataError(f"GrainPrefetcher: depth {depth} and threads {threads} must be >= 1")
         self._mesh, self._spec = mesh, spec
-        self._rows = local_rows(mesh, spec)
+        self._rows, self._columns = local_block(mesh, spec)
         self._next_step = start_step
         self._error: BaseException | None = None
         self._closed = False
         count = _ENDLESS if num_steps is None else num_steps
         dataset = grain.MapDataset.range(start_step, start_step + count).map(
-            _HostBatch(batch_fn, self._rows))
+            _HostBatch(batch_fn, self._rows, self._columns))
         read = grain.ReadOptions(num_threads=threads if workers == 0 else 1,
                                  prefetch_buffer_size=depth)
         iter_dataset = dataset.to_iter_dataset(read)
@@ -161,7 +161,7 @@ class GrainPrefetcher:
         if step != self._next_step:   # cannot happen with grain's ordered iteration
             raise RuntimeError(f"GrainPrefetcher: got step {step}, expected {self._next_step}")
         self._next_step += 1
-        return step, assemble_global(local, self._rows, self._mesh, self._spec)
+        return step, assemble_global(local, self._rows, self._mesh, self._spec, self._columns)
 
     def close(self) -> None:
         """Stops the threads and joins the worker processes. Safe to call twice."""

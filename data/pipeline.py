@@ -1,11 +1,15 @@
 """Host batches -> global jax.Arrays on the ('data', 'seq') mesh, and a prefetching thread.
 
-    batch_fn = functools.partial(data.batch_rows, cache.train, spec)   # (step, rows) -> dict
+    batch_fn = functools.partial(data.batch_rows, cache.train, spec)   # (step, rows, columns)
     batch = data.to_global(batch_fn, step, mesh, spec)                 # dict of [B, S] jax.Arrays
 
 Every field is sharded P('data', 'seq'): rows over 'data', the (already permuted) sequence over
 'seq', so device (d, s) holds rows of its data shard and seq block s of the layout. Each process
-builds only the rows its own devices hold, never the whole global batch.
+builds only the block its own devices hold, never the whole global batch: the rows of its data
+shards and, of those rows, the laid-out columns of its seq shards. With one row over 2 hosts
+(data 1 x seq 2, one device each, S=8): process 0 builds row 0, columns [0 1 2 3], process 1
+row 0, columns [4 5 6 7]; each reads the row's whole window (its documents and balanced's order
+need it), but makes the fields only for its own columns.
 """
 
 from __future__ import annotations
@@ -21,40 +25,79 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from data.batches import FIELDS, BatchSpec
 from data.errors import DataError
 
-BatchFn = Callable[[int, np.ndarray], dict]   # (step, global rows) -> {field: [R, S] numpy}
+# (step, global rows, laid-out columns) -> {field: [R, C] numpy}, C = len(columns)
+BatchFn = Callable[[int, np.ndarray, np.ndarray], dict]
 
 
 def to_global(batch_fn: BatchFn, step: int, mesh, spec: BatchSpec) -> dict[str, jax.Array]:
-    """Global arrays [global_batch, S] sharded P('data', 'seq'), built from local rows only."""
-    rows = local_rows(mesh, spec)
-    return assemble_global(batch_fn(step, rows), rows, mesh, spec)
+    """Global arrays [global_batch, S] sharded P('data', 'seq'), built from this process's block
+    only: one call batch_fn(step, rows, columns) with (rows, columns) = local_block(mesh, spec)."""
+    rows, columns = local_block(mesh, spec)
+    return assemble_global(batch_fn(step, rows, columns), rows, mesh, spec, columns)
+
+
+def local_block(mesh, spec: BatchSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns): the global row indices and the laid-out column indices, each sorted,
+    that this process's devices hold under P('data', 'seq'). Pass them to batch_fn.
+
+    Example, mesh data 2 x seq 2, B=4, S=8: a process whose devices are (data 1, seq 0) and
+    (data 1, seq 1) gets rows [2 3], columns [0 .. 7]. Were its devices ever not one block of the
+    mesh, it would build the block that covers them (more than it needs, never less).
+    """
+    _check_mesh(mesh, spec)
+    shape = _shape(spec)
+    index_map = _sharding(mesh).addressable_devices_indices_map(shape)
+
+    def held(axis: int) -> np.ndarray:
+        return np.unique(np.concatenate(
+            [np.arange(*index[axis].indices(shape[axis])) for index in index_map.values()]))
+
+    return held(0), held(1)
 
 
 def local_rows(mesh, spec: BatchSpec) -> np.ndarray:
-    """The global row indices, sorted, that this process's devices hold under P('data', 'seq').
-
-    A process may hold only its seq slice of a row, but builds the whole row: simple, and cheap on
-    the host. These are the rows to pass to batch_fn(step, rows).
-    """
-    _check_mesh(mesh, spec)
-    index_map = _sharding(mesh).addressable_devices_indices_map(_shape(spec))
-    return np.unique(np.concatenate(
-        [np.arange(*index[0].indices(spec.global_batch)) for index in index_map.values()]))
+    """The global row indices, sorted, that this process's devices hold: local_block(...)[0]."""
+    return local_block(mesh, spec)[0]
 
 
-def assemble_global(local: dict[str, np.ndarray], rows: np.ndarray, mesh,
-                    spec: BatchSpec) -> dict[str, jax.Array]:
-    """Global arrays from `local`, this process's rows `rows` (from local_rows) of every field."""
+def local_columns(mesh, spec: BatchSpec) -> np.ndarray:
+    """The laid-out columns, sorted, that this process's devices hold: local_block(...)[1]; all
+    of 0 .. S-1 unless the mesh's 'seq' axis spans processes."""
+    return local_block(mesh, spec)[1]
+
+
+def assemble_global(local: dict[str, np.ndarray], rows: np.ndarray, mesh, spec: BatchSpec,
+                    columns=None) -> dict[str, jax.Array]:
+    """Global arrays from `local`: every field [len(rows), len(columns)], this process's `rows`
+    and laid-out `columns` (from local_block; None = all S columns)."""
     shape, sharding = _shape(spec), _sharding(mesh)
+    rows = np.asarray(rows)
+    columns = np.arange(shape[1]) if columns is None else np.asarray(columns)
+    for name in FIELDS:
+        if local[name].shape != (len(rows), len(columns)):
+            raise DataError(f"batch_fn gave {name} of shape {local[name].shape} for "
+                            f"{len(rows)} rows x {len(columns)} columns: it must return "
+                            f"[len(rows), len(columns)]")
 
     def field_array(name: str) -> jax.Array:
-        def shard(index):
-            row_slice, col_slice = index
-            wanted = np.arange(*row_slice.indices(shape[0]))
-            return local[name][np.searchsorted(rows, wanted), col_slice]  # global row -> local
+        def shard(index):  # a device's global block -> the same block of `local`
+            return local[name][_where(rows, index[0], shape[0], "row"),
+                               _where(columns, index[1], shape[1], "column")]
         return jax.make_array_from_callback(shape, sharding, shard)
 
     return {name: field_array(name) for name in FIELDS}
+
+
+def _where(held: np.ndarray, part: slice, size: int, what: str) -> slice:
+    """Where the global indices of `part` (a slice of 0 .. size-1) lie in `held` (sorted): a
+    slice, as they are consecutive there too. Example: held [4 5 6 7], part 6:8 -> 2:4."""
+    wanted = np.arange(*part.indices(size))
+    start = int(np.searchsorted(held, wanted[0])) if wanted.size else 0
+    if not np.array_equal(held[start:start + wanted.size], wanted):
+        raise DataError(f"a device of this process holds {what}s {wanted[0]}..{wanted[-1]} but "
+                        f"the local batch was built without some of them: build it for the "
+                        f"rows and columns of local_block(mesh, spec)")
+    return slice(start, start + wanted.size)
 
 
 class Prefetcher:

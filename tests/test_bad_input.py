@@ -49,10 +49,16 @@ def test_processes_not_dividing_the_batch(tmp_path):
     from training.validate import ConfigError, validate_config
     from configs import tiny
 
+    # One row over 2 processes (data 1 x seq 2): each builds its half of the row.
     config = tiny.get_config()
-    config.global_batch_size = 6  # divisible by data shards (2), not by 4 processes
+    config.global_batch_size = 1
+    config.mesh.data, config.mesh.seq = 1, 2
+    validate_config(config, device_count=2, process_count=2)
+    config.global_batch_size = 6  # divisible by data shards (2), not by 4 processes: fine too
     config.mesh.data, config.mesh.seq = 2, 2
-    with pytest.raises(ConfigError, match="not divisible by the processes \\(4\\)"):
+    validate_config(config, device_count=4, process_count=4)
+    config.global_batch_size = 1  # the data shards still need whole rows
+    with pytest.raises(ConfigError, match="not divisible by the data shards \\(2\\)"):
         validate_config(config, device_count=4, process_count=4)
 
 

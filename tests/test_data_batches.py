@@ -169,11 +169,11 @@ def test_to_global_matches_process_batch():
     s = spec(global_batch=4, num_seq_shards=4, mask_documents=True, reset_positions=True,
              eos_id=3)
     requested = []
-    def batch_fn(step, rows):
-        requested.append(list(rows))
-        return data.batch_rows(tokens, s, step, rows)
+    def batch_fn(step, rows, columns):
+        requested.append((list(rows), list(columns)))
+        return data.batch_rows(tokens, s, step, rows, columns)
     got = data.to_global(batch_fn, 5, mesh, s)
-    assert requested == [[0, 1, 2, 3]]                     # one call, the rows this process holds
+    assert requested == [([0, 1, 2, 3], list(range(16)))]  # one call, the block this process holds
     want = data.process_batch(tokens, s, 5, 0, 1)
     for name in data.FIELDS:
         assert got[name].sharding.spec == P("data", "seq")
@@ -189,10 +189,10 @@ def test_prefetcher():
     mesh = parallel.make_mesh(2, 4)
     tokens = np.arange(2000)
     s = spec()
-    def batch_fn(step, rows):
+    def batch_fn(step, rows, columns):
         if step == 4:
             raise RuntimeError("broken step 4")
-        return data.batch_rows(tokens, s, step, rows)
+        return data.batch_rows(tokens, s, step, rows, columns)
     prefetch = data.Prefetcher(batch_fn, mesh, s, start_step=2)
     for expected_step in (2, 3):
         step, batch = prefetch.next()

@@ -113,10 +113,10 @@ def test_close_stops_threads(cache, mesh, spec):
 def test_batch_function_errors(mesh, spec):
     tokens = np.arange(2000) % 50
 
-    def batch_fn(step, rows):
+    def batch_fn(step, rows, columns):
         if step == 2:
             raise ValueError("broken step 2")
-        return data.batch_rows(tokens, spec, step, rows)
+        return data.batch_rows(tokens, spec, step, rows, columns)
 
     with data.GrainPrefetcher(batch_fn, mesh, spec, workers=0, num_steps=5) as prefetch:
         assert [prefetch.next()[0] for _ in range(2)] == [0, 1]
@@ -138,6 +138,8 @@ def test_cache_rows_pickle_small(cache, spec):
     assert again._tokens is None
     for name, value in again(5, [1, 3]).items():
         np.testing.assert_array_equal(value, data.batch_rows(cache.train, spec, 5, [1, 3])[name])
+    whole = data.batch_rows(cache.train, spec, 5, [1, 3])["targets"]
+    np.testing.assert_array_equal(again(5, [1, 3], [2, 9])["targets"], whole[:, [2, 9]])
     evals = pickle.loads(pickle.dumps(data.CacheRows(cache, spec, "eval")))
     np.testing.assert_array_equal(evals(1, [0, 2])["inputs"],
                                   data.eval_rows(cache.eval, spec, 1, [0, 2])["inputs"])
@@ -164,3 +166,4 @@ def test_make_prefetcher(cache, mesh, spec, reference):
 
 def test_local_rows(mesh, spec):
     np.testing.assert_array_equal(data.local_rows(mesh, spec), [0, 1, 2, 3])  # one process
+    np.testing.assert_array_equal(data.local_columns(mesh, spec), np.arange(16))

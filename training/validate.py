@@ -63,6 +63,12 @@ def _validate_kernel_tiles(config, platform, block):
 
 
 def validate_config(config, device_count: int, process_count: int, platform: str = "cpu") -> None:
+    """ConfigError on the first problem. process_count no longer limits anything (rows may be
+    split over processes); the train loop and the planner still pass it.
+
+    Example: tiny.py with global_batch_size=1 and mesh data 1 x seq 2 on 2 devices validates
+    whether they are one process or two (each then builds half of the row).
+    """
     _validate_parallel(config.parallel, platform)
     loader = config.data.get("loader", "thread")
     if loader not in LOADERS:
@@ -89,8 +95,10 @@ def validate_config(config, device_count: int, process_count: int, platform: str
                               f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}")
     _validate_kernel_tiles(config, platform, block)
     _validate_ulysses(config.parallel, seq, config.model.num_heads)
+    # Not the processes: a process builds only the rows and columns its devices hold, so one row
+    # may be split over hosts along 'seq' (data/pipeline.py, local_block).
     accum = config.optim.grad_accum_steps
-    for what, count in (("the data shards", data), ("the processes", process_count),
+    for what, count in (("the data shards", data),
                         ("data shards x optim.grad_accum_steps", data * accum)):
         if config.global_batch_size % count:
             raise ConfigError(f"global_batch_size={config.global_batch_size} is not divisible "
