@@ -60,6 +60,12 @@ def get_config():
     config.model.norm_eps = 1e-5  # RMSNorm epsilon
     config.model.tie_embeddings = False  # output projection = embedding transposed
     config.model.remat = False  # recompute each block in the backward pass
+    config.model.remat_policy = "nothing"  # with remat, a block keeps: 'nothing' | 'dots' (matmuls)
+    config.model.scan_layers = False  # one lax.scan over stacked blocks: compile time flat in depth
+    # Per-token work a chunk of each device's tokens at a time (0 = all at once): the output
+    # projection + loss never makes [B, S, vocab] logits; the MLP never makes [B, S, mlp_dim].
+    config.model.loss_chunk = 0  # tokens per device per loss chunk; divides seq_len / mesh.seq
+    config.model.mlp_chunk = 0  # tokens per device per MLP chunk; divides seq_len / mesh.seq
     config.model.dtype = "float32"  # compute dtype ('bfloat16' on accelerators)
     config.model.param_dtype = "float32"  # parameter and optimizer-state dtype
     config.model.tile_q = 32  # attention query tile (block 256 -> 8 tiles per side); 0 = default

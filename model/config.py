@@ -7,6 +7,12 @@ import dataclasses
 import jax.numpy as jnp
 
 
+# What a rematerialised block saves for its backward (jax.checkpoint policies): 'nothing' (all of
+# it is recomputed: least memory) or 'dots' (the outputs of its projections and MLP matmuls are
+# kept, so the backward recomputes only the cheap elementwise work and the attention kernel).
+REMAT_POLICIES = ("nothing", "dots")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     vocab_size: int
@@ -20,6 +26,10 @@ class ModelConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False  # output projection = embedding matrix transposed
     remat: bool = False  # recompute each block in the backward pass (saves activations)
+    remat_policy: str = "nothing"  # with remat, what a block keeps: REMAT_POLICIES
+    scan_layers: bool = False  # blocks stacked and run by one lax.scan (compile time flat in L)
+    loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
+    mlp_chunk: int = 0  # SwiGLU this many tokens per device at a time; 0 = all at once
     dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
     param_dtype: str = "float32"
     attention_layout: str = "striped"  # where tokens sit on the seq shards: parallel.LAYOUTS

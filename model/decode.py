@@ -67,12 +67,10 @@ def extend(model, tokens, cache, start):
     positions = start + jnp.arange(tokens.shape[1])
     x = model.embed(tokens)
     new_cache = []
-    for block, layer_cache in zip(model.blocks, cache):
+    for block, layer_cache in zip(model.layers(), cache):
         x, layer_cache = _block(block, x, positions, layer_cache, start)
         new_cache.append(layer_cache)
-    x = model.final_norm(x)
-    logits = model.embed.attend(x) if model.cfg.tie_embeddings else model.lm_head(x)
-    return logits.astype(jnp.float32), new_cache
+    return model.logits(model.final_norm(x)), new_cache
 
 
 def prefill(model, prompt, cache):

@@ -8,11 +8,14 @@ device stores 1/devices of the weights and XLA gathers them layer by layer.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 import parallel
+from model.chunks import map_chunks
 from model.config import ModelConfig
 
 FSDP = (parallel.DATA, parallel.SEQ)  # parameter shards span the whole mesh
@@ -35,9 +38,39 @@ class RMSNorm(nnx.Module):
         self.scale = nnx.Param(jnp.ones((cfg.d_model,), cfg.weights_dtype), out_sharding=(None,))
 
     def __call__(self, x):
-        x = x.astype(jnp.float32)
-        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
-        return (x * self.scale[...].astype(jnp.float32)).astype(self.dtype)
+        return rms_norm(x, self.scale[...], self.eps, self.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def rms_norm(x, scale, eps: float, dtype):
+    """(x / sqrt(mean(x^2) + eps) * scale).astype(dtype), in float32, over the last axis.
+
+    Its backward keeps only x (in its own dtype) and the float32 reciprocal rms per token; left
+    to autodiff it would keep float32 copies of x and of x / rms besides (2 x 4 bytes x D per
+    token more).
+    """
+    return _rms_norm_fwd(x, scale, eps, dtype)[0]
+
+
+def _rms_norm_fwd(x, scale, eps, dtype):
+    xf = x.astype(jnp.float32)
+    inv_rms = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (xf * inv_rms * scale.astype(jnp.float32)).astype(dtype), (x, scale, inv_rms)
+
+
+def _rms_norm_bwd(eps, dtype, residuals, dy):
+    # y = s * xhat with xhat = x r, r = (mean(x^2) + eps)^-1/2, so for g = dy * s:
+    # dx = r (g - xhat mean(g xhat)),  dscale = sum over tokens of dy * xhat.
+    x, scale, inv_rms = residuals
+    xhat = x.astype(jnp.float32) * inv_rms
+    dy = dy.astype(jnp.float32)
+    g = dy * scale.astype(jnp.float32)
+    dx = inv_rms * (g - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))
+    dscale = jnp.sum(dy * xhat, axis=tuple(range(x.ndim - 1)))
+    return dx.astype(x.dtype), dscale.astype(scale.dtype)
+
+
+rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
 
 
 def rope(x, positions, theta: float):
@@ -83,12 +116,24 @@ class Attention(nnx.Module):
 
 
 class SwiGLU(nnx.Module):
-    """down(silu(gate(x)) * up(x)). [B, S, D] -> [B, S, D]."""
+    """down(silu(gate(x)) * up(x)). [B, S, D] -> [B, S, D]; with cfg.mlp_chunk, a chunk of each
+    device's tokens at a time (model/chunks.py), so the [B, S, F] hidden values never exist."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+        self.mesh, self.chunk, self.dtype = mesh, cfg.mlp_chunk, cfg.compute_dtype
         self.gate = dense(cfg, cfg.d_model, cfg.mlp_dim, rngs)
         self.up = dense(cfg, cfg.d_model, cfg.mlp_dim, rngs)
         self.down = dense(cfg, cfg.mlp_dim, cfg.d_model, rngs, scale=1.0 / cfg.num_layers)
 
     def __call__(self, x):
-        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+        weights = tuple(layer.kernel[...] for layer in (self.gate, self.up, self.down))
+        return map_chunks(functools.partial(swiglu, dtype=self.dtype), weights, x,
+                          mesh=self.mesh, chunk=self.chunk)
+
+
+def swiglu(weights, x, dtype):
+    """down(silu(x gate) * (x up)) with weights (gate [D, F], up [D, F], down [F, D]); matmuls in
+    `dtype`, as nnx.Linear computes them."""
+    gate, up, down = (w.astype(dtype) for w in weights)
+    x = x.astype(dtype)
+    return jnp.dot(jax.nn.silu(jnp.dot(x, gate)) * jnp.dot(x, up), down)

@@ -17,7 +17,7 @@ class Block(nnx.Module):
         self.attention_norm = RMSNorm(cfg, rngs)
         self.attention = Attention(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
-        self.mlp = SwiGLU(cfg, rngs)
+        self.mlp = SwiGLU(cfg, mesh, rngs)
 
     def __call__(self, x, positions, segment_ids, order):
         x = x + self.attention(self.attention_norm(x), positions, segment_ids, order)
@@ -25,11 +25,21 @@ class Block(nnx.Module):
         return jax.lax.with_sharding_constraint(x, ACTIVATIONS)
 
 
-def _run_block(block, x, positions, segment_ids, order):
-    return block(x, positions, segment_ids, order)
+def _remat_policy(name: str):
+    return {"nothing": jax.checkpoint_policies.nothing_saveable,
+            "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}[name]
 
 
-_run_block_remat = nnx.remat(_run_block)
+def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+    """One Block whose parameters carry a leading [num_layers] axis (unsharded: each device holds
+    its FSDP shard of every layer), initialised as num_layers independent blocks would be."""
+
+    @nnx.split_rngs(splits=cfg.num_layers)
+    @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: None})
+    def make(rngs):
+        return Block(cfg, mesh, rngs)
+
+    return make(rngs)
 
 
 class Transformer(nnx.Module):
@@ -38,15 +48,22 @@ class Transformer(nnx.Module):
     All inputs are in the attention layout's order and sharded (batch over 'data', seq over
     'seq'); the model never needs to know which layout it is, except to pass `kind` along.
     Build it inside `jax.set_mesh(mesh)` so that parameters are created sharded.
+
+    `hidden` is everything before the output projection ([B, S, d_model], what the chunked loss
+    takes with `head_weight`); `layers()` yields the blocks one by one whether or not they are
+    stacked (cfg.scan_layers), for code that walks them (decoding).
     """
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
-        self.cfg = cfg
+        self.cfg, self.mesh = cfg, mesh
         embed_init = nnx.with_partitioning(nnx.initializers.normal(1.0), (FSDP, None))
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
                                param_dtype=cfg.weights_dtype, embedding_init=embed_init,
                                rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, mesh, rngs) for _ in range(cfg.num_layers)])
+        if cfg.scan_layers:
+            self.blocks = _stacked_blocks(cfg, mesh, rngs)
+        else:
+            self.blocks = nnx.List([Block(cfg, mesh, rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg, rngs)
         if not cfg.tie_embeddings:
             self.lm_head = dense(cfg, cfg.d_model, cfg.vocab_size, rngs)
@@ -54,16 +71,55 @@ class Transformer(nnx.Module):
     def __call__(self, tokens, positions, segment_ids=None, order=None):
         """order: the original index of each token as it sits ([B, S]; the batch's 'order'),
         required by the 'balanced' layout, optional for the others."""
+        return self.logits(self.hidden(tokens, positions, segment_ids, order))
+
+    def hidden(self, tokens, positions, segment_ids=None, order=None):
+        """[B, S] -> the final norm's output [B, S, d_model] in the compute dtype."""
         x = jax.lax.with_sharding_constraint(self.embed(tokens), ACTIVATIONS)
-        run = _run_block_remat if self.cfg.remat else _run_block
-        for block in self.blocks:
-            x = run(block, x, positions, segment_ids, order)
-        x = self.final_norm(x)
-        if self.cfg.tie_embeddings:
-            logits = self.embed.attend(x)
+
+        def run(block, x):
+            return block(x, positions, segment_ids, order)
+
+        if self.cfg.remat:
+            run = nnx.remat(run, policy=_remat_policy(self.cfg.remat_policy))
+        if self.cfg.scan_layers:
+            x = _scan_blocks(run, self.blocks, x)
         else:
-            logits = self.lm_head(x)
+            for block in self.blocks:
+                x = run(block, x)
+        return self.final_norm(x)
+
+    def head_weight(self):
+        """The output projection as a [d_model, vocab] matrix (the embedding's transpose when
+        tied)."""
+        if self.cfg.tie_embeddings:
+            return self.embed.embedding[...].T
+        return self.lm_head.kernel[...]
+
+    def logits(self, x):
+        """[B, S, d_model] -> [B, S, vocab] float32."""
+        logits = self.embed.attend(x) if self.cfg.tie_embeddings else self.lm_head(x)
         return logits.astype(jnp.float32)
+
+    def layers(self):
+        """The blocks in order, as Block modules (slices of the stacked ones with scan_layers)."""
+        if not self.cfg.scan_layers:
+            yield from self.blocks
+            return
+        graphdef, state = nnx.split(self.blocks)
+        for i in range(self.cfg.num_layers):
+            yield nnx.merge(graphdef, jax.tree.map(lambda a, i=i: a[i], state))
+
+
+def _scan_blocks(run, blocks, x):
+    """x through the stacked blocks with one lax.scan: the program holds one block's code
+    whatever the depth, so compile time and program size stay flat in num_layers."""
+    graphdef, state = nnx.split(blocks)
+
+    def body(x, layer_state):
+        return run(nnx.merge(graphdef, layer_state), x), None
+
+    return jax.lax.scan(body, x, state)[0]
 
 
 def create(cfg: ModelConfig, mesh, seed: int) -> Transformer:

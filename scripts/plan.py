@@ -130,9 +130,11 @@ from ml_collections import config_flags
 from plan_model import (DEVICES, Device, GB, ROOT, Run, activation_memory, analytic_plan,
                         attention_layer_seconds, describe_documents, device_count, fit,
                         gather_all_bytes, make_run, param_counts, process_count, ring_step_tiles,
-                        sample_documents, state_memory)  # noqa: F401
+                        sample_documents, saved_activation_bytes, state_memory,
+                        dominant_terms)  # noqa: F401
 from plan_compile import (abstract_batch, abstract_train_state, bytes_per_device,
                           compile_decision, compiled_memory, run_mesh, state_as_built)  # noqa: F401
+from plan_sizes import format_sizes, size_rows
 from plan_time import format_strategies, format_time, measured_times
 
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
@@ -180,15 +182,18 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
     act_labels = {
         "block_inputs": f"block inputs (remat): {m.num_layers} x [{b}, {n:,}, {m.d_model}] "
                         f"{m.dtype}",
-        "norms": f"RMSNorm saved values, fp32 ({every})",
-        "swiglu": f"SwiGLU gate, up, silu, product ({every})",
+        "norms": f"RMSNorm input, output, fp32 1/rms ({every})",
+        "swiglu": (f"SwiGLU gate, up, silu, product ({every})" if not m.mlp_chunk else
+                   f"SwiGLU: one chunk of {m.mlp_chunk:,} tokens recomputed"),
         "attention_residuals": f"attention residuals q, k, v, out, lse, RoPE ({every})",
         "kv_ring_buffers": "KV ring buffers: K, V, fp32 dK, dV, x2 in flight",
         "kernel_accumulators": "kernel accumulators: fp32 dQ, D",
         "tile_scratch": f"tile scratch: 3 fp32 [{b}, {m.num_heads}, {plan['tiles'][0]}, "
                         f"{plan['tiles'][1]}]",
         "final_norm": "final RMSNorm saved values",
-        "logits": f"logits [{b}, {n:,}, {m.vocab_size}] fp32: saved exp + gradient",
+        "logits": (f"logits [{b}, {n:,}, {m.vocab_size}] fp32: saved exp + gradient"
+                   if not m.loss_chunk else
+                   f"loss in chunks of {m.loss_chunk:,}: dx, fp32 dW, one chunk's logits"),
     }
     s, f = plan["state_bytes"], plan["fit"]
 
@@ -205,6 +210,23 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
     lines.append(row("total (design: FSDP, one layer gathered at a time)", f["total_bytes"])
                  + f"  of {f['device_bytes'] / size:,.0f} {name}: {f['verdict'].upper()} "
                  f"({f['share']:.0%} of it; headroom {f['headroom_bytes'] / size:,.1f} {name})")
+    return lines + dominant_lines(plan, m, run)
+
+
+def dominant_lines(plan: dict, m, run: Run) -> list[str]:
+    """Which terms dominate the total, and the config switch that shrinks each one."""
+    terms = {**plan["state_bytes"], **plan["activation_bytes"]}
+    top = dominant_terms(terms)
+    lines = ["  largest: " + ", ".join(f"{name.replace('_', ' ')} {share:.0%}"
+                                       for name, share in top)]
+    block = run.block
+    advice = {"logits": (not m.loss_chunk, f"--config.model.loss_chunk={min(4096, block)}"),
+              "swiglu": (not m.mlp_chunk, f"--config.model.mlp_chunk={min(8192, block)}"),
+              "norms": (not m.remat, "--config.model.remat=True"),
+              "attention_residuals": (not m.remat, "--config.model.remat=True")}
+    flags_ = [advice[name][1] for name, _ in top if name in advice and advice[name][0]]
+    if flags_:
+        lines.append("  to shrink them: " + " ".join(dict.fromkeys(flags_)))
     return lines
 
 
@@ -272,6 +294,7 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
             f"{run.accum}); {run.layout} attention", ""]
     unit = _unit(plan["fit"]["total_bytes"])
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
+            + format_sizes(plan["sizes"], m, run, unit)
             + format_compiled(plan, run, unit) + [""] + format_time(plan, m, run, device) + [""]
             + format_strategies(plan, run, plan.get("measured")) + [""] + format_notes(plan, unit))
     return "\n".join(head + body)
@@ -315,6 +338,8 @@ def make_plan(config, device_name: str, devices: int, compile_mode: str, efficie
                 documents=describe_documents(documents, segment_ids))
     plan["as_built"] = state_as_built(config, run)
     plan["today"] = today_scenarios(plan, config, run, device)
+    plan["sizes"] = ([] if device_name == "cpu" else  # the model-size table: accelerators only
+                     size_rows(config, device, run, tuple(plan["tiles"])))
     go, why = compile_decision(compile_mode, plan["params"]["total"], run)
     plan["compiled"] = compiled_memory(config, run) if go else {"status": why}
     return plan, device, run

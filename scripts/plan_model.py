@@ -130,23 +130,56 @@ def gather_all_bytes(m) -> float:
 
 
 def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
-    """Bytes per device of activations; the formulas are in the module docstring's table."""
+    """Bytes per device of activations; the formulas are in plan.py's docstring table."""
     b, n, c, f32 = run.rows, run.block, _bytes(m.dtype), 4
-    d, heads, kv, dh = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim
+    d, heads, kv, dh, v = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size
     kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
     tokens = b * n
+    mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk  # loss: chunk <= n
     return {
         "block_inputs": (m.num_layers * tokens * d * c) if m.remat else 0,
-        "norms": kept * tokens * 2 * ((2 * f32 + c) * d + 2 * f32),
-        "swiglu": kept * tokens * 6 * c * m.mlp_dim,
+        "norms": kept * tokens * 2 * (2 * c * d + f32),
+        # Whole: 6 [b, n, F] saved per layer. Chunked: nothing saved (the MLP's input is the
+        # norm's output, counted there); one chunk's 6 [b, k, F] while it is recomputed.
+        "swiglu": (kept * tokens if not mlp_chunk else b * mlp_chunk) * 6 * c * m.mlp_dim,
         "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
                                                 + 2 * f32 * dh),
         "kv_ring_buffers": tokens * (4 * c * kv * dh + 4 * f32 * kv * dh + 2 * 4),
         "kernel_accumulators": tokens * f32 * (heads * dh + heads),
         "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
-        "final_norm": tokens * ((2 * f32 + c) * d + 2 * f32),
-        "logits": 2 * f32 * tokens * m.vocab_size,
+        "final_norm": tokens * ((2 if not loss_chunk else 1) * c * d + f32),
+        # Whole: float32 [b, n, V] exp saved by logsumexp, then its gradient. Chunked: dx
+        # [b, n, d] saved, a float32 dW [d, V], and one chunk's logits, probabilities, one-hot
+        # and dlogits (4 float32 [b, k, V] + one in the compute dtype).
+        "logits": (2 * f32 * tokens * v if not loss_chunk
+                   else tokens * c * d + f32 * d * v + b * loss_chunk * v * (4 * f32 + c)),
     }
+
+
+def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
+    """What autodiff keeps between the forward and the backward (the part of
+    activation_memory that jax's saved_residuals lists; tests/test_plan.py checks it)."""
+    t = activation_memory(m, run, tiles)
+    chunked_mlp = _chunk(m.mlp_chunk, run.block)
+    per_layer = t["norms"] + t["attention_residuals"] + (0 if chunked_mlp else t["swiglu"])
+    if m.loss_chunk:
+        loss = run.rows * run.block * _bytes(m.dtype) * m.d_model  # dx
+    else:
+        loss = t["logits"] / 2  # the exp; the gradient comes later
+    return t["block_inputs"] + t["final_norm"] + loss + (0 if m.remat else per_layer)
+
+
+def dominant_terms(terms: dict, top: int = 3) -> list[tuple[str, float]]:
+    """The `top` largest (name, share of the sum) of a dict of byte counts."""
+    total = sum(terms.values()) or 1.0
+    ranked = sorted(terms.items(), key=lambda kv: -kv[1])[:top]
+    return [(name, bytes_ / total) for name, bytes_ in ranked]
+
+
+def _chunk(chunk: int, block: int) -> int:
+    """The tokens per chunk of an MLP chunked by mlp_chunk (0: whole; model/chunks.py runs a
+    chunk as long as the block as one call)."""
+    return chunk if 0 < chunk < block else 0
 
 
 def fit(total: float, device: Device) -> dict:

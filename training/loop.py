@@ -124,6 +124,24 @@ def _throughput(config, model_cfg, mesh, steps: int, seconds: float, peak: float
     }
 
 
+def memory_metrics() -> dict:
+    """Peak memory so far, in GB: the largest resident set of any process of the run (the host
+    side: batches, the token cache, and on CPU the arrays themselves), and where the runtime
+    reports it (GPU, TPU), the largest device's peak allocation."""
+    import resource
+    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB
+    stats = [d.memory_stats() or {} for d in jax.local_devices()]
+    device_gb = max((s.get("peak_bytes_in_use", 0) for s in stats), default=0) / 1e9
+    values = np.array([rss_gb, device_gb])
+    if jax.process_count() > 1:  # every process logs at the same steps, so all get here
+        from jax.experimental import multihost_utils
+        values = np.asarray(multihost_utils.process_allgather(values)).max(axis=0)
+    out = {"memory/host_peak_rss_gb": float(values[0])}
+    if values[1]:
+        out["memory/device_peak_gb"] = float(values[1])
+    return out
+
+
 def evaluate(eval_step, params, eval_batches) -> dict:
     total = weight = 0.0
     for batch in eval_batches:
@@ -254,7 +272,8 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
                     last = {**host, **_throughput(config, model_cfg, mesh, window_steps,
                                                   now - window_start, peak)}
                     last.update({"progress/train_time_s": progress.train_time_s,
-                                 "progress/train_tokens": progress.train_tokens})
+                                 "progress/train_tokens": progress.train_tokens,
+                                 **memory_metrics()})
                     if is_eval:
                         last.update(evaluate(eval_step, state["params"], eval_batches))
                     track.log(step, last)

@@ -24,7 +24,7 @@ from training.validate import ConfigError
 
 # Fields that fix the shapes of the parameters: a checkpoint with other values cannot be restored.
 SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                "mlp_dim", "tie_embeddings")
+                "mlp_dim", "tie_embeddings", "scan_layers")  # scan_layers: stacked blocks
 
 
 @dataclasses.dataclass
@@ -54,10 +54,11 @@ def check_compatible(config, directory: str, step: int, meta: dict) -> None:
     """Raises CheckpointError when the checkpoint's model shapes differ from the config's."""
     saved = meta.get("config", {}).get("model", {})
     for field in SHAPE_FIELDS:
-        if field in saved and saved[field] != config.model[field]:
+        ours = config.model.get(field, False)  # scan_layers may be missing from a user config
+        if field in saved and saved[field] != ours:
             raise CheckpointError(
                 f"the checkpoint at step {step} in {directory} has model.{field}={saved[field]} "
-                f"but this run has model.{field}={config.model[field]}: use another --workdir, "
+                f"but this run has model.{field}={ours}: use another --workdir, "
                 f"or set --config.model.{field}={saved[field]} to continue that run")
 
 

@@ -12,19 +12,23 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from model import loss
+
 
 def token_loss_sums(graphdef, params, batch, mask_documents: bool):
     """(sum of weight * cross-entropy, sum of weight) over a batch of [B, S] fields."""
-    model = nnx.merge(graphdef, params)
+    net = nnx.merge(graphdef, params)
     segment_ids = batch["segment_ids"] if mask_documents else None
     # order: where each token came from (the layout's placement; per row for 'balanced').
     # Batches from data/ always carry it; a hand-made batch of a static layout may leave it out.
-    logits = model(batch["inputs"], batch["positions"], segment_ids,
-                   batch.get("order"))  # [B, S, V] float32
-    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
-    nll = jax.nn.logsumexp(logits, axis=-1) - target_logit
-    weights = batch["weights"]
-    return jnp.sum(nll * weights), jnp.sum(weights)
+    x = net.hidden(batch["inputs"], batch["positions"], segment_ids, batch.get("order"))
+    targets, weights = batch["targets"], batch["weights"]
+    if net.cfg.loss_chunk:  # never makes the [B, S, V] logits (model/loss.py)
+        total = loss.chunked_nll_sum(x, net.head_weight(), targets, weights, mesh=net.mesh,
+                                     chunk=net.cfg.loss_chunk)
+    else:
+        total = loss.plain_nll_sum(net.logits(x), targets, weights)
+    return total, jnp.sum(weights)
 
 
 def _micro_batches(batch, count: int):

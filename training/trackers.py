@@ -85,6 +85,10 @@ class Console:
         step_time = metrics.get("throughput/step_time_s", float("nan"))
         eta = (self.total - step) * step_time if math.isfinite(step_time) else float("nan")
         text = f"step {step}/{self.total}  loss {loss:.4f}  tokens/s {tps:,.0f}  eta {_hms(eta)}"
+        if "memory/host_peak_rss_gb" in metrics:
+            text += f"  peak RSS {metrics['memory/host_peak_rss_gb']:.2f} GB"
+        if "memory/device_peak_gb" in metrics:
+            text += f"  device peak {metrics['memory/device_peak_gb']:.2f} GB"
         if "eval/loss" in metrics:
             text += f"  eval {metrics['eval/loss']:.4f} (ppl {metrics['eval/perplexity']:.1f})"
         if self.tty:

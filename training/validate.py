@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import parallel
+from model.config import REMAT_POLICIES
 
 TRACKERS = ("wandb", "jsonl", "none")
 LOADERS = ("thread", "grain")
@@ -88,11 +89,12 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     except ValueError as e:
         raise ConfigError(str(e)) from None
     block = config.seq_len // seq
-    for tile in ("tile_q", "tile_k"):
-        size = config.model.get(tile, 0)
-        if size and block % size:
-            raise ConfigError(f"model.{tile}={size} does not divide the per-device block of "
-                              f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}")
+    for field in ("tile_q", "tile_k", "loss_chunk", "mlp_chunk"):
+        size = config.model.get(field, 0)
+        if size < 0 or (size and block % size):
+            raise ConfigError(f"model.{field}={size} does not divide the per-device block of "
+                              f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}"
+                              + (" (0 = whole)" if "chunk" in field else ""))
     _validate_kernel_tiles(config, platform, block)
     _validate_ulysses(config.parallel, seq, config.model.num_heads)
     # Not the processes: a process builds only the rows and columns its devices hold, so one row
@@ -132,5 +134,9 @@ def _validate_model(m, device_count):
             raise ConfigError(f"model.{name}={size} is not divisible by the {device_count} "
                               f"devices its parameters are sharded over: use a multiple of "
                               f"{device_count}")
+    policy = m.get("remat_policy", "nothing")
+    if policy not in REMAT_POLICIES:
+        raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
+                          f"{', '.join(REMAT_POLICIES)}")
     if m.dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"model.dtype={m.dtype!r}: choose float32, bfloat16 or float16")

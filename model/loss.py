@@ -1,0 +1,113 @@
+"""Cross-entropy of the output projection, with or without the [B, S, V] logits.
+
+    total = sum over tokens of weight * (logsumexp(x W) - (x W)[target])
+
+`plain_nll_sum` takes the logits the model returns ([B, S, V] float32: with a 32,000-word
+vocabulary and 49,152 tokens per device that is 6.3 GB, and autodiff keeps a second copy for the
+backward). `chunked_nll_sum` never makes them: each device walks its tokens `chunk` at a time,
+and since the loss is the last thing the forward computes, the gradient is computed right there,
+in the same pass (a custom VJP):
+
+    per chunk:   logits = x_c W  [b, chunk, V] float32;  p = softmax(logits)
+                 total += sum(weight (lse - logits[target]))
+                 dlogits = weight (p - onehot(target))
+                 dx_c = dlogits W^T,   dW += x_c^T dlogits      (float32 accumulator)
+    backward:    (g dx, g dW) for the incoming scalar cotangent g
+
+so the loss costs O(chunk x V) memory and no recomputation: three matmuls per chunk, as autodiff's
+forward + backward would. dW is summed on each device and reduced over devices once, at the end
+(psum_scatter onto W's FSDP shards along d_model). Matmuls run in the compute dtype, logits and the
+softmax in float32, as in the model's own head.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+import parallel
+from model.chunks import TOKENS, join_local, split_local
+
+ALL = (parallel.DATA, parallel.SEQ)
+
+
+def plain_nll_sum(logits, targets, weights):
+    """sum(weights * cross-entropy) from logits [B, S, V] float32 and int targets [B, S]."""
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return jnp.sum((jax.nn.logsumexp(logits, axis=-1) - target_logit) * weights)
+
+
+def chunked_nll_sum(x, w, targets, weights, *, mesh, chunk: int):
+    """The same sum as plain_nll_sum(logits(x, w), ...) from x [B, S, D] (after the final norm,
+    compute dtype, sharded P('data', 'seq')) and the head w [D, V], `chunk` tokens of a device at
+    a time; differentiable in x and w. `chunk` must divide the tokens per device."""
+    block = x.shape[1] // mesh.shape[parallel.SEQ]
+    if not 0 < chunk <= block or block % chunk:
+        raise ValueError(f"loss chunk {chunk} does not divide the {block} tokens each device "
+                         f"holds (seq_len / mesh.seq): choose a divisor of {block}")
+    return _nll_sum(x, w, targets, weights, mesh, chunk)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _nll_sum(x, w, targets, weights, mesh, chunk):
+    total, _, _ = _over_chunks(x, w, targets, weights, mesh, chunk, with_grads=False)
+    return total
+
+
+def _nll_sum_fwd(x, w, targets, weights, mesh, chunk):
+    total, dx, dw = _over_chunks(x, w, targets, weights, mesh, chunk, with_grads=True)
+    return total, (dx, dw.astype(w.dtype))
+
+
+def _nll_sum_bwd(mesh, chunk, residuals, g):
+    dx, dw = residuals
+    return (g.astype(dx.dtype) * dx, g.astype(dw.dtype) * dw, None, None)
+
+
+_nll_sum.defvjp(_nll_sum_fwd, _nll_sum_bwd)
+
+
+def _over_chunks(x, w, targets, weights, mesh, chunk, with_grads: bool):
+    """(total, dx [B, S, D] or None, dW [D, V] float32 or None), one shard_map over the mesh."""
+    dtype = x.dtype
+
+    def local(x, w, targets, weights):
+        w = w.astype(dtype)
+
+        def step(carry, chunk_in):
+            total, dw = carry
+            xc, tc, wc = chunk_in  # [b, chunk, D], [b, chunk], [b, chunk]
+            logits = jnp.dot(xc, w).astype(jnp.float32)
+            lse = jax.nn.logsumexp(logits, axis=-1)
+            target_logit = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
+            total = total + jnp.sum((lse - target_logit) * wc)
+            if not with_grads:
+                return (total, dw), None
+            probs = jnp.exp(logits - lse[..., None])
+            dlogits = (probs - jax.nn.one_hot(tc, w.shape[1], dtype=jnp.float32)) * wc[..., None]
+            dlogits = dlogits.astype(dtype)
+            dxc = jnp.dot(dlogits, w.T)
+            dw = dw + jnp.einsum("bkd,bkv->dv", xc, dlogits, preferred_element_type=jnp.float32)
+            return (total, dw), dxc
+
+        zero = jnp.zeros((), jnp.float32)
+        dw0 = jnp.zeros(w.shape if with_grads else (), jnp.float32)
+        carry0 = jax.tree.map(lambda a: jax.lax.pcast(a, ALL, to="varying"), (zero, dw0))
+        chunks = tuple(split_local(a, chunk) for a in (x, targets, weights))
+        (total, dw), dx = jax.lax.scan(step, carry0, chunks)
+        total = jax.lax.psum(total, ALL)
+        if not with_grads:
+            return total
+        # Every device's dW covers all of W: sum them, each device keeping its rows of d_model.
+        dw = jax.lax.psum_scatter(dw, ALL, scatter_dimension=0, tiled=True)
+        return total, join_local(dx), dw
+
+    if with_grads:
+        out_specs = (jax.P(), TOKENS, jax.P(ALL))
+    else:
+        out_specs = jax.P()
+    out = jax.shard_map(local, mesh=mesh, in_specs=(TOKENS, jax.P(), TOKENS, TOKENS),
+                        out_specs=out_specs)(x, w, targets, weights)
+    return out if with_grads else (out, None, None)

@@ -1,0 +1,56 @@
+"""The planner's model-size table: which of the 1B, 3B and 7B shapes fit this run, with the
+memory options it has (model.loss_chunk, model.mlp_chunk, remat) and without the chunked ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from plan_model import Device, Run, activation_memory, dominant_terms, fit, state_memory
+
+SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/<name>.py, each with set_model(model)
+
+
+def _shapes(name: str, config):
+    """A ModelConfig with the shapes and precision of configs/<name>.py and this run's memory
+    options (tiles, chunks, remat policy, scan)."""
+    import importlib
+    import model
+    section = config.model.copy_and_resolve_references()
+    importlib.import_module(f"configs.{name}").set_model(section)
+    return model.ModelConfig.from_config(section, config.parallel)
+
+
+def size_rows(config, device: Device, run: Run, tiles: tuple[int, int]) -> list[dict]:
+    """Per size: parameters, total bytes and verdict as configured, and without chunks."""
+    from plan_model import param_counts
+    rows = []
+    for name in SIZES:
+        m = _shapes(name, config)
+        plain = dataclasses.replace(m, loss_chunk=0, mlp_chunk=0)
+        totals = {}
+        for label, shape in (("configured", m), ("unchunked", plain)):
+            terms = {**state_memory(shape, run), **activation_memory(shape, run, tiles)}
+            totals[label] = (fit(sum(terms.values()), device), dominant_terms(terms, 1)[0])
+        rows.append({"name": name, "params": param_counts(m)["total"],
+                     "configured": totals["configured"], "unchunked": totals["unchunked"]})
+    return rows
+
+
+def format_sizes(rows: list[dict], m, run: Run, unit) -> list[str]:
+    """The table; m: the run's ModelConfig (its memory options head the table)."""
+    if not rows:
+        return []
+    name, size = unit
+    chunks = (f"loss_chunk {m.loss_chunk or 'off'}, mlp_chunk {m.mlp_chunk or 'off'}, "
+              f"remat {'on' if m.remat else 'off'}")
+    lines = [f"Model sizes at {run.block:,} tokens per device (analytic, {name} per device; "
+             f"as configured: {chunks}; bf16 compute, fp32 params as configs/llama_*.py)",
+             f"  {'shapes':<10}{'params':>8}  {'as configured':<22}{'largest term':<26}"
+             "without loss/mlp chunks"]
+    for r in rows:
+        (f, (top, share)), (g, _) = r["configured"], r["unchunked"]
+        lines.append(f"  {r['name']:<10}{r['params'] / 1e9:>7.2f}B  "
+                     f"{f['total_bytes'] / size:>6.1f} {f['verdict'].upper():<15}"
+                     f"{top.replace('_', ' ') + f' {share:.0%}':<26}"
+                     f"{g['total_bytes'] / size:>6.1f} {g['verdict'].upper()}")
+    return lines + [""]

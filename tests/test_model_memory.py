@@ -1,0 +1,150 @@
+"""The memory-saving forms of the model compute what the plain one does: the chunked loss, the
+tiled MLP, the RMSNorm backward, blocks under one lax.scan, remat policies; and the chunked loss
+really leaves the [B, S, V] logits out of the compiled program."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax._src.ad_checkpoint import saved_residuals  # what autodiff keeps for the backward
+
+import model
+import parallel
+from model import decode
+from model.layers import rms_norm
+from tests.test_model import SIZES, loss_and_grads, natural_batch
+from training import step as step_lib
+
+
+def assert_same(got, want, rtol=1e-5):
+    loss, grads = got
+    want_loss, want_grads = want
+    assert abs(loss - want_loss) <= rtol * abs(want_loss), (loss, want_loss)
+    for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads), strict=True):
+        np.testing.assert_allclose(g, w, rtol=0, atol=rtol * np.abs(w).max())
+
+
+@pytest.mark.parametrize("layout,data,seq,overrides", [
+    ("striped", 2, 2, dict(loss_chunk=4)),
+    ("zigzag", 1, 4, dict(loss_chunk=2, mlp_chunk=4)),
+    ("balanced", 2, 4, dict(loss_chunk=4, mlp_chunk=2, remat=True)),
+    ("ring", 1, 4, dict(loss_chunk=8, tie_embeddings=True)),
+    ("striped", 1, 4, dict(remat=True, remat_policy="dots")),
+])
+def test_chunked_loss_tiled_mlp_and_remat_policies_match_the_plain_model(layout, data, seq,
+                                                                        overrides):
+    plain = {k: v for k, v in overrides.items() if k == "tie_embeddings"}
+    want = loss_and_grads(layout, data, seq, **plain)[:2]
+    assert_same(loss_and_grads(layout, data, seq, **overrides)[:2], want)
+
+
+def _models(mesh, **overrides):
+    """A plain model and a scan_layers one holding the same parameters (the plain blocks'
+    parameters stacked on a leading layer axis)."""
+    cfg = model.ModelConfig(**{**SIZES, **overrides})
+    plain = model.create(cfg, mesh, seed=0)
+    scanned = model.create(dataclasses.replace(cfg, scan_layers=True), mesh, seed=1)
+    graphdef, params = nnx.split(scanned, nnx.Param)
+    pure = nnx.to_pure_dict(nnx.state(plain, nnx.Param))
+    layers = [pure["blocks"][i] for i in range(cfg.num_layers)]
+    pure["blocks"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+    nnx.replace_by_pure_dict(params, pure)
+    return plain, nnx.merge(graphdef, params)
+
+
+def _unstacked(grads, num_layers):
+    pure = nnx.to_pure_dict(grads)
+    pure["blocks"] = {i: jax.tree.map(lambda x, i=i: x[i], pure["blocks"])
+                      for i in range(num_layers)}
+    return pure
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(remat=True, mlp_chunk=4, loss_chunk=4)])
+def test_scan_layers_matches_the_unrolled_blocks(overrides):
+    mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
+    plain, scanned = _models(mesh, attention_layout="zigzag", **overrides)
+    batch = {k: jnp.asarray(v) for k, v in natural_batch().items()}
+    batch["order"] = jnp.broadcast_to(parallel.permutation("zigzag", 32, 4), (2, 32))
+    batch = {k: v if k == "order" else jnp.take_along_axis(v, batch["order"], axis=1)
+             for k, v in batch.items()}
+
+    def loss_grads(net):
+        graphdef, params = nnx.split(net, nnx.Param)
+
+        @jax.jit
+        def run(params):
+            def loss(params):
+                total, weight = step_lib.token_loss_sums(graphdef, params, batch, True)
+                return total / weight
+            return jax.value_and_grad(loss)(params)
+        with jax.set_mesh(mesh):
+            loss, grads = run(params)
+        return float(loss), grads
+
+    want_loss, want_grads = loss_grads(plain)
+    loss, grads = loss_grads(scanned)
+    assert jax.tree.leaves(grads)[0].ndim >= 2
+    assert_same((loss, _unstacked(grads, SIZES["num_layers"])),
+                (want_loss, nnx.to_pure_dict(want_grads)))
+
+
+def test_scan_layers_decodes_as_the_unrolled_blocks():
+    mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    plain, scanned = _models(mesh)
+    prompt = jnp.asarray(natural_batch()["inputs"][:, :8])
+    for net in (plain, scanned):
+        assert len(list(net.layers())) == SIZES["num_layers"]
+    with jax.set_mesh(mesh):
+        logits = [decode.prefill(net, prompt, decode.init_cache(net.cfg, 2, 10))[0]
+                  for net in (plain, scanned)]
+        direct = plain(prompt, jnp.broadcast_to(jnp.arange(8), (2, 8)))
+    np.testing.assert_allclose(logits[1], logits[0], atol=1e-5)
+    np.testing.assert_allclose(logits[0], direct, atol=1e-5)
+
+
+def _reference_norm(x, scale, eps):
+    x = x.astype(jnp.float32)
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rms_norm_backward_matches_autodiff_and_keeps_only_x_and_its_rms(dtype):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((3, 5, 16)) * 3, dtype)
+    scale = jnp.asarray(rng.uniform(0.5, 1.5, 16), jnp.float32)
+    dy = jnp.asarray(rng.standard_normal((3, 5, 16)), jnp.float32)
+    ours = jax.vjp(lambda x, s: rms_norm(x, s, 1e-5, jnp.dtype(dtype)), x, scale)
+    ref = jax.vjp(lambda x, s: _reference_norm(x, s, 1e-5).astype(dtype), x, scale)
+    np.testing.assert_allclose(np.float32(ours[0]), np.float32(ref[0]), rtol=1e-6)
+    tol = 1e-5 if dtype == "float32" else 1e-2
+    for got, want in zip(ours[1](dy.astype(dtype)), ref[1](dy.astype(dtype))):
+        np.testing.assert_allclose(np.float32(got), np.float32(want), rtol=tol, atol=tol)
+
+    def saved_bytes(fn):
+        return sum(aval.size * aval.dtype.itemsize for aval, _ in
+                   saved_residuals(fn, x, scale))
+    per_token = x.dtype.itemsize * 16 + 4  # x itself and one float32 1/rms
+    assert saved_bytes(lambda x, s: rms_norm(x, s, 1e-5, jnp.dtype(dtype))) == (
+        15 * per_token + scale.nbytes)
+    assert saved_bytes(lambda x, s: _reference_norm(x, s, 1e-5)) > 15 * per_token * 2
+
+
+def test_chunked_loss_leaves_the_logits_out_of_the_compiled_step():
+    """Vocabulary 4,096 x 2,048 tokens: the logits alone are 32 MB; chunks of 128 tokens make
+    2 MB at a time. XLA's temporaries for loss + gradients drop by more than the logits."""
+    mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    sizes = dict(SIZES, vocab_size=4096, num_layers=1, tile_q=64, tile_k=64)
+    batch = {"inputs": jnp.zeros((1, 2048), jnp.int32), "targets": jnp.ones((1, 2048), jnp.int32),
+             "positions": jnp.arange(2048)[None], "weights": jnp.ones((1, 2048), jnp.float32)}
+
+    def temporaries(loss_chunk):
+        net = model.create(model.ModelConfig(**sizes, loss_chunk=loss_chunk), mesh, seed=0)
+        graphdef, params = nnx.split(net, nnx.Param)
+        fn = jax.jit(jax.grad(lambda p: step_lib.token_loss_sums(graphdef, p, batch, False)[0]))
+        with jax.set_mesh(mesh):
+            return fn.lower(params).compile().memory_analysis().temp_size_in_bytes
+    logits_bytes = 2048 * 4096 * 4
+    assert temporaries(128) < temporaries(0) - logits_bytes
