@@ -10,17 +10,23 @@ Brandon et al. 2023 (arXiv 2311.09431) report 1.65x end-to-end over Ring Attenti
 data 1 x seq 16: each chip holds 49,152 tokens of the sequence (striped: every 16th token).
 Tiles 1024 x 1024: 48 tiles per block side (24 per zigzag chunk).
 
-Model: at 49,152 tokens per chip the LLaMA-7B shapes need about 57 GB per chip as designed
-(scripts/plan.py; the float32 logits and their gradient alone take 12.6 GB) and the OpenLLaMA-3B
-shapes about 43 GB, more than a v4 chip's 32 GB, so this uses the TinyLlama-1.1B shapes of
-configs/llama_1b.py: about 27 GB, which fits (about 35 GB if XLA kept every layer's gathered
-weights alive: check memory_analysis() on the TPU).
+Model: the TinyLlama-1.1B shapes of configs/llama_1b.py. At 49,152 tokens per chip the float32
+logits [1, 49,152, 32,000] and their gradient alone would take 12.6 GB of a v4 chip's 32 GB;
+with the loss computed 2,048 tokens at a time (model.loss_chunk), the MLP 4,096 at a time
+(model.mlp_chunk) and the blocks under one lax.scan (model.scan_layers), scripts/plan.py puts the
+1.1B at about 11 GB per chip and the 3.4B OpenLLaMA-3B shapes at about 23 GB (they fit now;
+without the chunks, 38 GB: they did not), while the 6.7B LLaMA-7B shapes, at about 34 GB, still
+do not: the 32 layers' block inputs kept for remat are their largest term (38%). The plan's
+model-size table prints all three; for the 3B:
 
-Batch: a v4-32 slice runs 4 processes (4 chips per host), and training/validate.py wants the
-global batch divisible by the process count, so the step takes 4 sequences as 4 accumulated
-micro-batches of 1: each micro-step is the paper's one sequence over 16 chips, memory as for
-batch 1 plus a gradient accumulator. Tokens per step: global_batch_size 4 x seq_len 786,432 =
-3,145,728 (786,432 per micro-step).
+    python scripts/plan.py --config configs/paper_tpuv4_786k.py --config.model.d_model=3200 \
+        --config.model.num_layers=26 --config.model.num_kv_heads=32 \
+        --config.model.head_dim=100 --config.model.mlp_dim=8640
+
+Batch: one 786,432-token sequence per step, as in the paper. A v4-32 slice runs 4 processes (4
+chips per host); the row is split across them: each host builds only the laid-out columns its 4
+chips hold (196,608 of them; data/README.md), so the batch need not divide the processes. Tokens
+per step: global_batch_size 1 x seq_len 786,432 = 786,432.
 """
 
 from configs import default, llama_1b, llama_7b
@@ -32,12 +38,14 @@ def get_config():
     config = default.get_config()
     llama_7b.set_accelerator_run(config)
     config.seq_len = 786432  # tokens per sequence (768k = 49,152 per chip), the paper's TPU setting
-    config.global_batch_size = 4  # sequences per step: one per process (4 hosts), see above
-    config.optim.grad_accum_steps = 4  # micro-batches per step: one sequence each, as in the paper
+    config.global_batch_size = 1  # sequences per step: one, split over the 4 hosts' chips
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 16  # sequence shards: the attention ring over all 16 chips
     config.parallel.attention = "striped"  # layout: ring | striped | zigzag | balanced
     llama_1b.set_model(config.model)
     config.model.tile_q = 1024  # attention query tile (block 49152 -> 48 tiles per side)
     config.model.tile_k = 1024  # attention key tile (1024, not 2048: 1.2 GB less tile scratch)
+    config.model.loss_chunk = 2048  # output projection + loss 2,048 tokens at a time: no logits
+    config.model.mlp_chunk = 4096  # SwiGLU 4,096 tokens at a time
+    config.model.scan_layers = True  # 22 blocks in one lax.scan: one block's program to compile
     return config

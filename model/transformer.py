@@ -32,14 +32,20 @@ def _remat_policy(name: str):
 
 def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
     """One Block whose parameters carry a leading [num_layers] axis (unsharded: each device holds
-    its FSDP shard of every layer), initialised as num_layers independent blocks would be."""
+    its FSDP shard of every layer). The blocks are drawn exactly as the unrolled model draws them
+    and then stacked, so a run starts from the same weights whether or not it scans."""
+    layers = [Block(cfg, mesh, rngs) for _ in range(cfg.num_layers)]
+    graphdef, _ = nnx.split(layers[0])
 
-    @nnx.split_rngs(splits=cfg.num_layers)
-    @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: None})
-    def make(rngs):
-        return Block(cfg, mesh, rngs)
+    def stack(*variables):
+        meta = variables[0].get_metadata()
+        if meta.get("out_sharding") is not None:
+            meta["out_sharding"] = (None, *meta["out_sharding"])
+        return type(variables[0])(jnp.stack([v[...] for v in variables]), **meta)
 
-    return make(rngs)
+    states = [nnx.state(layer) for layer in layers]
+    is_variable = lambda x: isinstance(x, nnx.Variable)  # noqa: E731
+    return nnx.merge(graphdef, jax.tree.map(stack, *states, is_leaf=is_variable))
 
 
 class Transformer(nnx.Module):

@@ -30,18 +30,20 @@ V vocab, c compute-dtype bytes, p param-dtype bytes, tq x tk the attention tile,
 | gradients | parameters (x2 with grad_accum_steps > 1) | one gradient per parameter; accumulation adds the running sum |
 | FSDP gather | 2 max(P_layer, V d) p | one gathered layer's weights and its full gradient before the reduce-scatter |
 | block inputs | L b n d c (remat only) | what remat keeps of each block for the backward: its input |
-| norms | 2 b n ((8 + c) d + 8), x L without remat | each RMSNorm saves its float32 input, the float32 normalised value, its output and two float32 row statistics |
-| SwiGLU | 6 c b n F, x L without remat | gate and up outputs, silu's three residuals, gate * up |
+| norms | 2 b n (2 c d + 4), x L without remat | each RMSNorm's custom VJP keeps its input and output and a float32 1/rms per token |
+| SwiGLU | 6 c b n F, x L without remat; mlp_chunk k: 6 c b k F | gate and up outputs, silu's three residuals, gate * up; chunked: nothing saved, one chunk recomputed at a time |
 | attention residuals | b n (c Dh (2H + 2K) + 4H + 8 Dh), x L without remat | the custom VJP's q, out (H heads), k, v (K heads), float32 lse; RoPE's float32 sin, cos for q and k |
+| matmul outputs | L b n c (Dh (H + 2K) + d + 2F) (remat_policy 'dots' only) | q, k, v, o, gate and up outputs each layer keeps instead of recomputing |
 | KV ring buffers | 4 c b n K Dh + 16 b n K Dh + 8 b n | backward ring: K, V and float32 dK, dV, each held and arriving (double-buffered), + segment ids |
 | kernel accumulators | 4 b n H Dh + 4 b H n | float32 dQ and D = rowsum(dO * O) of the backward ring pass |
 | tile scratch | 3 x 4 b H tq tk | float32 scores/probabilities, dP and dS of one tile |
-| final norm | b n ((8 + c) d + 8) | the last RMSNorm's saved values (outside every block) |
-| logits | 2 x 4 b n V | float32 [b, n, V]: exp(logits - max) saved by the loss's logsumexp, then its gradient |
+| final norm | b n (2 c d + 4); loss_chunk: b n (c d + 4) | the last RMSNorm's input, output (not kept by the chunked loss) and 1/rms |
+| logits | 2 x 4 b n V; loss_chunk k: b n d c + 4 d V + (16 + c) b k V | float32 [b, n, V]: exp(logits - max) saved by the loss's logsumexp, then its gradient. Chunked (model/loss.py): dx kept, a float32 dW, one chunk's logits, softmax, one-hot, dlogits |
 
 With remat, one layer's norms, SwiGLU and attention residuals are alive at a time (the layer being
 recomputed in the backward); without it, every layer's. The saved terms (block inputs, norms,
-SwiGLU, attention residuals, final norm, half the logits) are what jax.ad_checkpoint's
+SwiGLU, attention residuals, matmul outputs, final norm, half the logits or the chunked loss's
+dx: plan_model.saved_activation_bytes) are what jax.ad_checkpoint's
 saved_residuals lists for this model (tests/test_plan.py checks it), less a reshape of the
 attention output that shares its buffer; the kernel's buffers are those of
 parallel/strategies/ring.py (tile scratch: an upper bound, a fused kernel keeps it on chip).
@@ -79,7 +81,8 @@ accelerator's exact figure. "--compile auto" compiles only small problems (COMPI
                            doc eff = tiles one device runs on the whole row / N / critical path;
                            model FLOPs then count each document's causal triangle.
     dense:                 6 P_mm b n FLOPs per micro-step (8 P_mm b n with remat: one more
-                           forward), overlapped with the FSDP traffic: 2 all-gathers of the
+                           forward; remat_policy 'dots' keeps the matmuls: 6; mlp_chunk adds
+                           6 d F L b n: each chunk recomputed), overlapped with the FSDP traffic: 2 all-gathers of the
                            weights and 1 reduce-scatter of the gradients, each (D-1)/D P p bytes
                            over one link: time = max(compute, traffic / link bandwidth).
     optimizer:             memory-bound: about 8 P p / D bytes of HBM traffic (clip reads the
@@ -130,11 +133,10 @@ from ml_collections import config_flags
 from plan_model import (DEVICES, Device, GB, ROOT, Run, activation_memory, analytic_plan,
                         attention_layer_seconds, describe_documents, device_count, fit,
                         gather_all_bytes, make_run, param_counts, process_count, ring_step_tiles,
-                        sample_documents, saved_activation_bytes, state_memory,
-                        dominant_terms)  # noqa: F401
+                        sample_documents, saved_activation_bytes, state_memory)  # noqa: F401
 from plan_compile import (abstract_batch, abstract_train_state, bytes_per_device,
                           compile_decision, compiled_memory, run_mesh, state_as_built)  # noqa: F401
-from plan_sizes import format_sizes, size_rows
+from plan_sizes import dominant_lines, format_sizes, size_rows
 from plan_time import format_strategies, format_time, measured_times
 
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
@@ -186,6 +188,7 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
         "swiglu": (f"SwiGLU gate, up, silu, product ({every})" if not m.mlp_chunk else
                    f"SwiGLU: one chunk of {m.mlp_chunk:,} tokens recomputed"),
         "attention_residuals": f"attention residuals q, k, v, out, lse, RoPE ({every})",
+        "dot_outputs": f"matmul outputs kept by remat_policy 'dots' ({m.num_layers} layers)",
         "kv_ring_buffers": "KV ring buffers: K, V, fp32 dK, dV, x2 in flight",
         "kernel_accumulators": "kernel accumulators: fp32 dQ, D",
         "tile_scratch": f"tile scratch: 3 fp32 [{b}, {m.num_heads}, {plan['tiles'][0]}, "
@@ -213,23 +216,6 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
     return lines + dominant_lines(plan, m, run)
 
 
-def dominant_lines(plan: dict, m, run: Run) -> list[str]:
-    """Which terms dominate the total, and the config switch that shrinks each one."""
-    terms = {**plan["state_bytes"], **plan["activation_bytes"]}
-    top = dominant_terms(terms)
-    lines = ["  largest: " + ", ".join(f"{name.replace('_', ' ')} {share:.0%}"
-                                       for name, share in top)]
-    block = run.block
-    advice = {"logits": (not m.loss_chunk, f"--config.model.loss_chunk={min(4096, block)}"),
-              "swiglu": (not m.mlp_chunk, f"--config.model.mlp_chunk={min(8192, block)}"),
-              "norms": (not m.remat, "--config.model.remat=True"),
-              "attention_residuals": (not m.remat, "--config.model.remat=True")}
-    flags_ = [advice[name][1] for name, _ in top if name in advice and advice[name][0]]
-    if flags_:
-        lines.append("  to shrink them: " + " ".join(dict.fromkeys(flags_)))
-    return lines
-
-
 def format_as_built(plan: dict, unit) -> list[str]:
     """The design's total with the optimizer state as create_train_state really shards it."""
     name, size = unit
@@ -243,7 +229,7 @@ def format_as_built(plan: dict, unit) -> list[str]:
             f"{f['verdict'].upper()} ({f['share']:.0%})"]
 
 
-def format_notes(plan: dict, unit) -> list[str]:
+def format_notes(plan: dict, unit, scan_layers: bool = False) -> list[str]:
     name, size = unit
     notes = []
     if plan["as_built"]["optimizer_state"] > 1.01 * plan["state_bytes"]["optimizer_state"]:
@@ -252,6 +238,11 @@ def format_notes(plan: dict, unit) -> list[str]:
                   "     (AdamW's mu and nu replicated on every device): check that it still uses "
                   "training.optim.optimizer_shardings."]
     g = plan["today"]["gather_all"]
+    if scan_layers:
+        return ["Notes:"] + notes + [
+            "  2. model.scan_layers: the blocks run in one lax.scan, so even XLA:CPU's schedule "
+            "(not memory-aware) holds one",
+            "     layer's gathered weights and activations at a time (scripts/bench_memory.py)."]
     notes += ["  2. XLA:CPU's compile of this step (--compile yes) is not memory-aware: its "
               "temporaries come out (nearly)",
               "     the same with remat on and off, and grow by 2 x one layer's float32 weights "
@@ -287,7 +278,9 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
             f"  model  {_count(pc['total'])} parameters: d_model {m.d_model}, {m.num_layers} "
             f"layers, {m.num_heads} heads ({m.num_kv_heads} KV) x {m.head_dim}, mlp {m.mlp_dim}, "
             f"vocab {m.vocab_size}; {m.dtype} compute, {m.param_dtype} params, remat "
-            f"{'on' if m.remat else 'off'}",
+            f"{'on (keeps ' + m.remat_policy + ')' if m.remat else 'off'}"
+            f"{', scan_layers' if m.scan_layers else ''}; loss_chunk {m.loss_chunk or 'off'}, "
+            f"mlp_chunk {m.mlp_chunk or 'off'}",
             f"  run    {run.global_batch} x {run.seq_len:,} = {run.tokens_per_step:,} tokens per "
             f"step; mesh data {run.data} x seq {run.seq}; {run.block:,} tokens per device per "
             f"sequence; {run.rows} row(s) per device per micro-step (grad_accum_steps "
@@ -296,7 +289,7 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
             + format_sizes(plan["sizes"], m, run, unit)
             + format_compiled(plan, run, unit) + [""] + format_time(plan, m, run, device) + [""]
-            + format_strategies(plan, run, plan.get("measured")) + [""] + format_notes(plan, unit))
+            + format_strategies(plan, run, plan.get("measured")) + [""] + format_notes(plan, unit, m.scan_layers))
     return "\n".join(head + body)
 
 

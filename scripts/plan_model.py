@@ -144,6 +144,9 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "swiglu": (kept * tokens if not mlp_chunk else b * mlp_chunk) * 6 * c * m.mlp_dim,
         "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
                                                 + 2 * f32 * dh),
+        # remat_policy 'dots': every layer keeps its q, k, v, o, gate and up matmul outputs.
+        "dot_outputs": (m.num_layers * tokens * c * (dh * (heads + 2 * kv) + d + 2 * m.mlp_dim)
+                        if m.remat and m.remat_policy == "dots" else 0),
         "kv_ring_buffers": tokens * (4 * c * kv * dh + 4 * f32 * kv * dh + 2 * 4),
         "kernel_accumulators": tokens * f32 * (heads * dh + heads),
         "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
@@ -166,14 +169,8 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
         loss = run.rows * run.block * _bytes(m.dtype) * m.d_model  # dx
     else:
         loss = t["logits"] / 2  # the exp; the gradient comes later
-    return t["block_inputs"] + t["final_norm"] + loss + (0 if m.remat else per_layer)
-
-
-def dominant_terms(terms: dict, top: int = 3) -> list[tuple[str, float]]:
-    """The `top` largest (name, share of the sum) of a dict of byte counts."""
-    total = sum(terms.values()) or 1.0
-    ranked = sorted(terms.items(), key=lambda kv: -kv[1])[:top]
-    return [(name, bytes_ / total) for name, bytes_ in ranked]
+    return (t["block_inputs"] + t["dot_outputs"] + t["final_norm"] + loss
+            + (0 if m.remat else per_layer))
 
 
 def _chunk(chunk: int, block: int) -> int:
@@ -263,9 +260,15 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles: tuple[int, int], ra
 
 
 def dense_seconds(m, run: Run, rate: float, link: float) -> dict:
-    """Matmuls outside attention (x4/3 with remat) overlapped with FSDP gathers/scatters."""
+    """Matmuls outside attention overlapped with FSDP gathers/scatters: 6 P_mm FLOPs per token
+    (forward + backward), + 2 P_mm when remat recomputes the block's matmuls (policy
+    'nothing'; 'dots' keeps them), + 2 x the MLP's when mlp_chunk recomputes it chunk by chunk."""
     counts, p = param_counts(m), _bytes(m.param_dtype)
-    flops = (8 if m.remat else 6) * counts["matmul"] * run.rows * run.block
+    mlp_params = 3 * m.d_model * m.mlp_dim * m.num_layers
+    per_token = (6 * counts["matmul"] + (2 * counts["matmul"] if m.remat and
+                                         m.remat_policy == "nothing" else 0)
+                 + (2 * mlp_params if _chunk(m.mlp_chunk, run.block) else 0))
+    flops = per_token * run.rows * run.block
     traffic = 3 * (run.devices - 1) / run.devices * counts["total"] * p
     compute, comm = flops / rate, traffic / link
     return {"flops": flops, "compute_s": compute, "fsdp_traffic_bytes": traffic,

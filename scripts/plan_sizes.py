@@ -1,11 +1,36 @@
-"""The planner's model-size table: which of the 1B, 3B and 7B shapes fit this run, with the
-memory options it has (model.loss_chunk, model.mlp_chunk, remat) and without the chunked ones."""
+"""What dominates a plan's memory, and the planner's model-size table: which of the 1B, 3B and 7B
+shapes fit this run, with its memory options (model.loss_chunk, model.mlp_chunk, remat) and
+without the chunked ones."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from plan_model import Device, Run, activation_memory, dominant_terms, fit, state_memory
+from plan_model import Device, Run, activation_memory, fit, state_memory
+
+def dominant_terms(terms: dict, top: int = 3) -> list[tuple[str, float]]:
+    """The `top` largest (name, share of the sum) of a dict of byte counts."""
+    total = sum(terms.values()) or 1.0
+    ranked = sorted(terms.items(), key=lambda kv: -kv[1])[:top]
+    return [(name, bytes_ / total) for name, bytes_ in ranked]
+
+
+def dominant_lines(plan: dict, m, run: Run) -> list[str]:
+    """Which terms dominate the total, and the config switch that shrinks each one."""
+    terms = {**plan["state_bytes"], **plan["activation_bytes"]}
+    top = dominant_terms(terms)
+    lines = ["  largest: " + ", ".join(f"{name.replace('_', ' ')} {share:.0%}"
+                                       for name, share in top)]
+    block = run.block
+    advice = {"logits": (not m.loss_chunk, f"--config.model.loss_chunk={min(4096, block)}"),
+              "swiglu": (not m.mlp_chunk, f"--config.model.mlp_chunk={min(8192, block)}"),
+              "norms": (not m.remat, "--config.model.remat=True"),
+              "attention_residuals": (not m.remat, "--config.model.remat=True")}
+    flags_ = [advice[name][1] for name, _ in top if name in advice and advice[name][0]]
+    if flags_:
+        lines.append("  to shrink them: " + " ".join(dict.fromkeys(flags_)))
+    return lines
+
 
 SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/<name>.py, each with set_model(model)
 

@@ -42,17 +42,21 @@ def test_chunked_loss_tiled_mlp_and_remat_policies_match_the_plain_model(layout,
 
 
 def _models(mesh, **overrides):
-    """A plain model and a scan_layers one holding the same parameters (the plain blocks'
-    parameters stacked on a leading layer axis)."""
+    """A plain model and a scan_layers one from the same seed: the scanned one's parameters are
+    the plain blocks' stacked on a leading layer axis (checked), so a run can switch."""
     cfg = model.ModelConfig(**{**SIZES, **overrides})
     plain = model.create(cfg, mesh, seed=0)
-    scanned = model.create(dataclasses.replace(cfg, scan_layers=True), mesh, seed=1)
-    graphdef, params = nnx.split(scanned, nnx.Param)
-    pure = nnx.to_pure_dict(nnx.state(plain, nnx.Param))
-    layers = [pure["blocks"][i] for i in range(cfg.num_layers)]
-    pure["blocks"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
-    nnx.replace_by_pure_dict(params, pure)
-    return plain, nnx.merge(graphdef, params)
+    scanned = model.create(dataclasses.replace(cfg, scan_layers=True), mesh, seed=0)
+    want = nnx.to_pure_dict(nnx.state(plain, nnx.Param))
+    layers = [want["blocks"][i] for i in range(cfg.num_layers)]
+    want["blocks"] = jax.tree.map(lambda *xs: np.stack(xs), *layers)
+    got = nnx.to_pure_dict(nnx.state(scanned, nnx.Param))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(g, w)
+    kernel = nnx.state(scanned, nnx.Param)["blocks"]["mlp"]["up"]["kernel"][...]
+    spec = kernel.sharding.spec
+    assert not spec or spec[0] is None  # the layer axis is not sharded; d_model is (FSDP)
+    return plain, scanned
 
 
 def _unstacked(grads, num_layers):
@@ -148,3 +152,13 @@ def test_chunked_loss_leaves_the_logits_out_of_the_compiled_step():
             return fn.lower(params).compile().memory_analysis().temp_size_in_bytes
     logits_bytes = 2048 * 4096 * 4
     assert temporaries(128) < temporaries(0) - logits_bytes
+
+
+def test_weight_decay_skips_the_stacked_norm_scales():
+    """Stacked RMSNorm scales are [num_layers, d_model]: two-dimensional, yet not decayed."""
+    from training.optim import _matrices
+    mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    net = model.create(model.ModelConfig(**SIZES, scan_layers=True), mesh, seed=0)
+    mask = nnx.to_pure_dict(_matrices(nnx.state(net, nnx.Param)))
+    assert not mask["blocks"]["mlp_norm"]["scale"] and not mask["final_norm"]["scale"]
+    assert mask["blocks"]["mlp"]["up"]["kernel"] and mask["embed"]["embedding"]

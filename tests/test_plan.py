@@ -76,6 +76,7 @@ def test_activation_terms_by_hand():
         "swiglu": bn * 6 * 2 * 128,  # one layer: 6 [b, n, F] bf16
         "attention_residuals": bn * (2 * 16 * (2 * 4 + 2 * 2)  # q, out (H); k, v (K); bf16
                                      + 4 * 4 + 8 * 16),  # fp32 lse; RoPE sin, cos for q and k
+        "dot_outputs": 0,  # remat_policy 'nothing'
         "kv_ring_buffers": bn * (4 * 2 * 2 * 16 + 16 * 2 * 16 + 8),  # K,V bf16, dK,dV fp32; x2
         "kernel_accumulators": bn * 4 * (4 * 16 + 4),  # fp32 dQ [b,n,H,Dh] and D [b,H,n]
         "tile_scratch": 3 * 4 * 2 * 4 * 32 * 32,  # 3 fp32 [b, H, tq, tk]
@@ -87,13 +88,16 @@ def test_activation_terms_by_hand():
     assert no_remat["block_inputs"] == 0 and no_remat["swiglu"] == 2 * acts["swiglu"]
 
 
-@pytest.mark.parametrize("remat,chunks", [(False, 0), (True, 0), (False, 32), (True, 64)])
-def test_saved_activations_match_jax_saved_residuals(remat, chunks):
+@pytest.mark.parametrize("remat,chunks,policy", [(False, 0, "nothing"), (True, 0, "nothing"),
+                                                 (False, 32, "nothing"), (True, 64, "nothing"),
+                                                 (True, 32, "dots")])
+def test_saved_activations_match_jax_saved_residuals(remat, chunks, policy):
     """What JAX's autodiff saves for the backward = the analytic saved terms (within 1%)."""
     from jax._src.ad_checkpoint import saved_residuals
     from training import step as step_lib
 
-    config, m = tiny_model(dtype="bfloat16", remat=remat, loss_chunk=chunks, mlp_chunk=chunks)
+    config, m = tiny_model(dtype="bfloat16", remat=remat, loss_chunk=chunks, mlp_chunk=chunks,
+                           remat_policy=policy)
     run = tiny_run(config)
     mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
     state, graphdef, _, _ = plan.abstract_train_state(config, mesh)

@@ -13,6 +13,11 @@ METRIC_NAMES = ["train/loss", "throughput/tokens_per_sec", "throughput/tokens_pe
                 "learning/lr", "learning/grad_norm"]
 
 
+# 'memory': striped with every memory option of model/ on (the block is 64 tokens per device).
+KIND_FLAGS = {"memory": ["--config.model.loss_chunk=16", "--config.model.mlp_chunk=32",
+                         "--config.model.scan_layers=True", "--config.model.remat=True"]}
+
+
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory):
     """One tokenizer and token cache for every run in this module (each run reuses it)."""
@@ -22,9 +27,9 @@ def shared_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def losses_by_kind(tmp_path_factory, shared_cache):
     curves = {}
-    for kind in ("striped", "ring", "zigzag"):
+    for kind in ("striped", "ring", "zigzag", "memory"):
         workdir = tmp_path_factory.mktemp(kind)
-        result = run_train(workdir, f"--config.parallel.attention={kind}",
+        result = run_train(workdir, *KIND_FLAGS.get(kind, [f"--config.parallel.attention={kind}"]),
                            f"--config.data.cache_dir={shared_cache}")
         assert result.returncode == 0, result.stderr[-3000:]
         curves[kind] = (read_metrics(workdir), result)
@@ -51,6 +56,15 @@ def test_same_loss_curve_for_every_layout(losses_by_kind):
               for kind, (rows, _) in losses_by_kind.items()}
     np.testing.assert_allclose(curves["ring"], curves["striped"], rtol=2e-4)
     np.testing.assert_allclose(curves["zigzag"], curves["striped"], rtol=2e-4)
+
+
+def test_chunked_loss_tiled_mlp_and_scanned_layers_train_as_the_plain_model(losses_by_kind):
+    """Same weights at the start (scan_layers stacks the blocks the unrolled model draws), the
+    same gradients within float32 rounding, so the same curve."""
+    curves = {kind: np.array([r["train/loss"] for r in rows])
+              for kind, (rows, _) in losses_by_kind.items()}
+    print("largest |memory - striped| loss:", np.abs(curves["memory"] - curves["striped"]).max())
+    np.testing.assert_allclose(curves["memory"], curves["striped"], rtol=1e-5)
 
 
 @pytest.mark.parametrize("override,message", [

@@ -18,13 +18,22 @@ def learning_rate_schedule(optim_cfg, num_train_steps: int):
 def make_optimizer(optim_cfg, num_train_steps: int):
     """Returns (optax transformation, schedule). Weight decay applies to matrices only."""
     schedule = learning_rate_schedule(optim_cfg, num_train_steps)
-    decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
     tx = optax.chain(
         optax.clip_by_global_norm(optim_cfg.grad_clip),
         optax.adamw(schedule, b1=optim_cfg.b1, b2=optim_cfg.b2, eps=optim_cfg.eps,
-                    weight_decay=optim_cfg.weight_decay, mask=decay_mask),
+                    weight_decay=optim_cfg.weight_decay, mask=_matrices),
     )
     return tx, schedule
+
+
+def _matrices(params):
+    """True for the parameters weight decay applies to: every matrix (kernels, the embedding),
+    not the RMSNorm scales. By name, not by rank: with model.scan_layers the scales of the
+    stacked blocks are [num_layers, d_model], two-dimensional but still scales."""
+    def is_matrix(path, _):
+        return not any(getattr(key, "key", getattr(key, "name", None)) == "scale"
+                       for key in path)
+    return jax.tree_util.tree_map_with_path(is_matrix, params)
 
 
 def optimizer_shardings(tx, params, mesh):
