@@ -254,7 +254,7 @@ def format_notes(plan: dict, unit, scan_layers: bool = False) -> list[str]:
     return ["Notes:"] + notes
 
 
-def format_compiled(plan: dict, run: Run, unit) -> list[str]:
+def format_compiled(plan: dict, run: Run, unit, scan_layers: bool = False) -> list[str]:
     name, size = unit
     c = plan["compiled"]
     head = f"Compiled train step (XLA:CPU, {run.devices} fake devices, per device): "
@@ -265,8 +265,9 @@ def format_compiled(plan: dict, run: Run, unit) -> list[str]:
             f"  arguments {c['argument'] / size:.2f} {name}, outputs {c['output'] / size:.2f} "
             f"(aliased with the donated state {c['alias'] / size:.2f}), temporaries "
             f"{c['temp'] / size:.2f}: total {c['total'] / size:.2f} {name}",
-            f"  analytic (design) / compiled = {ratio:.2f}; XLA:CPU's schedule ignores remat "
-            "(note 2): a cross-check, not the accelerator's figure"]
+            f"  analytic (design) / compiled = {ratio:.2f}; XLA:CPU's schedule "
+            + ("holds one layer at a time only under scan_layers" if scan_layers else
+               "ignores remat") + " (note 2): a cross-check, not the accelerator's figure"]
 
 
 def format_plan(plan: dict, config, device: Device, run: Run) -> str:
@@ -288,8 +289,10 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
     unit = _unit(plan["fit"]["total_bytes"])
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
             + format_sizes(plan["sizes"], m, run, unit)
-            + format_compiled(plan, run, unit) + [""] + format_time(plan, m, run, device) + [""]
-            + format_strategies(plan, run, plan.get("measured")) + [""] + format_notes(plan, unit, m.scan_layers))
+            + format_compiled(plan, run, unit, m.scan_layers) + [""]
+            + format_time(plan, m, run, device) + [""]
+            + format_strategies(plan, run, plan.get("measured")) + [""]
+            + format_notes(plan, unit, m.scan_layers))
     return "\n".join(head + body)
 
 
