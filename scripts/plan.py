@@ -132,7 +132,8 @@ from ml_collections import config_flags
 # The model and the compile check live beside this file; the tests reach them through here.
 from plan_model import (DEVICES, Device, GB, ROOT, Run, activation_memory, analytic_plan,
                         attention_layer_seconds, describe_documents, device_count, fit,
-                        gather_all_bytes, make_run, param_counts, process_count, ring_step_tiles,
+                        gather_all_bytes, make_run, param_counts, process_block, process_count,
+                        ring_step_tiles,
                         sample_documents, saved_activation_bytes, state_memory)  # noqa: F401
 from plan_compile import (abstract_batch, abstract_train_state, bytes_per_device,
                           compile_decision, compiled_memory, run_mesh, state_as_built)  # noqa: F401
@@ -274,6 +275,7 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
     import model
     m = model.ModelConfig.from_config(config.model, config.parallel)
     pc = plan["params"]
+    rows, columns = process_block(run, plan["processes"])
     head = [f"ringstripe plan: {plan['config_file']} on {run.devices} x {device.title} "
             f"({plan['device']}, {plan['processes']} process(es))",
             f"  model  {_count(pc['total'])} parameters: d_model {m.d_model}, {m.num_layers} "
@@ -285,7 +287,9 @@ def format_plan(plan: dict, config, device: Device, run: Run) -> str:
             f"  run    {run.global_batch} x {run.seq_len:,} = {run.tokens_per_step:,} tokens per "
             f"step; mesh data {run.data} x seq {run.seq}; {run.block:,} tokens per device per "
             f"sequence; {run.rows} row(s) per device per micro-step (grad_accum_steps "
-            f"{run.accum}); {run.layout} attention", ""]
+            f"{run.accum}); {run.layout} attention",
+            f"  hosts  each of {plan['processes']} process(es) builds {rows} row(s) x "
+            f"{columns:,} laid-out columns of every batch (a row may span hosts)", ""]
     unit = _unit(plan["fit"]["total_bytes"])
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
             + format_sizes(plan["sizes"], m, run, unit)

@@ -78,6 +78,17 @@ def process_count(device: Device, devices: int) -> int:
     return max(1, math.ceil(devices / device.chips_per_host))
 
 
+def process_block(run: Run, processes: int) -> tuple[int, int]:
+    """(rows, columns) of each global batch one process builds (data/pipeline.local_block),
+    with a host's devices consecutive on the mesh, 'seq' fastest: a host smaller than the ring
+    holds a slice of each of its rows' columns; a larger one, whole rows."""
+    per_host = max(1, run.devices // processes)
+    rows = run.global_batch // run.data
+    if per_host <= run.seq:
+        return rows, run.seq_len * per_host // run.seq
+    return rows * (per_host // run.seq), run.seq_len
+
+
 def tile_sizes(m, layout: str, block: int, device: Device) -> tuple[int, int]:
     """(tile_q, tile_k): the config's, or (0 in the config) parallel's default for this layout
     and the kernel the run will use on this device."""

@@ -2,6 +2,7 @@
 and nothing written or overwritten."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -74,6 +75,21 @@ def test_tpu_kernel_tiles_too_small_for_a_tpu():
         validate_config(config, device_count=4, process_count=1, platform="tpu")
 
 
+@pytest.mark.parametrize("field,value,message", [
+    ("loss_chunk", 48, "model.loss_chunk=48 does not divide the per-device block of 64 tokens"),
+    ("mlp_chunk", -8, "model.mlp_chunk=-8 does not divide the per-device block of 64 tokens"),
+    ("remat_policy", "some", "model.remat_policy='some': choose one of nothing, dots"),
+])
+def test_memory_switches_that_cannot_work(field, value, message):
+    from training.validate import ConfigError, validate_config
+    from configs import tiny
+
+    config = tiny.get_config()  # 128 tokens / 2 seq shards: blocks of 64
+    config.model[field] = value
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate_config(config, device_count=4, process_count=1)
+
+
 @pytest.mark.parametrize("make_source,fragments", [
     (lambda d: str(d / "missing.txt"), ["data.source", "no such file or directory"]),
     (lambda d: str(_mkdir(d / "empty")), ["data.source", "empty"]),
@@ -116,12 +132,18 @@ def test_tokenizer_vocabulary_not_matching_model(tmp_path, trained, cache):
     assert not read_metrics(tmp_path / "run")
 
 
-def test_incompatible_checkpoint_is_refused_and_kept(tmp_path, trained, cache):
+@pytest.mark.parametrize("override,fragments", [
+    ("--config.model.d_model=128", ["model.d_model=64", "model.d_model=128"]),
+    # stacked blocks are another parameter tree: a scanned run cannot continue an unrolled one
+    ("--config.model.scan_layers=True", ["model.scan_layers=False", "model.scan_layers=True"]),
+])
+def test_incompatible_checkpoint_is_refused_and_kept(tmp_path, trained, cache, override,
+                                                     fragments):
     workdir = tmp_path / "copy"
     shutil.copytree(trained[0], workdir)
     before = snapshot(workdir)
-    result = run_train(workdir, f"--config.data.cache_dir={cache}", "--config.model.d_model=128")
-    assert_user_error(result, "model.d_model=64", "model.d_model=128", "another --workdir")
+    result = run_train(workdir, f"--config.data.cache_dir={cache}", override)
+    assert_user_error(result, *fragments, "another --workdir")
     assert snapshot(workdir) == before
 
 

@@ -209,3 +209,13 @@ def test_large_config_skips_the_compile(tmp_path):
     added = result["as_built"]["optimizer_state"] - result["state_bytes"]["optimizer_state"]
     today = result["today"]["optimizer_as_built"]
     assert today["total_bytes"] == pytest.approx(result["fit"]["total_bytes"] + added)
+
+
+def test_a_host_builds_its_columns_of_a_row_or_whole_rows():
+    """16 chips, 4 per host: a ring of 16 splits the row four ways; a ring of 2 leaves each host
+    two data shards' rows, whole (data/pipeline.local_block builds the same)."""
+    def run(data, seq, batch):
+        return plan.Run(devices=16, data=data, seq=seq, seq_len=786432, global_batch=batch,
+                        accum=1, layout="striped")
+    assert plan.process_block(run(1, 16, 1), 4) == (1, 196608)
+    assert plan.process_block(run(8, 2, 16), 4) == (4, 786432)
