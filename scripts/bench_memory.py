@@ -7,7 +7,8 @@
 Each figure comes from a fresh process that builds the train step exactly as train.py does
 (training/step.py on the state training/loop.py builds, via scripts/plan_compile.py), compiles it
 ahead of time for fake CPU devices and reads memory_analysis(): temporaries per device, and
-seconds to lower + compile the step. Nothing is run, so a million-token step costs seconds.
+seconds to lower + compile the step, and the program's size (lines of its optimised HLO; XLA:CPU
+reports no generated-code size). Nothing is run, so a million-token step costs seconds.
 `compile` interleaves its variants rep by rep and prints medians; its ratio column is each
 variant's median over the 4-layer one with the same scan setting.
 
@@ -63,7 +64,7 @@ def one(overrides: dict, devices: int) -> None:
         (config[section] if section else config)[name] = value
     figures = compiled_memory(config, make_run(config, devices))
     print(json.dumps({"temp_gb": figures["temp"] / 1e9, "total_gb": figures["total"] / 1e9,
-                      "compile_s": figures["step_compile_s"]}))
+                      "compile_s": figures["step_compile_s"], "hlo_lines": figures["hlo_lines"]}))
 
 
 def memory_table(args) -> list[dict]:
@@ -85,25 +86,27 @@ def compile_table(args) -> list[dict]:
     base = {"seq_len": args.seq_len, "global_batch_size": 1, "mesh.data": 1,
             "mesh.seq": args.devices, "model.remat": True}
     kinds = [(layers, scan) for scan in (False, True) for layers in args.layers]
-    times, temps = {k: [] for k in kinds}, {}
+    times, sizes = {k: [] for k in kinds}, {}
     for _ in range(args.reps):  # interleaved: drift on this machine hits every kind alike
         for layers, scan in kinds:
             over = {**base, "model.num_layers": layers, "model.scan_layers": scan}
             figures = measure(over, args.devices)
             times[(layers, scan)].append(figures["compile_s"])
-            temps[(layers, scan)] = figures["temp_gb"]
+            sizes[(layers, scan)] = figures
     print(f"lower + compile of the train step, configs/default.py at {args.seq_len:,} tokens on "
           f"{args.devices} fake CPU devices, remat on; medians of {args.reps}, interleaved:")
     print(f"  {'layers':>6}  {'scan_layers':<12}{'compile s':>10}{'min':>8}{'max':>8}"
-          f"{'vs ' + str(args.layers[0]) + ' layers':>16}{'temporaries GB':>16}")
+          f"{'vs ' + str(args.layers[0]) + ' layers':>16}{'temporaries GB':>16}"
+          f"{'HLO lines':>11}")
     rows = []
     for layers, scan in kinds:
         t = times[(layers, scan)]
         ratio = statistics.median(t) / statistics.median(times[(args.layers[0], scan)])
+        size = sizes[(layers, scan)]
         rows.append({"layers": layers, "scan_layers": scan, "median_s": statistics.median(t),
-                     "seconds": t, "ratio": ratio, "temp_gb": temps[(layers, scan)]})
+                     "seconds": t, "ratio": ratio, **size})
         print(f"  {layers:>6}  {str(scan):<12}{statistics.median(t):>10.1f}{min(t):>8.1f}"
-              f"{max(t):>8.1f}{ratio:>15.2f}x{temps[(layers, scan)]:>16.3f}")
+              f"{max(t):>8.1f}{ratio:>15.2f}x{size['temp_gb']:>16.3f}{size['hlo_lines']:>11,}")
     return rows
 
 

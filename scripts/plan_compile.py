@@ -104,6 +104,7 @@ def compiled_memory(config, run: Run) -> dict:
                         + figures["temp"])
     figures["compile_s"] = time.perf_counter() - start  # state, optimizer init and the step
     figures["step_compile_s"] = step_compile_s  # the train step's lower + compile alone
+    figures["hlo_lines"] = compiled.as_text().count("\n")  # program size, after optimisation
     return figures
 
 
