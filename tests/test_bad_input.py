@@ -167,6 +167,16 @@ def test_workdir_not_writable(tmp_path):
     assert_user_error(result, "not writable", "choose another --workdir")
 
 
+def test_workdir_that_cannot_be_created():
+    """/proc passes a permission check as root, yet no directory can be made in it."""
+    before = set(os.listdir("/proc"))
+    result = run_train("/proc/ringstripe/run")
+    assert_user_error(result, "workdir '/proc/ringstripe/run' cannot be created",
+                      "choose another --workdir")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not os.path.exists("/proc/ringstripe") and "ringstripe" not in before
+
+
 def _mkdir(path):
     path.mkdir()
     return path

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import secrets
 import subprocess
+import tempfile
 from importlib import metadata
 
 import data
@@ -82,6 +83,13 @@ def _check_writable(workdir: str) -> None:
     if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(f"workdir {workdir!r} is not writable ({path} is not a writable "
                           f"directory): choose another --workdir")
+    # Permission bits do not tell everything (root may "write" to /proc, a read-only mount):
+    # create and remove an empty directory there, so that nothing is left either way.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ringstripe-probe-", dir=path))
+    except OSError as e:
+        raise ConfigError(f"workdir {workdir!r} cannot be created ({path}: "
+                          f"{e.strerror or e}): choose another --workdir") from None
 
 
 def code_version() -> str:
