@@ -38,8 +38,10 @@ def losses_by_kind(tmp_path_factory, shared_cache):
 
 def test_tiny_run_writes_metrics_and_learns(losses_by_kind):
     rows, result = losses_by_kind["striped"]
-    assert [r["step"] for r in rows] == list(range(2, 21, 2))
-    for row in rows:
+    # Step 1 compiles: its loss is logged, its time is not (no throughput for it).
+    assert [r["step"] for r in rows] == [1] + list(range(2, 21, 2))
+    assert np.isfinite(rows[0]["train/loss"]) and "throughput/tokens_per_sec" not in rows[0]
+    for row in rows[1:]:
         for name in METRIC_NAMES:
             assert np.isfinite(row[name]), (row["step"], name)
     losses = [r["train/loss"] for r in rows]
@@ -48,6 +50,7 @@ def test_tiny_run_writes_metrics_and_learns(losses_by_kind):
     assert [r["step"] for r in evals] == [10, 20]
     assert evals[-1]["eval/loss"] < np.log(512)
     assert np.isclose(evals[-1]["eval/perplexity"], np.exp(evals[-1]["eval/loss"]), rtol=1e-5)
+    assert "step 1/20" in result.stdout and "(compiled)" in result.stdout
     assert "tokens/s" in result.stdout
 
 
@@ -121,4 +124,4 @@ print("LOSS", last["train/loss"], last["eval/loss"])
     assert result.returncode == 0, result.stderr[-3000:]
     losses = [float(x) for x in result.stdout.split("LOSS")[1].split()]
     assert all(np.isfinite(losses))
-    assert [r["step"] for r in read_metrics(tmp_path)] == [2, 4]
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 4]

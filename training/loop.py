@@ -253,7 +253,8 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
                 assert batch_step == step - 1, (batch_step, step)
                 state, metrics = train_step(state, batch)
                 window_steps += 1
-                if window_start is None:  # the first step compiles: time from its end
+                first = window_start is None  # of this start or resume: it compiles
+                if first:  # so its loss is logged, and its time left out of every window
                     jax.block_until_ready(state)
                     window_start, window_steps = time.perf_counter(), 0
                     progress.train_tokens += tokens_per_step
@@ -261,22 +262,23 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
                 is_eval = step % config.eval_every_steps == 0 or is_last
                 is_save = step % config.checkpoint_every_steps == 0 or is_last
                 stopping = stop.should_stop(step) or step == config.stop_at_step
-                if not (step % config.log_every_steps == 0 or is_eval or is_save or stopping):
+                if not (first or step % config.log_every_steps == 0 or is_eval or is_save
+                        or stopping):
                     continue
                 host = {k: float(v) for k, v in jax.device_get(metrics).items()}  # ends window
                 now = time.perf_counter()
                 _check_finite(step, host, config, checkpointer)
-                if window_steps:
+                last = dict(host)
+                if window_steps:  # throughput over the steps since the last log (none: first)
                     progress.train_time_s += now - window_start
                     progress.train_tokens += window_steps * tokens_per_step
-                    last = {**host, **_throughput(config, model_cfg, mesh, window_steps,
-                                                  now - window_start, peak)}
-                    last.update({"progress/train_time_s": progress.train_time_s,
-                                 "progress/train_tokens": progress.train_tokens,
-                                 **memory_metrics()})
-                    if is_eval:
-                        last.update(evaluate(eval_step, state["params"], eval_batches))
-                    track.log(step, last)
+                    last.update(_throughput(config, model_cfg, mesh, window_steps,
+                                            now - window_start, peak))
+                last.update({"progress/train_time_s": progress.train_time_s,
+                             "progress/train_tokens": progress.train_tokens, **memory_metrics()})
+                if is_eval:
+                    last.update(evaluate(eval_step, state["params"], eval_batches))
+                track.log(step, last)
                 if is_save or stopping:
                     save(step)
                 if stopping:

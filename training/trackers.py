@@ -81,10 +81,13 @@ class Console:
 
     def log(self, step, metrics):
         loss = metrics.get("train/loss", float("nan"))
-        tps = metrics.get("throughput/tokens_per_sec", float("nan"))
-        step_time = metrics.get("throughput/step_time_s", float("nan"))
-        eta = (self.total - step) * step_time if math.isfinite(step_time) else float("nan")
-        text = f"step {step}/{self.total}  loss {loss:.4f}  tokens/s {tps:,.0f}  eta {_hms(eta)}"
+        text = f"step {step}/{self.total}  loss {loss:.4f}"
+        if "throughput/tokens_per_sec" in metrics:
+            step_time = metrics["throughput/step_time_s"]
+            text += (f"  tokens/s {metrics['throughput/tokens_per_sec']:,.0f}  "
+                     f"eta {_hms((self.total - step) * step_time)}")
+        else:  # the first step of a start or resume: it compiled, so it is not timed
+            text += "  (compiled)"
         if "memory/host_peak_rss_gb" in metrics:
             text += f"  peak RSS {metrics['memory/host_peak_rss_gb']:.2f} GB"
         if "memory/device_peak_gb" in metrics:
