@@ -24,6 +24,24 @@ import parallel
 TOKENS = jax.P(parallel.DATA, parallel.SEQ)  # [B, S, ...] as the model holds it
 
 
+def tokens_per_device(x, mesh) -> int:
+    """n: the tokens of one row each device holds of x [B, S, ...] sharded over 'seq'."""
+    return x.shape[1] // mesh.shape[parallel.SEQ]
+
+
+def splits(chunk: int, block: int) -> bool:
+    """Whether a chunk of `chunk` tokens really cuts a device's `block` tokens into pieces
+    (0, or a chunk as long as the block, means the whole block in one call)."""
+    return 0 < chunk < block
+
+
+def check_chunk(chunk: int, block: int, what: str = "chunk") -> None:
+    """ValueError unless 0 < chunk <= block and chunk divides block."""
+    if not 0 < chunk <= block or block % chunk:
+        raise ValueError(f"{what} {chunk} does not divide the {block} tokens each device holds "
+                         f"(seq_len / mesh.seq): choose a divisor of {block}")
+
+
 def split_local(x, chunk: int):
     """[b, n, ...] -> [n / chunk, b, chunk, ...]: one device's tokens as a stack of chunks.
 
@@ -46,12 +64,10 @@ def map_chunks(fn, params, x, *, mesh, chunk: int):
     device's block) it is exactly that call, without shard_map. Memory of fn's intermediates:
     one chunk's, forward and backward.
     """
-    block = x.shape[1] // mesh.shape[parallel.SEQ]
-    if not chunk or chunk >= block:
+    block = tokens_per_device(x, mesh)
+    if not splits(chunk, block):
         return fn(params, x)
-    if block % chunk:
-        raise ValueError(f"chunk {chunk} does not divide the {block} tokens each device holds "
-                         f"(seq_len / mesh.seq): choose a divisor of {block}")
+    check_chunk(chunk, block)
 
     def local(params, x):
         out = jax.lax.map(lambda xc: jax.checkpoint(fn)(params, xc), split_local(x, chunk))

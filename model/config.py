@@ -10,7 +10,8 @@ import jax.numpy as jnp
 # What a rematerialised block saves for its backward (jax.checkpoint policies): 'nothing' (all of
 # it is recomputed: least memory) or 'dots' (the outputs of its projections and MLP matmuls are
 # kept, so the backward recomputes only the cheap elementwise work and the attention kernel).
-REMAT_POLICIES = ("nothing", "dots")
+REMAT_POLICIES = {"nothing": "nothing_saveable",  # name -> jax.checkpoint_policies.<attribute>
+                  "dots": "dots_with_no_batch_dims_saveable"}
 
 
 @dataclasses.dataclass(frozen=True)

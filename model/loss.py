@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 import parallel
-from model.chunks import TOKENS, join_local, split_local
+from model.chunks import TOKENS, check_chunk, join_local, split_local, tokens_per_device
 
 ALL = (parallel.DATA, parallel.SEQ)
 
@@ -43,10 +43,7 @@ def chunked_nll_sum(x, w, targets, weights, *, mesh, chunk: int):
     """The same sum as plain_nll_sum(logits(x, w), ...) from x [B, S, D] (after the final norm,
     compute dtype, sharded P('data', 'seq')) and the head w [D, V], `chunk` tokens of a device at
     a time; differentiable in x and w. `chunk` must divide the tokens per device."""
-    block = x.shape[1] // mesh.shape[parallel.SEQ]
-    if not 0 < chunk <= block or block % chunk:
-        raise ValueError(f"loss chunk {chunk} does not divide the {block} tokens each device "
-                         f"holds (seq_len / mesh.seq): choose a divisor of {block}")
+    check_chunk(chunk, tokens_per_device(x, mesh), "loss chunk")
     return _nll_sum(x, w, targets, weights, mesh, chunk)
 
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from model.config import ModelConfig
+from model.config import REMAT_POLICIES, ModelConfig
 from model.layers import ACTIVATIONS, FSDP, Attention, RMSNorm, SwiGLU, dense
 
 
@@ -26,8 +26,7 @@ class Block(nnx.Module):
 
 
 def _remat_policy(name: str):
-    return {"nothing": jax.checkpoint_policies.nothing_saveable,
-            "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}[name]
+    return getattr(jax.checkpoint_policies, REMAT_POLICIES[name])
 
 
 def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):

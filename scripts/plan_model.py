@@ -185,9 +185,10 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
 
 
 def _chunk(chunk: int, block: int) -> int:
-    """The tokens per chunk of an MLP chunked by mlp_chunk (0: whole; model/chunks.py runs a
-    chunk as long as the block as one call)."""
-    return chunk if 0 < chunk < block else 0
+    """The tokens per chunk of an MLP chunked by mlp_chunk, 0 when model/chunks.py runs it
+    whole (its rule, chunks.splits)."""
+    from model.chunks import splits
+    return chunk if splits(chunk, block) else 0
 
 
 def fit(total: float, device: Device) -> dict:
@@ -317,46 +318,18 @@ def step_time(m, run: Run, layout: str, device: Device, efficiency: float, mask_
 
 # ------------------------------------------------------------------------------ the plan
 
-def sample_documents(config, spec: str | None, rows: int, workdir: str | None):
-    """Segment ids [rows, seq_len] (natural order) for --documents, or None (one document)."""
-    from training.validate import ConfigError
-    if spec is None:
-        return None
-    if not config.data.mask_documents:
-        raise ConfigError(f"--documents={spec} needs data.mask_documents=True (without it every "
-                          "row is one causal document): set --config.data.mask_documents=True or "
-                          "drop --documents")
-    if rows < 1:
-        raise ConfigError(f"--document_rows={rows}: sample at least one row")
-    if spec == "data":
-        from training.loop import sample_segment_ids
-        return sample_segment_ids(config, workdir or os.path.join(ROOT, "runs", "plan"), rows)
-    from data.document_lengths import packed_segment_ids
-    return packed_segment_ids(spec, rows, config.seq_len)
-
-
-def describe_documents(spec: str | None, segment_ids) -> dict | None:
-    """Length statistics of the sampled rows (a row's last document is cut where it ends)."""
-    from data.document_lengths import document_lengths
-    if segment_ids is None:
-        return None
-    lengths = document_lengths(segment_ids)
-    return {"spec": spec, "rows": len(segment_ids), "documents": int(lengths.size),
-            "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
-            "max_tokens": int(lengths.max())}
-
-
 def analytic_plan(config, device: Device, run: Run, efficiency: float, documents=None) -> dict:
     """Every analytic figure: parameters, memory terms, fit, FLOPs and time per layout;
     documents: segment ids [R, seq_len] of sample rows (None: one document per row)."""
     import model
+    from plan_documents import keys_per_query
     from training.flops import flops_per_token, peak_flops
     m = model.ModelConfig.from_config(config.model, config.parallel)
     tiles = tile_sizes(m, run.layout, run.block, device)
     state = state_memory(m, run)
     acts = activation_memory(m, run, tiles)
     total = sum(state.values()) + sum(acts.values())
-    model_flops = flops_per_token(m, run.seq_len, keys_per_query=_keys_per_query(documents))
+    model_flops = flops_per_token(m, run.seq_len, keys_per_query=keys_per_query(documents))
     model_flops *= run.tokens_per_step
     times = {layout: step_time(m, run, layout, device, efficiency, config.data.mask_documents,
                                model_flops, documents) for layout in _layouts_for(run)}
@@ -383,15 +356,6 @@ def strategy_times(m, run: Run, device: Device, efficiency: float, mask_document
     fitting = [r for r in rows if r["memory"] is None or r["memory"]["verdict"] != "does not fit"]
     best = min(fitting or rows, key=lambda r: r["step_s"])
     return {"rows": rows, "choice": {"strategy": best["strategy"], "degree": best["degree"]}}
-
-
-def _keys_per_query(documents) -> float | None:
-    """Mean keys a query sees with documents masked (None: one causal document per row)."""
-    if documents is None:
-        return None
-    from data.document_lengths import document_lengths
-    lengths = document_lengths(documents).astype(np.float64)
-    return float((lengths * (lengths + 1) / 2).sum() / np.asarray(documents).size)
 
 
 def _layouts_for(run: Run) -> list[str]:
