@@ -12,9 +12,9 @@ defaults to the config file's module-level DEVICE (e.g. "a100-80gb"), else "cpu"
 count is the mesh's (mesh.data x mesh.seq); where the mesh has a -1, --devices (default: 8 on an
 accelerator, config.cpu_devices on cpu). Every figure is per device unless it says otherwise.
 The formulas below live in plan_model.py, the compile check in plan_compile.py, the time tables
-in plan_time.py; this file reads the flags and prints. Tiles default as the run's kernel on that
-device would choose them (`Kernel.max_tiles`: 512 for xla and pallas_tpu, 128 x 64 for pallas_gpu
-on a GPU).
+in plan_time.py, the model-size table in plan_sizes.py, --documents in plan_documents.py; this
+file reads the flags and prints. Tiles default as the run's kernel on that device would choose
+them (`Kernel.max_tiles`: 512 for xla and pallas_tpu, 128 x 64 for pallas_gpu on a GPU).
 
 Notation: P parameters (P_mm of them in matmuls, training/flops.py), D devices, N = mesh.seq (the
 ring), n = seq_len / N (the block), b = global_batch_size / mesh.data / grad_accum_steps (rows per
@@ -131,10 +131,10 @@ from ml_collections import config_flags
 
 # The model and the compile check live beside this file; the tests reach them through here.
 from plan_model import (DEVICES, Device, GB, ROOT, Run, activation_memory, analytic_plan,
-                        attention_layer_seconds, describe_documents, device_count, fit,
-                        gather_all_bytes, make_run, param_counts, process_block, process_count,
-                        ring_step_tiles,
-                        sample_documents, saved_activation_bytes, state_memory)  # noqa: F401
+                        attention_layer_seconds, device_count, fit, gather_all_bytes, make_run,
+                        param_counts, process_block, process_count, ring_step_tiles,
+                        saved_activation_bytes, state_memory)  # noqa: F401
+from plan_documents import describe_documents, sample_documents
 from plan_compile import (abstract_batch, abstract_train_state, bytes_per_device,
                           compile_decision, compiled_memory, run_mesh, state_as_built)  # noqa: F401
 from plan_sizes import dominant_lines, format_sizes, size_rows

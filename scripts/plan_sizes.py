@@ -8,6 +8,7 @@ import dataclasses
 
 from plan_model import Device, Run, activation_memory, fit, state_memory
 
+
 def dominant_terms(terms: dict, top: int = 3) -> list[tuple[str, float]]:
     """The `top` largest (name, share of the sum) of a dict of byte counts."""
     total = sum(terms.values()) or 1.0
