@@ -35,8 +35,12 @@ def _pump(prefix: str, stream, sink) -> None:
 
 
 def launch(program: list[str], processes: int, timeout: float | None = None,
-           env: dict | None = None) -> int:
+           env: dict | None = None, pin: bool = False, sink=None) -> int:
+    """Runs the processes to the end; returns the exit code (124 on timeout). pin: process i on
+    core i only (mod the core count), as one device per core; sink: where their prefixed output
+    goes (default stdout)."""
     port = free_port()
+    sink = sys.stdout if sink is None else sink
     env = dict(os.environ if env is None else env)
     # The program sets its own device count; any other XLA flags pass through.
     kept = [f for f in env.pop("XLA_FLAGS", "").split()
@@ -47,9 +51,11 @@ def launch(program: list[str], processes: int, timeout: float | None = None,
     for i in range(processes):
         args = [sys.executable, *program, f"--coordinator_address=127.0.0.1:{port}",
                 f"--num_processes={processes}", f"--process_id={i}"]
+        core = {i % os.cpu_count()}
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=env)
-        pumps.append(threading.Thread(target=_pump, args=(f"[{i}] ", p.stdout, sys.stdout),
+                             env=env, preexec_fn=(lambda: os.sched_setaffinity(0, core)) if pin
+                             else None)
+        pumps.append(threading.Thread(target=_pump, args=(f"[{i}] ", p.stdout, sink),
                                       daemon=True))
         pumps[-1].start()
         procs.append(p)
@@ -78,13 +84,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=None, help="seconds before all are killed")
+    parser.add_argument("--pin", action="store_true",
+                        help="process i runs on core i only (one device per core, as on a pod)")
     parser.add_argument("program", nargs=argparse.REMAINDER,
                         help="-- then the script and its arguments")
     args = parser.parse_args()
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
         parser.error("give the program after --, e.g. -- train.py --config configs/tiny.py ...")
-    sys.exit(launch(program, args.processes, args.timeout))
+    sys.exit(launch(program, args.processes, args.timeout, pin=args.pin))
 
 
 if __name__ == "__main__":

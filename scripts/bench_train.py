@@ -1,0 +1,185 @@
+"""End-to-end training throughput of the layouts: train.py itself, one pinned process per device.
+
+Usage:
+  python scripts/bench_train.py                 # S = 16,384: ring, striped, zigzag, then masked
+  python scripts/bench_train.py --json runs/bench_train.json        # (make bench-train)
+  python scripts/bench_train.py --seq-lens 4096 8192 16384 --rounds 1 --masked-layouts
+  python scripts/bench_train.py --strategies ring allgather --masked-layouts
+  python scripts/bench_train.py -- --config.model.num_layers=8      # more train.py overrides
+
+Every kind (layout x strategy x documents masked or not) is a real `train.py` run of the config
+(configs/default.py unless --config) on a data 1 x seq P mesh: P processes joined by
+jax.distributed on 127.0.0.1, each with one fake CPU device and pinned to its own core, as the
+devices of a pod each have their own chip. (Fake devices inside one process share XLA's thread
+pool: the core of a device that the causal mask left idle helps the busy one, and the layouts'
+imbalance vanishes from the clock.) Each run logs every step; its first step compiles and is
+left out, so the windows are steady-state steps. Kinds are interleaved: round r runs every kind
+once, in an order rotated by r, and a kind's figure is the median tokens/s over all its windows.
+
+"x ring" is the ring layout's median over this kind's, same length, strategy and documents.
+Unmasked, every token sees every earlier one (the layouts' balance on one long document);
+masked (data.mask_documents, the config's default), attention stays inside packed documents,
+which unbalances striped and zigzag and is what the balanced layout is for.
+
+The runs' workdirs stay under --workdir (metrics.jsonl; checkpoints removed); --json keeps every
+window and every run's losses (scripts/plot_figures.py draws tokens/s vs length and the losses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import statistics
+import sys
+
+from launch_local import launch  # scripts/launch_local.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="configs/default.py", help="train.py's config file")
+    p.add_argument("--seq-lens", type=int, nargs="+", default=[16384], help="tokens per row")
+    p.add_argument("--batch", type=int, default=1, help="rows per step (global_batch_size)")
+    p.add_argument("--tile", type=int, default=512, help="attention tile_q = tile_k")
+    p.add_argument("--processes", type=int, default=2, help="devices = processes = ring size")
+    p.add_argument("--layouts", nargs="*", default=["ring", "striped", "zigzag"],
+                   help="layouts with documents unmasked (one long document per row)")
+    p.add_argument("--masked-layouts", nargs="*", default=["ring", "striped", "zigzag", "balanced"],
+                   help="layouts with packed documents masked (none: skip)")
+    p.add_argument("--strategies", nargs="+", default=["ring"], help="parallel.strategy values")
+    p.add_argument("--steps", type=int, default=4, help="timed steps per run (after the first)")
+    p.add_argument("--rounds", type=int, default=2, help="runs of every kind, interleaved")
+    p.add_argument("--workdir", default="runs/bench_train", help="runs and the data cache")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per run before it fails")
+    p.add_argument("--json", help="write every window and loss to this JSON file")
+    p.add_argument("overrides", nargs="*", help="after --: more train.py flags, e.g. "
+                   "--config.model.num_layers=8")
+    return p.parse_args(argv)
+
+
+def kinds_of(args) -> list[dict]:
+    kinds = []
+    for masked, layouts in ((False, args.layouts), (True, args.masked_layouts)):
+        for strategy in args.strategies:
+            kinds += [dict(layout=layout, strategy=strategy, masked=masked) for layout in layouts]
+    return kinds
+
+
+def kind_name(kind: dict, seq_len: int) -> str:
+    docs = "masked" if kind["masked"] else "unmasked"
+    return f"S{seq_len}-{kind['layout']}-{kind['strategy']}-{docs}"
+
+
+def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
+    """train.py's arguments for one run: log every step, no evaluation or checkpoint until the
+    end (both come after the last window)."""
+    steps = args.steps + 1
+    sets = dict(cpu_devices=1, seq_len=seq_len, global_batch_size=args.batch,
+                num_train_steps=steps, log_every_steps=1, eval_every_steps=steps,
+                eval_batches=1, checkpoint_every_steps=steps, tracker="jsonl")
+    sets.update({"mesh.data": 1, "mesh.seq": args.processes,
+                 "parallel.attention": kind["layout"], "parallel.strategy": kind["strategy"],
+                 "data.mask_documents": kind["masked"],
+                 "data.cache_dir": os.path.join(args.workdir, "cache"),
+                 "model.tile_q": args.tile, "model.tile_k": args.tile})
+    return ["train.py", "--config", args.config, "--workdir", workdir,
+            *(f"--config.{k}={v}" for k, v in sets.items()), *args.overrides]
+
+
+def read_run(workdir: str) -> dict:
+    """The run's steady-state windows (tokens/s) and its loss per step, from metrics.jsonl."""
+    windows, losses = [], {}
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            if "train/loss" in row:
+                losses[int(row["step"])] = row["train/loss"]
+            if "throughput/tokens_per_sec" in row:
+                windows.append(row["throughput/tokens_per_sec"])
+    return dict(windows=windows, losses=losses)
+
+
+def run_kind(args, kind: dict, seq_len: int, round_index: int) -> dict:
+    workdir = os.path.join(args.workdir, f"{kind_name(kind, seq_len)}-r{round_index}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    # One core per process: XLA:CPU's own worker threads would otherwise share it.
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+    output = io.StringIO()
+    code = launch(train_flags(args, kind, seq_len, workdir), args.processes, args.timeout,
+                  env=env, pin=True, sink=output)
+    if code:
+        tail = "\n".join(output.getvalue().splitlines()[-15:])
+        sys.exit(f"{tail}\nbench_train: {kind_name(kind, seq_len)} failed (exit {code}); "
+                 f"its output ends above")
+    shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
+    return read_run(workdir)
+
+
+def measure(args) -> list[dict]:
+    """Every kind at every length, `rounds` times, interleaved; one result per kind."""
+    kinds = kinds_of(args)
+    results = []
+    for seq_len in args.seq_lens:
+        found = {kind_name(k, seq_len): dict(k, seq_len=seq_len, windows=[], losses=None)
+                 for k in kinds}
+        for r in range(args.rounds):
+            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
+                name = kind_name(kind, seq_len)
+                run = run_kind(args, kind, seq_len, r)
+                print(f"  {name} round {r + 1}: tokens/s "
+                      + ", ".join(f"{w:,.0f}" for w in run["windows"]), flush=True)
+                found[name]["windows"] += run["windows"]
+                found[name]["losses"] = found[name]["losses"] or run["losses"]
+        results += found.values()
+    for r in results:
+        r["median_tokens_per_sec"] = statistics.median(r["windows"])
+    for r in results:
+        ring = [x for x in results if x["layout"] == "ring" and all(
+            x[k] == r[k] for k in ("seq_len", "strategy", "masked"))]
+        r["x_ring"] = (r["median_tokens_per_sec"] / ring[0]["median_tokens_per_sec"]
+                       if ring else None)
+    return results
+
+
+def print_table(results, args):
+    print(f"\ntrain.py end to end, {args.config}, batch {args.batch}, tiles {args.tile}, "
+          f"{args.processes} processes pinned to one core each; medians of {args.rounds} x "
+          f"{args.steps} steady-state steps")
+    print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tokens/s':>9} "
+          f"{'min':>7} {'max':>7} {'x ring':>7}")
+    for r in results:
+        ratio = "-" if r["x_ring"] is None else f"{r['x_ring']:.2f}"
+        print(f"{r['seq_len']:>7,} {'masked' if r['masked'] else 'unmasked':<9} "
+              f"{r['layout']:<9} {r['strategy']:<10} {r['median_tokens_per_sec']:>9,.0f} "
+              f"{min(r['windows']):>7,.0f} {max(r['windows']):>7,.0f} {ratio:>7}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    args.workdir = os.path.abspath(args.workdir)
+    args.json = args.json and os.path.abspath(args.json)
+    args.config = os.path.abspath(args.config) if os.path.exists(args.config) else args.config
+    os.chdir(ROOT)  # train.py and the configs by their repository paths
+    if args.steps < 1 or args.rounds < 1:
+        sys.exit("bench_train: --steps and --rounds must be at least 1")
+    if len(os.sched_getaffinity(0)) < args.processes:
+        print(f"bench_train: note: {args.processes} processes on "
+              f"{len(os.sched_getaffinity(0))} core(s): pinned processes will share cores")
+    print(f"{len(kinds_of(args)) * len(args.seq_lens) * args.rounds} train.py runs of "
+          f"{args.steps + 1} steps each", flush=True)
+    results = measure(args)
+    print_table(results, args)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(args=vars(args), results=results), f, indent=1)
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
