@@ -26,6 +26,9 @@ def get_config():
     config.cpu_devices = 4  # fake devices when the platform is CPU (set before JAX starts)
     config.tracker = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
     config.wandb_project = "ringstripe"  # wandb project
+    # wandb group: '' = S{seq_len}-{strategy}-{kernel}-{mesh}-{docs|nodocs}, so that runs
+    # differing only in parallel.attention sit side by side (each named by its layout)
+    config.wandb_group = ""
     config.wandb_mode = "offline"  # wandb mode unless WANDB_MODE is set: offline | online
     config.peak_tflops_per_device = 0.0  # MFU denominator; 0 = from the device table
 

@@ -1,4 +1,5 @@
-"""Building blocks of the decoder: RMSNorm, RoPE, attention (sequence-parallel), SwiGLU MLP.
+"""Building blocks of the decoder: RMSNorm, RoPE, attention (sequence-parallel, or cached for
+decoding), SwiGLU MLP.
 
 Shapes: B batch, S sequence (in the attention layout's order, sharded over 'seq'), D d_model,
 H query heads, K key/value heads, Dh head dim. Parameters carry sharding annotations: every
@@ -17,6 +18,7 @@ from flax import nnx
 import parallel
 from model.chunks import map_chunks
 from model.config import ModelConfig
+from model.kv_cache import attend_cached
 
 FSDP = (parallel.DATA, parallel.SEQ)  # parameter shards span the whole mesh
 ACTIVATIONS = jax.P(parallel.DATA, parallel.SEQ)  # [B, S, ...]: batch over data, seq over seq
@@ -98,15 +100,22 @@ class Attention(nnx.Module):
         self.o = dense(cfg, cfg.num_heads * cfg.head_dim, cfg.d_model, rngs,
                        scale=1.0 / cfg.num_layers)
 
-    def __call__(self, x, positions, segment_ids, order=None):
+    def __call__(self, x, positions, segment_ids=None, order=None, cache=None):
         """x [B, S, D] -> [B, S, D]; positions (RoPE), segment_ids and order (the original
-        index of each token, parallel.attention's `order`) [B, S]; the last two may be None."""
+        index of each token, parallel.attention's `order`) [B, S]; the last two may be None.
+
+        Training (cache None): the sequence-parallel attention of the configured layout,
+        strategy and kernel. Decoding (cache: this layer's KVCache): dense attention of the new
+        tokens against the cache (model/kv_cache.py); returns (out, updated cache)."""
         cfg = self.cfg
         b, s, _ = x.shape
         q = self.q(x).reshape(b, s, cfg.num_heads, cfg.head_dim)
         k = self.k(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
+        if cache is not None:
+            out, cache = attend_cached(q, k, v, positions, cache)
+            return self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim)), cache
         out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
                                  strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
                                  segment_ids=segment_ids, order=order, tile_q=cfg.tile_q or None,

@@ -19,7 +19,12 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(cfg, rngs)
         self.mlp = SwiGLU(cfg, mesh, rngs)
 
-    def __call__(self, x, positions, segment_ids, order):
+    def __call__(self, x, positions, segment_ids=None, order=None, cache=None):
+        """Training: x -> x. Decoding (cache: this block's KVCache): x -> (x, updated cache)."""
+        if cache is not None:
+            h, cache = self.attention(self.attention_norm(x), positions, cache=cache)
+            x = x + h
+            return x + self.mlp(self.mlp_norm(x)), cache
         x = x + self.attention(self.attention_norm(x), positions, segment_ids, order)
         x = x + self.mlp(self.mlp_norm(x))
         return jax.lax.with_sharding_constraint(x, ACTIVATIONS)
@@ -56,7 +61,7 @@ class Transformer(nnx.Module):
 
     `hidden` is everything before the output projection ([B, S, d_model], what the chunked loss
     takes with `head_weight`); `layers()` yields the blocks one by one whether or not they are
-    stacked (cfg.scan_layers), for code that walks them (decoding).
+    stacked (cfg.scan_layers). Given a `cache`, the same modules decode (see __call__).
     """
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
@@ -73,9 +78,16 @@ class Transformer(nnx.Module):
         if not cfg.tie_embeddings:
             self.lm_head = dense(cfg, cfg.d_model, cfg.vocab_size, rngs)
 
-    def __call__(self, tokens, positions, segment_ids=None, order=None):
+    def __call__(self, tokens, positions, segment_ids=None, order=None, cache=None):
         """order: the original index of each token as it sits ([B, S]; the batch's 'order'),
-        required by the 'balanced' layout, optional for the others."""
+        required by the 'balanced' layout, optional for the others.
+
+        Decoding: with cache (a list of one KVCache per layer, model/kv_cache.py), tokens
+        [B, T] in natural order at positions [B, T] attend densely to the cache and to each
+        other; returns (logits, the updated cache)."""
+        if cache is not None:
+            x, cache = self.decode_hidden(tokens, positions, cache)
+            return self.logits(x), cache
         return self.logits(self.hidden(tokens, positions, segment_ids, order))
 
     def hidden(self, tokens, positions, segment_ids=None, order=None):
@@ -93,6 +105,14 @@ class Transformer(nnx.Module):
             for block in self.blocks:
                 x = run(block, x)
         return self.final_norm(x)
+
+    def decode_hidden(self, tokens, positions, cache):
+        """hidden() for decoding: the same blocks with their caches; returns (x, new caches)."""
+        x, new_cache = self.embed(tokens), []
+        for block, layer_cache in zip(self.layers(), cache, strict=True):
+            x, layer_cache = block(x, positions, cache=layer_cache)
+            new_cache.append(layer_cache)
+        return self.final_norm(x), new_cache
 
     def head_weight(self):
         """The output projection as a [d_model, vocab] matrix (the embedding's transpose when

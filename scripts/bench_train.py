@@ -16,10 +16,14 @@ imbalance vanishes from the clock.) Each run logs every step; its first step com
 left out, so the windows are steady-state steps. Kinds are interleaved: round r runs every kind
 once, in an order rotated by r, and a kind's figure is the median tokens/s over all its windows.
 
-"x ring" is the ring layout's median over this kind's, same length, strategy and documents.
-Unmasked, every token sees every earlier one (the layouts' balance on one long document);
-masked (data.mask_documents, the config's default), attention stays inside packed documents,
-which unbalances striped and zigzag and is what the balanced layout is for.
+"x ring" is how much faster this kind runs the same steps than the ring layout (same length,
+strategy and documents): the median over rounds and steps of this kind's tokens/s over ring's on
+the same step of the same round. Every kind trains on the same rows (a batch is a function of
+the step), so a pair is the same work laid out two ways. Unmasked, every token sees every
+earlier one (the layouts' balance on one long document): all steps cost the same. Masked
+(data.mask_documents, the config's default), attention stays inside packed documents, so a
+step's cost follows its row's documents; this unbalances striped and zigzag and is what the
+balanced layout is for.
 
 The runs' workdirs stay under --workdir (metrics.jsonl; checkpoints removed); --json keeps every
 window and every run's losses (scripts/plot_figures.py draws tokens/s vs length and the losses).
@@ -92,8 +96,9 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
 
 
 def read_run(workdir: str) -> dict:
-    """The run's steady-state windows (tokens/s) and its loss per step, from metrics.jsonl."""
-    windows, losses = [], {}
+    """The run's steady-state windows (tokens/s of each step after the first) and its loss per
+    step, from metrics.jsonl."""
+    windows, steps, losses = [], [], {}
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         for line in f:
             row = json.loads(line)
@@ -101,7 +106,8 @@ def read_run(workdir: str) -> dict:
                 losses[int(row["step"])] = row["train/loss"]
             if "throughput/tokens_per_sec" in row:
                 windows.append(row["throughput/tokens_per_sec"])
-    return dict(windows=windows, losses=losses)
+                steps.append(int(row["step"]))
+    return dict(windows=windows, steps=steps, losses=losses)
 
 
 def run_kind(args, kind: dict, seq_len: int, round_index: int) -> dict:
@@ -125,8 +131,8 @@ def measure(args) -> list[dict]:
     kinds = kinds_of(args)
     results = []
     for seq_len in args.seq_lens:
-        found = {kind_name(k, seq_len): dict(k, seq_len=seq_len, windows=[], losses=None)
-                 for k in kinds}
+        found = {kind_name(k, seq_len): dict(k, seq_len=seq_len, windows=[], steps=[],
+                                             losses=None) for k in kinds}
         for r in range(args.rounds):
             for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                 name = kind_name(kind, seq_len)
@@ -134,22 +140,33 @@ def measure(args) -> list[dict]:
                 print(f"  {name} round {r + 1}: tokens/s "
                       + ", ".join(f"{w:,.0f}" for w in run["windows"]), flush=True)
                 found[name]["windows"] += run["windows"]
+                found[name]["steps"] += [(r, step) for step in run["steps"]]
                 found[name]["losses"] = found[name]["losses"] or run["losses"]
         results += found.values()
+    return summarize(results)
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    """Adds each kind's median tokens/s and "x ring": the median over (round, step) of its
+    tokens/s over the ring layout's on the same step (None without a ring twin)."""
     for r in results:
         r["median_tokens_per_sec"] = statistics.median(r["windows"])
     for r in results:
         ring = [x for x in results if x["layout"] == "ring" and all(
             x[k] == r[k] for k in ("seq_len", "strategy", "masked"))]
-        r["x_ring"] = (r["median_tokens_per_sec"] / ring[0]["median_tokens_per_sec"]
-                       if ring else None)
+        if not ring:
+            r["x_ring"] = None
+            continue
+        on_step = dict(zip(map(tuple, ring[0]["steps"]), ring[0]["windows"]))
+        r["x_ring"] = statistics.median(w / on_step[tuple(key)] for key, w
+                                        in zip(r["steps"], r["windows"]))
     return results
 
 
 def print_table(results, args):
     print(f"\ntrain.py end to end, {args.config}, batch {args.batch}, tiles {args.tile}, "
           f"{args.processes} processes pinned to one core each; medians of {args.rounds} x "
-          f"{args.steps} steady-state steps")
+          f"{args.steps} steady-state steps; x ring: median of step-by-step ratios to ring")
     print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tokens/s':>9} "
           f"{'min':>7} {'max':>7} {'x ring':>7}")
     for r in results:
@@ -166,7 +183,8 @@ def main(argv=None):
     args.config = os.path.abspath(args.config) if os.path.exists(args.config) else args.config
     os.chdir(ROOT)  # train.py and the configs by their repository paths
     if args.steps < 1 or args.rounds < 1:
-        sys.exit("bench_train: --steps and --rounds must be at least 1")
+        print("bench_train: --steps and --rounds must be at least 1", file=sys.stderr)
+        sys.exit(2)
     if len(os.sched_getaffinity(0)) < args.processes:
         print(f"bench_train: note: {args.processes} processes on "
               f"{len(os.sched_getaffinity(0))} core(s): pinned processes will share cores")

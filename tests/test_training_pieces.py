@@ -75,3 +75,23 @@ def test_optimizer_state_is_sharded_like_the_parameters():
             assert moment.addressable_shards[0].data.size == param.addressable_shards[0].data.size
     kernel = jax.tree.leaves(adam.mu)[1]
     assert kernel.addressable_shards[0].data.size * 8 == kernel.size
+
+
+def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
+    from training.trackers import wandb_names
+
+    names = {}
+    for layout in ("ring", "striped", "zigzag", "balanced"):
+        config = tiny.get_config()
+        config.parallel.attention = layout
+        names[layout] = wandb_names(config, (1, 2))
+    groups = {group for group, _, _ in names.values()}
+    assert groups == {"S128-ring-auto-1x2-docs"}  # one group: the layouts side by side
+    assert len({name for _, name, _ in names.values()}) == 4  # each run named by its layout
+    assert all(names[layout][1].startswith(layout) and layout in names[layout][2]
+               for layout in names)
+    config = tiny.get_config()
+    config.data.mask_documents, config.seq_len = False, 256
+    assert wandb_names(config, (2, 2))[0] == "S256-ring-auto-2x2-nodocs"  # another comparison
+    config.wandb_group = "my-sweep"
+    assert wandb_names(config, (2, 2))[0] == "my-sweep"

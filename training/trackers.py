@@ -44,23 +44,36 @@ class JsonlTracker:
         self._file.close()
 
 
+def wandb_names(config, mesh_shape) -> tuple[str, str, list[str]]:
+    """(group, run name, tags). A group is one comparison: runs of one length, strategy, kernel,
+    mesh and document masking, so that the layouts sit side by side in it, each run named by its
+    layout (config.wandb_group, if set, names the group instead).
+
+    e.g. striped at 16,384 on a 1x2 mesh: ('S16384-ring-auto-1x2-docs',
+    'striped-S16384-ring-auto-1x2-docs', ['striped', 'strategy-ring', ...])."""
+    layout, seq_len = config.parallel.attention, config.seq_len
+    strategy = config.parallel.get("strategy", "ring")
+    kernel = config.parallel.get("kernel", "auto")
+    mesh = f"{mesh_shape[0]}x{mesh_shape[1]}"
+    docs = "docs" if config.data.get("mask_documents", True) else "nodocs"
+    group = config.get("wandb_group") or f"S{seq_len}-{strategy}-{kernel}-{mesh}-{docs}"
+    tags = [layout, f"strategy-{strategy}", f"kernel-{kernel}", f"seq{seq_len}", f"mesh{mesh}",
+            docs]
+    return group, f"{layout}-{group}", tags
+
+
 class WandbTracker:
     """wandb on process 0: offline unless WANDB_MODE (or config.wandb_mode) says online."""
 
     def __init__(self, config, workdir: str, mesh_shape, run_id: str):
         import wandb  # imported here: it is slow to import and optional for other trackers
 
-        layout, seq_len = config.parallel.attention, config.seq_len
-        strategy = config.parallel.get("strategy", "ring")
-        kernel = config.parallel.get("kernel", "auto")
-        group = f"{layout}-S{seq_len}"  # layouts of one length and strategy sit side by side
+        group, name, tags = wandb_names(config, mesh_shape)
         self._run = wandb.init(
-            project=config.wandb_project, group=group,
-            name=f"{group}-d{mesh_shape[0]}x{mesh_shape[1]}",
+            project=config.wandb_project, group=group, name=name,
             config=config.to_dict(), dir=workdir, id=run_id, resume="allow",
             mode=os.environ.get("WANDB_MODE", config.wandb_mode),
-            tags=[layout, f"strategy-{strategy}", f"kernel-{kernel}", f"seq{seq_len}",
-                  f"mesh{mesh_shape[0]}x{mesh_shape[1]}"])
+            tags=tags)
 
     def log(self, step, metrics):
         self._run.log({k: _plain(v) for k, v in metrics.items()}, step=int(step))

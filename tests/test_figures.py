@@ -1,0 +1,77 @@
+"""The end-to-end bench (scripts/bench_train.py) and the pictures (scripts/plot_figures.py), run
+small: the bench drives real train.py processes; the plots are written as PNG files."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_train  # noqa: E402  (scripts/bench_train.py)
+import plot_figures  # noqa: E402  (scripts/plot_figures.py)
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_png(path):
+    with open(path, "rb") as f:
+        return f.read(8) == PNG and os.path.getsize(path) > 10_000
+
+
+@pytest.mark.slow
+def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    bench_train.main(["--config", "configs/tiny.py", "--seq-lens", "256", "--layouts", "ring",
+                      "striped", "--masked-layouts", "--steps", "2", "--rounds", "1",
+                      "--workdir", str(tmp_path / "runs"), "--json", str(out), "--",
+                      "--config.model.tile_q=32", "--config.model.tile_k=32"])
+    results = {r["layout"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {"ring", "striped"}
+    for r in results.values():
+        assert len(r["windows"]) == 2 and all(w > 0 for w in r["windows"])  # step 1 left out
+        assert sorted(r["losses"]) == ["1", "2", "3"]
+    assert results["ring"]["x_ring"] == 1.0
+    pairs = [s / r for s, r in zip(results["striped"]["windows"], results["ring"]["windows"])]
+    assert results["striped"]["x_ring"] == pytest.approx(sum(pairs) / 2)  # median of two
+    assert results["ring"]["losses"] == pytest.approx(results["striped"]["losses"], rel=1e-4)
+    assert not (tmp_path / "runs" / "S256-ring-ring-unmasked-r0" / "checkpoints").exists()
+    assert "x ring" in capsys.readouterr().out
+
+
+def test_plot_throughput_and_losses(tmp_path):
+    results = [dict(layout=layout, strategy="ring", masked=False, seq_len=s, windows=[w, w * 1.1],
+                    median_tokens_per_sec=w * 1.05, x_ring=scale)
+               for layout, scale in (("ring", 1.0), ("striped", 1.4))
+               for s in (4096, 8192) for w in [1000 * scale * 4096 / s]]
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(dict(args=dict(config="configs/default.py", batch=1, tile=512,
+                                               processes=2), results=results)))
+    plot_figures.main(["throughput", str(bench), "--out", str(tmp_path / "tput.png")])
+    assert _is_png(tmp_path / "tput.png")
+    for name, shift in (("cmp_ring", 0.0), ("cmp_striped", 1e-6)):
+        os.makedirs(tmp_path / name)
+        rows = [dict(step=s, **{"train/loss": 7.0 - s / 10 + shift}) for s in range(1, 21)]
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)))
+    plot_figures.main(["losses", str(tmp_path / "cmp_ring"), str(tmp_path / "cmp_striped"),
+                       "--out", str(tmp_path / "losses.png")])
+    assert _is_png(tmp_path / "losses.png")
+
+
+def test_plot_work_from_the_kernel_counters(tmp_path):
+    plot_figures.main(["work", "--shards", "2", "--seq-len", "512", "--tile", "32",
+                       "--documents", "exp:64", "--out", str(tmp_path / "work.png")])
+    assert _is_png(tmp_path / "work.png")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["losses", "nowhere/run"], "no nowhere/run/metrics.jsonl: give train.py workdirs"),
+    (["throughput", "nowhere.json"], "no file nowhere.json: give scripts/bench_train.py's --json"),
+])
+def test_plot_bad_input_is_one_line(tmp_path, argv, message):
+    result = subprocess.run([sys.executable, "scripts/plot_figures.py", *argv], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
