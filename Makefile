@@ -8,7 +8,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: install test train bench clean
+.PHONY: install test train bench bench-train clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ train: install
 
 bench: install
 	$(PY) scripts/bench_attention.py --json runs/bench_attention.json
+
+# train.py end to end per layout, one pinned process per device (about 30 minutes on 2 cores)
+bench-train: install
+	$(PY) scripts/bench_train.py --json runs/bench_train.json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

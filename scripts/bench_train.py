@@ -57,7 +57,7 @@ def parse_args(argv=None):
                    help="layouts with packed documents masked (none: skip)")
     p.add_argument("--strategies", nargs="+", default=["ring"], help="parallel.strategy values")
     p.add_argument("--steps", type=int, default=4, help="timed steps per run (after the first)")
-    p.add_argument("--rounds", type=int, default=2, help="runs of every kind, interleaved")
+    p.add_argument("--rounds", type=int, default=3, help="runs of every kind, interleaved")
     p.add_argument("--workdir", default="runs/bench_train", help="runs and the data cache")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per run before it fails")
     p.add_argument("--json", help="write every window and loss to this JSON file")
