@@ -164,7 +164,8 @@ def summarize(results: list[dict]) -> list[dict]:
 
 
 def print_table(results, args):
-    print(f"\ntrain.py end to end, {args.config}, batch {args.batch}, tiles {args.tile}, "
+    config = os.path.relpath(args.config, ROOT) if os.path.isabs(args.config) else args.config
+    print(f"\ntrain.py end to end, {config}, batch {args.batch}, tiles {args.tile}, "
           f"{args.processes} processes pinned to one core each; medians of {args.rounds} x "
           f"{args.steps} steady-state steps; x ring: median of step-by-step ratios to ring")
     print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tokens/s':>9} "
