@@ -184,18 +184,19 @@ def plot_losses(args):
     first_name, first = next(iter(runs.items()))
     for i, (name, steps) in enumerate(runs.items()):
         xs = sorted(s for s in steps if "train/loss" in steps[s])
-        top.plot(xs, [steps[s]["train/loss"] for s in xs], lw=2.5 - 0.5 * min(i, 3), label=name)
-        if i:
+        line, = top.plot(xs, [steps[s]["train/loss"] for s in xs], lw=2.5 - 0.5 * min(i, 3),
+                         label=name)
+        if i:  # exact agreement is drawn at the floor of the log axis
             shared = [s for s in xs if "train/loss" in first.get(s, {})]
             gap = [max(abs(steps[s]["train/loss"] - first[s]["train/loss"]), 1e-9)
                    for s in shared]
-            bottom.plot(shared, gap, "o-", ms=3, label=name)
+            bottom.plot(shared, gap, "o-", ms=3, color=line.get_color(), label=name)
     top.set_ylabel("train/loss (nats per token)")
     top.set_title("Loss curves of the layouts overlaid (one config, one seed)")
     top.legend()
     top.grid(alpha=0.3)
     bottom.set_yscale("log")
-    bottom.set_ylabel(f"|loss - {first_name}|")
+    bottom.set_ylabel(f"|loss - {first_name}|\n(equal: drawn at 1e-9)")
     bottom.set_xlabel("step")
     bottom.grid(alpha=0.3)
     if len(runs) > 1:

@@ -28,8 +28,10 @@ def trained(tmp_path_factory, cache):
 
 
 def assert_user_error(result, *fragments, code=2):
+    """Exit `code`, and stderr is one line holding every fragment."""
     assert result.returncode == code, (result.returncode, result.stderr[-3000:])
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
     for fragment in fragments:
         assert fragment in result.stderr, result.stderr[-3000:]
 
@@ -173,7 +175,6 @@ def test_workdir_that_cannot_be_created():
     result = run_train("/proc/ringstripe/run")
     assert_user_error(result, "workdir '/proc/ringstripe/run' cannot be created",
                       "choose another --workdir")
-    assert len(result.stderr.strip().splitlines()) == 1
     assert not os.path.exists("/proc/ringstripe") and "ringstripe" not in before
 
 
@@ -185,3 +186,24 @@ def _mkdir(path):
 def _write(path, content: bytes):
     path.write_bytes(content)
     return str(path)
+
+
+def _sample(*args):
+    import subprocess
+    import sys
+
+    from tests.train_runs import ROOT, clean_env
+    return subprocess.run([sys.executable, "sample.py", *args], cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_sample_without_checkpoints(tmp_path):
+    result = _sample("--workdir", str(tmp_path / "nothing"), "--prompt", "x")
+    assert_user_error(result, "no checkpoints in", "train first")
+
+
+def test_sample_at_a_step_that_was_not_saved(trained):
+    workdir, _ = trained
+    result = _sample("--workdir", str(workdir), "--step", "7", "--prompt", "x")
+    assert_user_error(result, "no checkpoint at step 7", "(available: [6, 12])",
+                      "choose one of those steps")

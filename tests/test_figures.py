@@ -22,6 +22,7 @@ def _is_png(path):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:os.fork")  # the pinned children exec train.py at once
 def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     out = tmp_path / "bench.json"
     bench_train.main(["--config", "configs/tiny.py", "--seq-lens", "256", "--layouts", "ring",
