@@ -61,6 +61,9 @@ def launch(program: list[str], processes: int, timeout: float | None = None,
         procs.append(p)
     deadline = None if timeout is None else time.monotonic() + timeout
     code = 0
+    # SIGTERM (a job scheduler, a killed bench) ends this process through `finally`, which stops
+    # the children: they would otherwise train on, orphaned.
+    previous = _exit_on_sigterm()
     try:
         while any(p.poll() is None for p in procs):
             failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
@@ -77,7 +80,21 @@ def launch(program: list[str], processes: int, timeout: float | None = None,
             p.wait()
         for t in pumps:
             t.join(timeout=5)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return code
+
+
+def _exit_on_sigterm():
+    """Makes SIGTERM raise SystemExit (only the main thread may set handlers); returns the
+    handler it replaced, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def main() -> None:

@@ -76,3 +76,24 @@ def test_plot_bad_input_is_one_line(tmp_path, argv, message):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_launcher_stops_its_processes_when_terminated(tmp_path):
+    """SIGTERM to scripts/launch_local.py (as when a bench is killed) stops its children."""
+    import signal
+    import time
+
+    program = ("import os, time; open(os.path.join(%r, str(os.getpid())), 'w').close(); "
+               "time.sleep(120)" % str(tmp_path))
+    launcher = subprocess.Popen([sys.executable, "scripts/launch_local.py", "--processes", "2",
+                                 "--", "-c", program], cwd=ROOT, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    children = [int(name) for name in os.listdir(tmp_path)]
+    assert len(children) == 2
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
