@@ -113,15 +113,16 @@ class Attention(nnx.Module):
         k = self.k(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
-        if cache is not None:
+        if cache is None:
+            out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
+                                     strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
+                                     segment_ids=segment_ids, order=order,
+                                     tile_q=cfg.tile_q or None, tile_k=cfg.tile_k or None,
+                                     ulysses_degree=cfg.ulysses_degree or None)
+        else:
             out, cache = attend_cached(q, k, v, positions, cache)
-            return self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim)), cache
-        out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
-                                 strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
-                                 segment_ids=segment_ids, order=order, tile_q=cfg.tile_q or None,
-                                 tile_k=cfg.tile_k or None,
-                                 ulysses_degree=cfg.ulysses_degree or None)
-        return self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))
+        out = self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))
+        return out if cache is None else (out, cache)
 
 
 class SwiGLU(nnx.Module):

@@ -21,12 +21,13 @@ class Block(nnx.Module):
 
     def __call__(self, x, positions, segment_ids=None, order=None, cache=None):
         """Training: x -> x. Decoding (cache: this block's KVCache): x -> (x, updated cache)."""
+        h = self.attention(self.attention_norm(x), positions, segment_ids, order, cache=cache)
         if cache is not None:
-            h, cache = self.attention(self.attention_norm(x), positions, cache=cache)
-            x = x + h
-            return x + self.mlp(self.mlp_norm(x)), cache
-        x = x + self.attention(self.attention_norm(x), positions, segment_ids, order)
+            h, cache = h
+        x = x + h
         x = x + self.mlp(self.mlp_norm(x))
+        if cache is not None:  # decoding: natural order, not sharded like training's tokens
+            return x, cache
         return jax.lax.with_sharding_constraint(x, ACTIVATIONS)
 
 
