@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 
+from bench_documents import stdlib_rows  # scripts/bench_documents.py
 from timing import interleaved  # scripts/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,15 +121,7 @@ def segment_rows(args):
     from data.document_lengths import packed_segment_ids
     if args.documents != "stdlib":
         return {s: packed_segment_ids(args.documents, args.batch, s) for s in args.seq_lens}
-    from configs import default
-    from training.loop import sample_segment_ids
-    config = default.get_config()
-    rows = {}
-    for seq_len in args.seq_lens:
-        config.seq_len = seq_len
-        rows[seq_len] = sample_segment_ids(config, os.path.join(ROOT, "runs", "bench_documents"),
-                                           args.batch)
-    return rows
+    return {s: stdlib_rows(s, args.batch) for s in args.seq_lens}
 
 
 def layout_inputs(layouts, seg, num_shards, tile):

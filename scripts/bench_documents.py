@@ -34,6 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = ("ring", "striped", "zigzag", "balanced")
 
+STDLIB_WORKDIR = os.path.join(ROOT, "runs", "bench_documents")  # its tokenizer, token cache
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -45,20 +46,21 @@ def parse_args(argv=None):
     p.add_argument("--tiles", type=int, nargs="+", default=[256, 512, 1024])
     p.add_argument("--rows", type=int, default=4, help="rows per source")
     p.add_argument("--kernel", default="xla")
-    p.add_argument("--workdir", default=os.path.join(ROOT, "runs", "bench_documents"),
+    p.add_argument("--workdir", default=STDLIB_WORKDIR,
                    help="where the stdlib tokenizer and token cache are built (once)")
     p.add_argument("--json", help="write every figure to this JSON file")
     return p.parse_args(argv)
 
 
-def stdlib_rows(args):
-    """Segment ids of the first --rows training rows of the embedded corpus (natural order)."""
+def stdlib_rows(seq_len: int, rows: int, workdir: str = STDLIB_WORKDIR):
+    """Segment ids [rows, seq_len] of the default config's first training rows of the embedded
+    corpus (natural order); the tokenizer and token cache are built in `workdir` once."""
     from configs import default
     from training.loop import sample_segment_ids
 
     config = default.get_config()
-    config.seq_len = args.seq_len
-    return sample_segment_ids(config, args.workdir, args.rows)
+    config.seq_len = seq_len
+    return sample_segment_ids(config, workdir, rows)
 
 
 def kernel_counts(seg_row, layout, shards, tile, kernel):
@@ -136,7 +138,7 @@ def main(argv=None):
     print_header(args)
     results = []
     for source in args.sources:
-        rows = (stdlib_rows(args) if source == "stdlib"
+        rows = (stdlib_rows(args.seq_len, args.rows, args.workdir) if source == "stdlib"
                 else packed_segment_ids(source, args.rows, args.seq_len))
         results += measure(args, source, rows)
     if args.json:

@@ -27,6 +27,9 @@ import json
 import os
 import sys
 
+from bench_documents import kernel_counts, stdlib_rows  # scripts/bench_documents.py
+from compare_losses import read_losses  # scripts/compare_losses.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIGURES = os.path.join(ROOT, "docs", "figures")
 LAYOUTS = ("ring", "striped", "zigzag", "balanced")
@@ -69,27 +72,13 @@ def packed_row(args):
     if args.documents != "stdlib":
         from data.document_lengths import packed_segment_ids
         return packed_segment_ids(args.documents, 1, args.seq_len)[0]
-    from configs import default
-    from training.loop import sample_segment_ids
-    config = default.get_config()
-    config.seq_len = args.seq_len
-    return sample_segment_ids(config, os.path.join(ROOT, "runs", "bench_documents"), 1)[0]
+    return stdlib_rows(args.seq_len, 1)[0]
 
 
 def kernel_tiles(seg_row, layout, shards, tile):
-    """tiles[d, s] as the kernel counted them, the row laid out by `layout`."""
-    import jax
-    import numpy as np
-
-    import parallel
-
-    order = parallel.row_order(layout, seg_row[None], shards, tile=tile)
-    mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    x = np.zeros((1, seg_row.shape[0], 1, 8), np.float32)
-    _, tiles = parallel.attention_with_stats(
-        x, x, x, mesh=mesh, layout=layout, segment_ids=np.take_along_axis(seg_row[None], order, 1),
-        order=order, tile_q=tile, tile_k=tile)
-    return np.asarray(tiles)
+    """tiles[d, s] as the kernel (the backend's default) counted them, the row laid out by
+    `layout`."""
+    return kernel_counts(seg_row, layout, shards, tile, "auto")[0]
 
 
 def plot_work(args):
@@ -132,7 +121,8 @@ def plot_work(args):
 
 def plot_throughput(args):
     with open(args.json) as f:
-        results = json.load(f)["results"]
+        bench = json.load(f)
+    results, a = bench["results"], bench["args"]
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     kinds = sorted({(r["layout"], r["strategy"], r["masked"]) for r in results},
@@ -163,8 +153,6 @@ def plot_throughput(args):
     right.axhline(1.0, color="gray", lw=0.8)
     left.legend(fontsize=8)
     right.legend(fontsize=8)
-    with open(args.json) as f:
-        a = json.load(f)["args"]
     fig.suptitle(f"{os.path.basename(a['config'])}, batch {a['batch']}, tiles {a['tile']}, "
                  f"{a['processes']} processes each pinned to one CPU core", fontsize=11)
     return fig
@@ -173,9 +161,6 @@ def plot_throughput(args):
 # ---------------------------------------------------------------- losses
 
 def plot_losses(args):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from compare_losses import read_losses  # scripts/compare_losses.py
-
     runs = {os.path.basename(os.path.normpath(w)): read_losses(w) for w in args.workdirs}
     plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True,

@@ -4,10 +4,12 @@ and nothing written or overwritten."""
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
-from tests.train_runs import completed_checkpoints, read_metrics, run_train
+from tests.train_runs import ROOT, clean_env, completed_checkpoints, read_metrics, run_train
 
 
 @pytest.fixture(scope="module")
@@ -189,10 +191,6 @@ def _write(path, content: bytes):
 
 
 def _sample(*args):
-    import subprocess
-    import sys
-
-    from tests.train_runs import ROOT, clean_env
     return subprocess.run([sys.executable, "sample.py", *args], cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=300)
 
