@@ -34,12 +34,11 @@ def load_run(workdir: str, step, devices: int):
     import os
 
     import jax
-    import ml_collections
-
     import data
     import parallel
     from checkpoints import Checkpointer, abstract_like
     from training.loop import create_train_state
+    from training.resume import saved_config
 
     directory = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(directory):
@@ -53,7 +52,7 @@ def load_run(workdir: str, step, devices: int):
                               f"{directory} (available: {steps}): choose one of those steps")
         step = steps[-1] if step is None else step
         meta = checkpointer.read_meta(step)
-        config = ml_collections.ConfigDict(meta["config"])
+        config = saved_config(meta)
         tokenizer_path = meta.get("tokenizer_path") or config.data.tokenizer_path
         if tokenizer_path:
             tokenizer = data.load_tokenizer(tokenizer_path)
@@ -94,7 +93,7 @@ def main(argv):
     tokens = decode.generate(graphdef, params, np.tile(prompt, (FLAGS.num_samples, 1)),
                              FLAGS.max_new_tokens, temperature=FLAGS.temperature,
                              top_k=FLAGS.top_k, seed=FLAGS.seed, eos_id=tokenizer.eos_id)
-    print(f"# {FLAGS.workdir} step {step}, {config.parallel.attention}-trained, temperature "
+    print(f"# {FLAGS.workdir} step {step}, {config.parallel.layout}-trained, temperature "
           f"{FLAGS.temperature}, top_k {FLAGS.top_k}", file=sys.stderr)
     for row in tokens:
         ids = [int(t) for t in row]

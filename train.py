@@ -1,7 +1,7 @@
 """Train a ringstripe model.
 
     python train.py --config configs/default.py --workdir runs/default
-    python train.py --config configs/tiny.py --workdir /tmp/tiny --config.parallel.attention=ring
+    python train.py --config configs/tiny.py --workdir /tmp/tiny --config.parallel.layout=ring
 
 Config fields are overridden with --config.FIELD=VALUE (an unknown field is an error). Multi-process
 runs call jax.distributed.initialize(): with --coordinator_address/--num_processes/--process_id,
@@ -16,6 +16,7 @@ from ml_collections import config_flags
 # Importable as in Flax's examples: `from train import train_and_evaluate`. (Importing JAX here
 # starts no backend, so main() can still set the fake CPU device count first.)
 from training import train_and_evaluate  # noqa: E402
+from training.cli import parse_flags
 
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
                                  lock_config=True)
@@ -27,21 +28,6 @@ flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() with 
                   "(TPU pods and clusters where JAX finds its peers in the environment).")
 flags.mark_flags_as_required(["config", "workdir"])
 FLAGS = flags.FLAGS
-
-
-def parse_flags(argv):
-    """absl's parser, with config mistakes reported as one line (exit 2) instead of a traceback."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:  # e.g. a value of the wrong type
-        fix = "give a value of the field's type" if "--config." in str(e) else "see --helpshort"
-        print(f"error: {e}: {fix}", file=sys.stderr)
-    except (AttributeError, KeyError) as e:  # ml_collections: an override names no field
-        given = [a.split("=")[0] for a in argv if a.startswith("--config.")]
-        name = str(e).strip("\"'")
-        print(f"error: unknown config field '{name}' (overrides: {', '.join(given)}): every "
-              f"--config.FIELD must exist in the config file", file=sys.stderr)
-    sys.exit(2)
 
 
 def start_jax(config):

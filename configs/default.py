@@ -5,7 +5,7 @@
 
 Runs anywhere: on a CPU it fakes 4 devices (data 1 x seq 4) and trains with striped attention
 for under 10 minutes on 2 cores. Tokens per step: global_batch_size 8 x seq_len 1024 = 8,192;
-200 steps see about 1.6M tokens. Compare layouts with --config.parallel.attention=ring|zigzag.
+200 steps see about 1.6M tokens. Compare layouts with --config.parallel.layout=ring|zigzag.
 """
 
 import ml_collections
@@ -27,7 +27,7 @@ def get_config():
     config.tracker = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
     config.wandb_project = "ringstripe"  # wandb project
     # wandb group: '' = S{seq_len}-{strategy}-{kernel}-{mesh}-{docs|nodocs}, so that runs
-    # differing only in parallel.attention sit side by side (each named by its layout)
+    # differing only in parallel.layout sit side by side (each named by its layout)
     config.wandb_group = ""
     config.wandb_mode = "offline"  # wandb mode unless WANDB_MODE is set: offline | online
     config.peak_tflops_per_device = 0.0  # MFU denominator; 0 = from the device table
@@ -35,7 +35,7 @@ def get_config():
     config.parallel = ml_collections.ConfigDict()
     # Three separate choices (parallel/README.md): where tokens sit on the seq shards, how keys and
     # values reach the queries, and what computes one (query block, key block) pair.
-    config.parallel.attention = "striped"  # layout: 'ring' | 'striped' | 'zigzag' | 'balanced'
+    config.parallel.layout = "striped"  # layout: 'ring' | 'striped' | 'zigzag' | 'balanced'
     # strategy: 'ring' (K/V hop device to device) | 'allgather' (one all-gather of K/V) |
     # 'ulysses' (all-to-all to head shards) | 'usp' (ulysses in groups x ring) | 'auto' (the
     # planner's pick for this mesh and device: scripts/plan.py prints the table)

@@ -42,7 +42,7 @@ def get_config():
     config.optim.grad_accum_steps = 16  # micro-batches per step: one sequence each
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 64  # sequence shards over all 64 chips
-    config.parallel.attention = "zigzag"  # layout: ring | striped | zigzag | balanced
+    config.parallel.layout = "zigzag"  # layout: ring | striped | zigzag | balanced
     config.model.vocab_size = 128256  # Llama-3 tokenizer pieces = embedding rows
     config.model.d_model = 4096  # residual width
     config.model.num_layers = 32  # transformer blocks

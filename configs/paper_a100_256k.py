@@ -2,7 +2,7 @@
 
     python train.py --config configs/paper_a100_256k.py --workdir runs/paper_a100_256k
     python train.py --config configs/paper_a100_256k.py --workdir runs/paper_a100_256k_ring \\
-        --config.parallel.attention=ring          # or zigzag; same tokens, same loss curve
+        --config.parallel.layout=ring          # or zigzag; same tokens, same loss curve
     python scripts/plan.py --config configs/paper_a100_256k.py   # memory and speed on 8 x A100
 
 Brandon et al. 2023 (arXiv 2311.09431) report 1.45x end-to-end over Ring Attention here. The
@@ -36,7 +36,7 @@ def get_config():
     config.global_batch_size = 1  # sequences per step, all devices together (the paper's)
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring over the node's 8 GPUs
-    config.parallel.attention = "striped"  # layout: ring | striped | zigzag | balanced
+    config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
     llama_7b.set_model(config.model)
     config.model.tile_q = 2048  # attention query tile (block 32768 -> 16 tiles per side)
     config.model.tile_k = 2048  # attention key tile

@@ -3,7 +3,7 @@
     python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b --bucket BUCKET \\
         --accelerator-type v4-32 --config configs/paper_tpuv4_786k.py \\
         --workdir gs://BUCKET/ringstripe/paper_tpuv4_786k
-    #   add --config.parallel.attention=ring (or zigzag) for the comparison runs
+    #   add --config.parallel.layout=ring (or zigzag) for the comparison runs
     python scripts/plan.py --config configs/paper_tpuv4_786k.py   # memory and speed on 16 x v4
 
 Brandon et al. 2023 (arXiv 2311.09431) report 1.65x end-to-end over Ring Attention here. Mesh
@@ -41,7 +41,7 @@ def get_config():
     config.global_batch_size = 1  # sequences per step: one, split over the 4 hosts' chips
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 16  # sequence shards: the attention ring over all 16 chips
-    config.parallel.attention = "striped"  # layout: ring | striped | zigzag | balanced
+    config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
     llama_1b.set_model(config.model)
     config.model.tile_q = 1024  # attention query tile (block 49152 -> 48 tiles per side)
     config.model.tile_k = 1024  # attention key tile (1024, not 2048: 1.2 GB less tile scratch)

@@ -47,7 +47,7 @@ class ModelConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
         if parallel_cfg is not None:
-            values["attention_layout"] = parallel_cfg.attention
+            values["attention_layout"] = parallel_cfg.layout
             values["attention_strategy"] = parallel_cfg.get("strategy", "ring")
             values["attention_kernel"] = parallel_cfg.get("kernel", "auto")
             values["ulysses_degree"] = parallel_cfg.get("ulysses_degree", 0)

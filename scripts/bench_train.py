@@ -87,7 +87,7 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
                 num_train_steps=steps, log_every_steps=1, eval_every_steps=steps,
                 eval_batches=1, checkpoint_every_steps=steps, tracker="jsonl")
     sets.update({"mesh.data": 1, "mesh.seq": args.processes,
-                 "parallel.attention": kind["layout"], "parallel.strategy": kind["strategy"],
+                 "parallel.layout": kind["layout"], "parallel.strategy": kind["strategy"],
                  "data.mask_documents": kind["masked"],
                  "data.cache_dir": os.path.join(args.workdir, "cache"),
                  "model.tile_q": args.tile, "model.tile_k": args.tile})

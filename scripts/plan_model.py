@@ -70,7 +70,7 @@ def make_run(config, devices: int) -> Run:
     data, seq = mesh_shape(config.mesh.data, config.mesh.seq, devices)
     return Run(devices=devices, data=data, seq=seq, seq_len=config.seq_len,
                global_batch=config.global_batch_size, accum=config.optim.grad_accum_steps,
-               layout=config.parallel.attention)
+               layout=config.parallel.layout)
 
 
 def process_count(device: Device, devices: int) -> int:

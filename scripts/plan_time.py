@@ -48,7 +48,7 @@ def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
     others = [t["step_s"] for layout, t in plan["time"].items() if layout != best]
     margin = f", {min(others) / plan['time'][best]['step_s']:.2f}x the next" if others else ""
     lines.append(f"  choose {best} (fastest predicted{margin}): "
-                 f"--config.parallel.attention={best}")
+                 f"--config.parallel.layout={best}")
     hop = plan["time"][run.layout]["attention_layer"]
     lines += [f"  {run.layout}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, a "
               f"ring step >= {hop['hop_compute_s_min'] * 1e3:.2f} ms of compute; "

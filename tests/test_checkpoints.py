@@ -1,5 +1,6 @@
 """Checkpoints: exact resume, other meshes and layouts, preemption, SIGKILL, NaN, multi-host."""
 
+import json
 import os
 import random
 import re
@@ -64,7 +65,7 @@ def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted):
     first = run_train(tmp_path, cache, "--config.stop_at_step=10", "--config.mesh.data=1",
                       "--config.mesh.seq=4")
     assert first.returncode == 0, first.stderr[-3000:]
-    second = run_train(tmp_path, cache, "--config.parallel.attention=ring", "--config.cpu_devices=2",
+    second = run_train(tmp_path, cache, "--config.parallel.layout=ring", "--config.cpu_devices=2",
                        "--config.mesh.data=2", "--config.mesh.seq=1")
     assert second.returncode == 0, second.stderr[-3000:]
     rows = read_metrics(tmp_path)
@@ -74,6 +75,29 @@ def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted):
     assert set(got) == set(want) | {11}  # 11: the first step after the resume
     np.testing.assert_allclose([got[s] for s in sorted(want)], [want[s] for s in sorted(want)],
                                rtol=1e-4)
+
+
+def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path, cache,
+                                                                      uninterrupted):
+    """Checkpoints written when the layout field was parallel.attention (and the record's
+    'attention' key held it) resume with today's config and sample with sample.py."""
+    first = run_train(tmp_path, cache, "--config.stop_at_step=6")
+    assert first.returncode == 0, first.stderr[-3000:]
+    path = tmp_path / "checkpoints" / "6" / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    meta["config"]["parallel"]["attention"] = meta["config"]["parallel"].pop("layout")
+    meta = {k: v for k, v in meta.items() if k != "run_attention"}
+    meta["attention"] = meta["config"]["parallel"]["attention"]
+    path.write_text(json.dumps(meta))
+    sample = subprocess.run([sys.executable, "sample.py", "--workdir", str(tmp_path),
+                             "--max_new_tokens", "4"], cwd=ROOT, env=clean_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert sample.returncode == 0, sample.stderr[-3000:]
+    assert "striped-trained" in sample.stderr
+    second = run_train(tmp_path, cache, "--config.stop_at_step=8")
+    assert second.returncode == 0, second.stderr[-3000:]
+    got, want = losses(read_metrics(tmp_path)), losses(read_metrics(uninterrupted))
+    assert got[8] == want[8]  # resumed bitwise from the old record
 
 
 def test_sigterm_saves_the_current_step_and_exits_zero(tmp_path, cache):

@@ -73,7 +73,7 @@ def test_sample_is_the_runs_first_rows_in_natural_order(tmp_path):
         (corpus / f"note{i:03d}.txt").write_text(f"Note {i}: the ring passes keys on.\n")
     config = tiny.get_config()
     config.data.source, config.data.max_bytes = str(corpus), 0
-    config.parallel.attention = "striped"
+    config.parallel.layout = "striped"
     workdir = str(tmp_path / "work")
     rows = 40  # enough that some fall on the short notes, whatever the files' lengths
     config.global_batch_size = rows

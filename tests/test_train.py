@@ -29,7 +29,7 @@ def losses_by_kind(tmp_path_factory, shared_cache):
     curves = {}
     for kind in ("striped", "ring", "zigzag", "memory"):
         workdir = tmp_path_factory.mktemp(kind)
-        result = run_train(workdir, *KIND_FLAGS.get(kind, [f"--config.parallel.attention={kind}"]),
+        result = run_train(workdir, *KIND_FLAGS.get(kind, [f"--config.parallel.layout={kind}"]),
                            f"--config.data.cache_dir={shared_cache}")
         assert result.returncode == 0, result.stderr[-3000:]
         curves[kind] = (read_metrics(workdir), result)
@@ -71,9 +71,9 @@ def test_chunked_loss_tiled_mlp_and_scanned_layers_train_as_the_plain_model(loss
 
 
 @pytest.mark.parametrize("override,message", [
-    ("--config.parallel.attention=spiral", "parallel.attention='spiral' is not a known layout"),
+    ("--config.parallel.layout=spiral", "parallel.layout='spiral' is not a known layout"),
     ("--config.mesh.data=3", "mesh.data x mesh.seq = 3 x 2 does not match the 4 devices"),
-    ("--config.seq_len=130 --config.parallel.attention=zigzag", "seq_len 130 is not divisible by 4 (zigzag needs 2 x 2 seq shards)"),
+    ("--config.seq_len=130 --config.parallel.layout=zigzag", "seq_len 130 is not divisible by 4 (zigzag needs 2 x 2 seq shards)"),
     ("--config.model.tile_q=48", "model.tile_q=48 does not divide the per-device block of 64"),
     ("--config.model.num_kv_heads=3", "model.num_heads=4 is not a multiple of model.num_kv_heads=3"),
     ("--config.data.loader=dali", "data.loader='dali': choose one of thread, grain"),
@@ -92,6 +92,23 @@ def test_unknown_config_key_is_rejected(tmp_path):
     result = run_train(tmp_path / "run", "--config.no_such_field=1")
     assert result.returncode == 2
     assert "unknown config field" in result.stderr and "no_such_field" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_old_layout_field_names_the_new_one(tmp_path):
+    """parallel.attention became parallel.layout: on the command line and in a config file."""
+    result = run_train(tmp_path / "run", "--config.parallel.attention=striped")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: --config.parallel.attention was renamed: use "
+                                     "--config.parallel.layout"), result.stderr
+    old = tmp_path / "old_config.py"
+    old.write_text("from configs import tiny\n\ndef get_config():\n    c = tiny.get_config()\n"
+                   "    c.parallel.attention = c.parallel.layout\n    del c.parallel['layout']\n"
+                   "    return c\n")
+    result = run_train(tmp_path / "run", config=str(old))
+    assert result.returncode == 2
+    assert "parallel.attention was renamed parallel.layout" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "run").exists()
 

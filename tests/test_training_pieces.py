@@ -83,7 +83,7 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     names = {}
     for layout in ("ring", "striped", "zigzag", "balanced"):
         config = tiny.get_config()
-        config.parallel.attention = layout
+        config.parallel.layout = layout
         names[layout] = wandb_names(config, (1, 2))
     groups = {group for group, _, _ in names.values()}
     assert groups == {"S128-ring-auto-1x2-docs"}  # one group: the layouts side by side

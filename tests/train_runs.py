@@ -23,8 +23,8 @@ def command(workdir, *overrides, config="configs/tiny.py"):
     return [sys.executable, "train.py", "--config", config, "--workdir", str(workdir), *overrides]
 
 
-def run_train(workdir, *overrides, timeout=600):
-    return subprocess.run(command(workdir, *overrides), cwd=ROOT, env=clean_env(),
+def run_train(workdir, *overrides, timeout=600, config="configs/tiny.py"):
+    return subprocess.run(command(workdir, *overrides, config=config), cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=timeout)
 
 

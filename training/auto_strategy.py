@@ -28,7 +28,7 @@ def layer_shape(config, mesh_shape, platform: str) -> strategy_cost.LayerShape:
         rows=rows, seq_len=config.seq_len, num_shards=seq, q_heads=m.num_heads,
         kv_heads=m.num_kv_heads, head_dim=m.head_dim,
         itemsize=jnp.dtype(m.get("dtype", "float32")).itemsize,
-        layout=config.parallel.attention, tiles=tiles,
+        layout=config.parallel.layout, tiles=tiles,
         with_segments=bool(config.data.get("mask_documents", False)))
 
 

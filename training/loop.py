@@ -63,7 +63,7 @@ def prepare_data(config, workdir: str, mesh):
             f"the training split has {len(cache.train):,} tokens, smaller than one sequence of "
             f"seq_len + 1 = {config.seq_len + 1}: use a larger corpus or a smaller seq_len")
     spec = data.BatchSpec(seq_len=config.seq_len, global_batch=config.global_batch_size,
-                          seed=config.seed, layout=config.parallel.attention,
+                          seed=config.seed, layout=config.parallel.layout,
                           num_seq_shards=mesh.shape[parallel.SEQ],
                           mask_documents=config.data.mask_documents,
                           reset_positions=config.data.reset_positions,
@@ -216,7 +216,7 @@ def _announce(config, model_cfg, mesh_shape, num_params: int, cache) -> None:
     strategy = model_cfg.attention_strategy
     if strategy == "usp":
         strategy += f" {model_cfg.ulysses_degree}x{mesh_shape[1] // model_cfg.ulysses_degree}"
-    _say(f"ringstripe: {p.attention} attention ({strategy} strategy, {kernel} "
+    _say(f"ringstripe: {p.layout} attention ({strategy} strategy, {kernel} "
          f"kernel), mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on {jax.device_count()} "
          f"{jax.devices()[0].platform} devices; "
          f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
@@ -236,7 +236,7 @@ def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
               model.count_params(nnx.merge(graphdef, state["params"])), cache)
     if start_step:
         track.event(start_step, "resumed", {"restored_step": start_step, "attention":
-                                            config.parallel.attention, "mesh": list(mesh_shape)})
+                                            config.parallel.layout, "mesh": list(mesh_shape)})
 
     def save(step):
         checkpointer.save(step, state, resume.checkpoint_meta(config, step, progress, mesh_shape,

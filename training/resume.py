@@ -21,7 +21,7 @@ from importlib import metadata
 
 import data
 from checkpoints import CheckpointError
-from training.validate import ConfigError
+from training.validate import RENAMED_FIELDS, ConfigError
 
 # Fields that fix the shapes of the parameters: a checkpoint with other values cannot be restored.
 SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -48,7 +48,21 @@ def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
             "tokenizer_path": os.path.abspath(tokenizer_path) if tokenizer_path else "",
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
             "train_tokens": progress.train_tokens, "code_version": code_version(),
-            "mesh": list(mesh_shape), "attention": config.parallel.attention}
+            "mesh": list(mesh_shape), "attention": config.parallel.layout}
+
+
+def saved_config(meta: dict):
+    """The run config a checkpoint was written with, its renamed fields under their new names
+    (a checkpoint from before a rename still samples and resumes)."""
+    import ml_collections
+    config = ml_collections.ConfigDict(meta["config"])
+    for old, new in RENAMED_FIELDS.items():
+        (section, field), (_, field_now) = old.split("."), new.split(".")
+        if field in config.get(section, {}):
+            values = dict(config[section])
+            values[field_now] = values.pop(field)
+            config[section] = ml_collections.ConfigDict(values)
+    return config
 
 
 def check_compatible(config, directory: str, step: int, meta: dict) -> None:

@@ -51,7 +51,7 @@ def wandb_names(config, mesh_shape) -> tuple[str, str, list[str]]:
 
     e.g. striped at 16,384 on a 1x2 mesh: ('S16384-ring-auto-1x2-docs',
     'striped-S16384-ring-auto-1x2-docs', ['striped', 'strategy-ring', ...])."""
-    layout, seq_len = config.parallel.attention, config.seq_len
+    layout, seq_len = config.parallel.layout, config.seq_len
     strategy = config.parallel.get("strategy", "ring")
     kernel = config.parallel.get("kernel", "auto")
     mesh = f"{mesh_shape[0]}x{mesh_shape[1]}"

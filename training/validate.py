@@ -13,6 +13,18 @@ class ConfigError(ValueError):
     """A user error in the config or flags; train.py prints it as one line and exits 2."""
 
 
+# Fields that were renamed: an old config file or command line gets the new name in its error.
+RENAMED_FIELDS = {"parallel.attention": "parallel.layout"}
+
+
+def _check_renamed(config):
+    for old, new in RENAMED_FIELDS.items():
+        section, field = old.split(".")
+        if field in config.get(section, {}):
+            raise ConfigError(f"config field {old} was renamed {new}: rename it in the config "
+                              f"file (config.{new} = ...)")
+
+
 def _mesh_shape(config, device_count):
     data, seq = config.mesh.data, config.mesh.seq
     if data == -1 and seq == -1:
@@ -30,10 +42,10 @@ def _mesh_shape(config, device_count):
 
 
 def _validate_parallel(p, platform):
-    """parallel.attention (the layout), parallel.strategy and parallel.kernel name things that
+    """parallel.layout, parallel.strategy and parallel.kernel name things that
     exist, and the kernel runs on this backend."""
-    if p.attention not in parallel.LAYOUTS:
-        raise ConfigError(f"parallel.attention={p.attention!r} is not a known layout: choose one "
+    if p.layout not in parallel.LAYOUTS:
+        raise ConfigError(f"parallel.layout={p.layout!r} is not a known layout: choose one "
                           f"of {', '.join(parallel.LAYOUTS)}")
     strategy, kernel = p.get("strategy", "ring"), p.get("kernel", "auto")
     if strategy not in parallel.STRATEGIES and strategy != "auto":
@@ -49,7 +61,7 @@ def attention_tiles(config, platform, block):
     """(kernel, (tile_q, tile_k)): the kernel a run gets on `platform` and the tiles it will use
     on blocks of `block` tokens: model.tile_q/k, or (0) the default for the layout and kernel."""
     kernel = parallel.resolve_kernel(config.parallel.get("kernel", "auto"), platform)
-    layout = config.parallel.attention
+    layout = config.parallel.layout
     return kernel, tuple(config.model.get(name, 0) or parallel.default_tile(layout, block, top)
                          for name, top in zip(("tile_q", "tile_k"), kernel.max_tiles))
 
@@ -70,6 +82,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     Example: tiny.py with global_batch_size=1 and mesh data 1 x seq 2 on 2 devices validates
     whether they are one process or two (each then builds half of the row).
     """
+    _check_renamed(config)
     _validate_parallel(config.parallel, platform)
     loader = config.data.get("loader", "thread")
     if loader not in LOADERS:
@@ -85,7 +98,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
             raise ConfigError(f"{name}={config[name]} must be at least 1")
     data, seq = _mesh_shape(config, device_count)
     try:
-        parallel.check_divisible(config.parallel.attention, config.seq_len, seq)
+        parallel.check_divisible(config.parallel.layout, config.seq_len, seq)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     block = config.seq_len // seq
