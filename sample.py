@@ -36,8 +36,9 @@ def load_run(workdir: str, step, devices: int):
     import jax
     import data
     import parallel
-    from checkpoints import Checkpointer, abstract_like
-    from training.loop import create_train_state
+    from checkpoints import Checkpointer
+    from planner.attention import resolve_attention
+    from training.aot import abstract_train_state
     from training.resume import saved_config
 
     directory = os.path.join(workdir, "checkpoints")
@@ -61,8 +62,15 @@ def load_run(workdir: str, step, devices: int):
             tokenizer = data.get_tokenizer(config.data, cache_dir)
         mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
         config.mesh.data, config.mesh.seq = 1, devices
-        state, graphdef, *_ = create_train_state(config, mesh)
-        state, _ = checkpointer.restore(step, abstract_like(state))
+        # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
+        # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
+        config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
+        choice = resolve_attention(config, (1, devices), jax.default_backend(),
+                                   mesh.devices.flat[0].device_kind)
+        # The state's shapes and shardings only: the model is never initialised, the optimizer
+        # never built on the devices (its saved moments are read back, not used).
+        state, graphdef, *_ = abstract_train_state(config, mesh, choice)
+        state, _ = checkpointer.restore(step, state)
     finally:
         checkpointer.close()
     return config, tokenizer, graphdef, state["params"], step

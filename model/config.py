@@ -41,16 +41,18 @@ class ModelConfig:
     tile_k: int = 0
 
     @classmethod
-    def from_config(cls, model_cfg, parallel_cfg=None) -> "ModelConfig":
-        """Builds from a run config's `model` section (unknown fields are ignored) and its
-        `parallel` section (attention = the layout, strategy, kernel)."""
+    def from_config(cls, model_cfg, attention=None) -> "ModelConfig":
+        """Builds from a run config's `model` section (unknown fields are ignored) and the run's
+        resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles)."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
-        if parallel_cfg is not None:
-            values["attention_layout"] = parallel_cfg.layout
-            values["attention_strategy"] = parallel_cfg.get("strategy", "ring")
-            values["attention_kernel"] = parallel_cfg.get("kernel", "auto")
-            values["ulysses_degree"] = parallel_cfg.get("ulysses_degree", 0)
+        if attention is not None:
+            values.update(attention_layout=attention.layout,
+                          attention_strategy=attention.strategy,
+                          attention_kernel=attention.kernel, tile_q=attention.tile_q,
+                          tile_k=attention.tile_k,
+                          ulysses_degree=(attention.ulysses_degree
+                                          if attention.strategy == "usp" else 0))
         return cls(**values)
 
     @property

@@ -7,6 +7,7 @@
 
 Public API:
   make_mesh(data, seq, *, devices=None)          the ('data', 'seq') device mesh
+  mesh_shape(data, seq, count)                   its (data, seq) sizes, -1 filled in
   permutation(layout, seq_len, num_shards, *, segment_ids=None, tile=None)
                                                  natural -> layout order (host numpy; [S], or
                                                  [B, S] for balanced, placed per row)
@@ -16,6 +17,10 @@ Public API:
             strategy='ring', kernel='auto', tile_q=None, tile_k=None, scale=None,
             ulysses_degree=None)
   attention_with_stats(...)                      (out, tiles computed per device and step)
+  choose(layout=, strategy=, kernel=, tile_q=, tile_k=, seq_len=, num_shards=, platform=,
+         q_heads=)                               a run's AttentionChoice: no 'auto', tiles set;
+                                                 choice.attention_kwargs() and
+                                                 choice.permutation(...) agree on the tiles
   cost                                           the tile rule and cost model (critical path)
   strategy_cost                                  time, traffic and memory per strategy
 """
@@ -25,13 +30,13 @@ from parallel.attention import attention, attention_with_stats
 from parallel.kernels import KERNELS, resolve_kernel
 from parallel.layouts import (LAYOUTS, block_positions, check_divisible, get_layout,
                               inverse_permutation, permutation, row_order)
-from parallel.mesh import DATA, SEQ, make_mesh
-from parallel.spec import default_tile
+from parallel.mesh import DATA, SEQ, make_mesh, mesh_shape
+from parallel.choice import AttentionChoice, choose, default_tile
 from parallel.strategies import STRATEGIES, get_strategy
 
 __all__ = [
-    "DATA", "KERNELS", "LAYOUTS", "SEQ", "STRATEGIES", "attention", "attention_with_stats",
-    "block_positions", "check_divisible", "cost", "default_tile", "get_layout", "get_strategy",
-    "inverse_permutation", "make_mesh", "permutation", "resolve_kernel", "row_order",
+    "AttentionChoice", "DATA", "KERNELS", "LAYOUTS", "SEQ", "STRATEGIES", "attention", "attention_with_stats",
+    "block_positions", "check_divisible", "choose", "cost", "default_tile", "get_layout", "get_strategy",
+    "inverse_permutation", "make_mesh", "mesh_shape", "permutation", "resolve_kernel", "row_order",
     "strategy_cost",
 ]

@@ -193,13 +193,8 @@ def layout_orders(layout: str, num_shards: int, block: int, tiles: tuple[int, in
     which its search keeps."""
     if documents is not None:
         return row_order(layout, np.asarray(documents), num_shards, tile=math.lcm(*tiles))
-    lay = get_layout(layout)
-    if lay.data_dependent:
-        from parallel.layouts import balanced
-        unit = math.lcm(*tiles)
-        units = balanced.zigzag_units(num_shards * block // unit, num_shards)
-        return np.asarray(balanced.order_of(units, unit))[None]
-    return lay.permutation(num_shards * block, num_shards)[None]
+    return get_layout(layout).one_document_order(num_shards * block, num_shards,
+                                                 math.lcm(*tiles))[None]
 
 
 def step_tile_counts(layout: str, num_shards: int, block: int, tiles: tuple[int, int],

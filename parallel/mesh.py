@@ -14,14 +14,12 @@ from jax.sharding import AxisType, Mesh
 DATA, SEQ = "data", "seq"
 
 
-def make_mesh(data: int = -1, seq: int = -1, *, devices=None) -> Mesh:
-    """A ('data', 'seq') mesh over all devices (or `devices`).
+def mesh_shape(data: int, seq: int, count: int) -> tuple[int, int]:
+    """(data, seq) for `count` devices: at most one of them -1, filled with the remaining
+    devices (both -1: data 1). ValueError, one line, when the sizes do not match the count.
 
-    At most one of data, seq may be -1; it is filled with the remaining devices.
-    Example with 8 devices: make_mesh(2, -1) -> data 2 x seq 4.
+    Example: mesh_shape(2, -1, 8) -> (2, 4).
     """
-    devices = list(jax.devices() if devices is None else devices)
-    count = len(devices)
     if data == -1 and seq == -1:
         data = 1
     if data == -1 or seq == -1:
@@ -35,5 +33,15 @@ def make_mesh(data: int = -1, seq: int = -1, *, devices=None) -> Mesh:
         raise ValueError(
             f"mesh: data {data} x seq {seq} = {data * seq} does not match the {count} devices: "
             f"choose sizes whose product is {count} (or -1 for one of them)")
+    return data, seq
+
+
+def make_mesh(data: int = -1, seq: int = -1, *, devices=None) -> Mesh:
+    """A ('data', 'seq') mesh over all devices (or `devices`), sized by `mesh_shape`.
+
+    Example with 8 devices: make_mesh(2, -1) -> data 2 x seq 4.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    data, seq = mesh_shape(data, seq, len(devices))
     return jax.make_mesh((data, seq), (DATA, SEQ), axis_types=(AxisType.Auto, AxisType.Auto),
                          devices=devices)

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import Mesh
 
+from parallel.choice import resolve_tiles
 from parallel.kernels import Kernel, resolve_kernel
 from parallel.layouts import Layout, get_layout
-from parallel.layouts.base import MAX_DEFAULT_TILE, largest_divisor
 from parallel.mesh import DATA, SEQ
 from parallel.strategies import Strategy, get_strategy
 
@@ -50,13 +50,6 @@ class AttentionSpec:
         return self.mesh.shape[SEQ]
 
 
-def default_tile(layout: str, block: int, largest: int = MAX_DEFAULT_TILE) -> int:
-    """Largest divisor of the layout's contiguous run (the block, or half of it for zigzag) that
-    is at most `largest` (a kernel's `max_tiles`), so tiles never straddle the jump between two
-    chunks."""
-    return largest_divisor(get_layout(layout).contiguous_run(block), largest)
-
-
 def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, causal, tile_q,
               tile_k, scale, ulysses_degree=None) -> AttentionSpec:
     """Validates the arguments of `parallel.attention` and gathers the static parameters."""
@@ -73,11 +66,7 @@ def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, ca
             f"use a batch that is a multiple of {mesh.shape[DATA]}")
     lay.check_divisible(seq_len, mesh.shape[SEQ])
     degree = strat.ulysses_degree(ulysses_degree, mesh.shape[SEQ], q.shape[2])
-    block = seq_len // mesh.shape[SEQ]
-    tile_q = default_tile(lay, block, kern.max_tiles[0]) if tile_q is None else int(tile_q)
-    tile_k = default_tile(lay, block, kern.max_tiles[1]) if tile_k is None else int(tile_k)
-    _check_tile("tile_q", tile_q, block)
-    _check_tile("tile_k", tile_k, block)
+    tile_q, tile_k = resolve_tiles(lay, kern, seq_len // mesh.shape[SEQ], tile_q, tile_k)
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
     if not scale > 0:
         raise ValueError(f"scale={scale} must be positive (default 1 / sqrt(head_dim))")
@@ -128,10 +117,3 @@ def _check_order(order, layout, shape):
                          f"broadcast a [seq] permutation to every row")
     if not jnp.issubdtype(order.dtype, jnp.integer):
         raise ValueError(f"order must be integers (original token indices); got {order.dtype}")
-
-
-def _check_tile(name, tile, block):
-    if tile < 1 or block % tile:
-        raise ValueError(
-            f"{name}={tile} does not divide the per-device block of {block} tokens: "
-            f"choose a divisor of {block}")

@@ -9,7 +9,6 @@ every checkpoint_every_steps, at the end, and when asked to stop (SIGTERM / pree
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import os
@@ -24,7 +23,9 @@ import data
 import model
 import parallel
 from checkpoints import Checkpointer, StopRequest, abstract_like
-from training import auto_strategy, flops, optim, resume, step as step_lib, trackers
+from planner import flops
+from planner.attention import resolve_attention
+from training import optim, resume, step as step_lib, trackers
 from training.validate import ConfigError, validate_config
 
 
@@ -32,74 +33,12 @@ class NonFiniteError(RuntimeError):
     """The loss or gradients stopped being finite; the last good checkpoint is kept."""
 
 
-def _barrier(name: str):
-    """Blocks until every process gets here (a no-op with one process)."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices(name)
-
-
-def _say(message: str) -> None:
-    if jax.process_index() == 0:
-        print(message, flush=True)
-
-
-def prepare_data(config, workdir: str, mesh):
-    """Tokenizer and token cache; process 0 builds shared files, the others wait and read."""
-    cache_dir = config.data.cache_dir or os.path.join(workdir, "cache")
-    kw = dict(process_index=jax.process_index(), barrier=lambda: _barrier("data"))
-    tokenizer = data.get_tokenizer(config.data, cache_dir, **kw)
-    if tokenizer.vocab_size != config.model.vocab_size:
-        raise ConfigError(
-            f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} pieces but "
-            f"model.vocab_size is {config.model.vocab_size}: set --config.model.vocab_size="
-            f"{tokenizer.vocab_size} or use a matching tokenizer")
-    cache = data.build_token_cache(tokenizer, config.data.source, cache_dir,
-                                   eval_fraction=config.data.eval_fraction,
-                                   max_bytes=config.data.max_bytes,
-                                   options=data.source_options(config.data), **kw)
-    if len(cache.train) < config.seq_len + 1:
-        raise data.DataError(
-            f"the training split has {len(cache.train):,} tokens, smaller than one sequence of "
-            f"seq_len + 1 = {config.seq_len + 1}: use a larger corpus or a smaller seq_len")
-    spec = data.BatchSpec(seq_len=config.seq_len, global_batch=config.global_batch_size,
-                          seed=config.seed, layout=config.parallel.layout,
-                          num_seq_shards=mesh.shape[parallel.SEQ],
-                          mask_documents=config.data.mask_documents,
-                          reset_positions=config.data.reset_positions,
-                          eos_id=tokenizer.eos_id, tile=balance_tile(config.model))
-    return tokenizer, cache, spec
-
-
-def sample_segment_ids(config, workdir: str, rows: int) -> np.ndarray:
-    """Segment ids int32 [rows, seq_len], natural order, of the run's first training rows (its
-    tokenizer, corpus and windows; documents at EOS whatever data.mask_documents says): the
-    document lengths the planner and scripts/bench_documents.py measure layouts on. Builds the
-    tokenizer and token cache in workdir (or data.cache_dir) unless they are there already."""
-    one_device = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    _, cache, spec = prepare_data(config, workdir, one_device)
-    spec = dataclasses.replace(spec, global_batch=rows, layout="ring", num_seq_shards=1,
-                               mask_documents=True)
-    return data.batch_rows(cache.train, spec, 0, np.arange(rows))["segment_ids"]
-
-
-def balance_tile(model_config):
-    """The unit 'balanced' aligns documents to: a multiple of both attention tiles (None: the
-    default tile), so that every tile the kernel runs is one run of consecutive tokens."""
-    tiles = [t for t in (model_config.tile_q, model_config.tile_k) if t]
-    return math.lcm(*tiles) if tiles else None
-
-
-def create_train_state(config, mesh):
-    """Sharded model parameters and optimizer state, and the pieces the steps need."""
-    model_cfg = model.ModelConfig.from_config(config.model, config.parallel)
-    strategy, degree, why = auto_strategy.resolve(
-        config, (mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ]), jax.default_backend(),
-        mesh.devices.flat[0].device_kind)
-    if config.parallel.get("strategy") == "auto":
-        _say(f"ringstripe: parallel.strategy {why}")
-        model_cfg = dataclasses.replace(model_cfg, attention_strategy=strategy,
-                                        ulysses_degree=degree if strategy == "usp" else 0)
+def create_train_state(config, mesh, choice=None):
+    """Sharded model parameters and optimizer state, and the pieces the steps need; `choice`:
+    the run's resolved attention (None: resolved here, for this mesh and backend)."""
+    choice = choice or resolve_attention(config, mesh_shape_of(mesh), jax.default_backend(),
+                                         mesh.devices.flat[0].device_kind)
+    model_cfg = model.ModelConfig.from_config(config.model, choice)
     net = model.create(model_cfg, mesh, config.seed)
     graphdef, params = nnx.split(net, nnx.Param)
     tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
@@ -109,6 +48,10 @@ def create_train_state(config, mesh):
     step = jax.device_put(jnp.zeros((), jnp.int32), jax.NamedSharding(mesh, jax.P()))
     state = {"step": step, "params": params, "opt_state": opt_state}
     return state, graphdef, tx, schedule, model_cfg
+
+
+def mesh_shape_of(mesh) -> tuple[int, int]:
+    return mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ]
 
 
 def _throughput(config, model_cfg, mesh, steps: int, seconds: float, peak: float) -> dict:
@@ -170,12 +113,17 @@ def train_and_evaluate(config, workdir: str) -> dict:
     validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
     resume.check_inputs(config, workdir)
     mesh = parallel.make_mesh(config.mesh.data, config.mesh.seq)
-    mesh_shape = (mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ])
-    prepared = prepare_data(config, workdir, mesh)  # user errors in the data surface here
+    mesh_shape = mesh_shape_of(mesh)
+    choice = resolve_attention(config, mesh_shape, jax.default_backend(),
+                               mesh.devices.flat[0].device_kind)
+    if config.parallel.strategy == "auto":
+        _say(f"ringstripe: parallel.strategy {choice.why}")
+    # user errors in the data surface here
+    prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
                                 keep=config.checkpoint_keep)
     try:
-        return _run(config, workdir, mesh, mesh_shape, checkpointer, prepared)
+        return _run(config, workdir, mesh, choice, checkpointer, prepared)
     finally:
         checkpointer.close()
 
@@ -210,37 +158,36 @@ def _eval_batches(config, cache, spec, mesh):
     return [data.to_global(eval_fn, i, mesh, spec) for i in range(count)]
 
 
-def _announce(config, model_cfg, mesh_shape, num_params: int, cache) -> None:
-    p = config.parallel
-    kernel = parallel.resolve_kernel(p.get("kernel", "auto"), jax.default_backend()).name
-    strategy = model_cfg.attention_strategy
-    if strategy == "usp":
-        strategy += f" {model_cfg.ulysses_degree}x{mesh_shape[1] // model_cfg.ulysses_degree}"
-    _say(f"ringstripe: {p.layout} attention ({strategy} strategy, {kernel} "
-         f"kernel), mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on {jax.device_count()} "
-         f"{jax.devices()[0].platform} devices; "
+def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
+    _say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
+         f"{jax.device_count()} {jax.devices()[0].platform} devices; "
          f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
          f"{config.global_batch_size * config.seq_len:,} tokens per step")
 
 
-def _run(config, workdir, mesh, mesh_shape, checkpointer, prepared) -> dict:
+def _run(config, workdir, mesh, choice, checkpointer, prepared) -> dict:
     tokenizer, cache, spec = prepared
-    state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh)
+    mesh_shape = mesh_shape_of(mesh)
+    state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh, choice)
     start_step, state, progress = _restore(config, checkpointer, state)
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
     eval_batches = _eval_batches(config, cache, spec, mesh)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
-    track = trackers.make_trackers(config, workdir, mesh_shape, jax.process_index() == 0,
-                                   progress.wandb_run_id)
-    _announce(config, model_cfg, mesh_shape,
+    track = trackers.make_trackers(config, workdir, mesh_shape, choice,
+                                   jax.process_index() == 0, progress.wandb_run_id)
+    _announce(config, choice, mesh_shape,
               model.count_params(nnx.merge(graphdef, state["params"])), cache)
+    # The attention this run resolved to, for metrics.jsonl and wandb (the checkpoint has it too).
+    attention = {**choice.record(), "mesh": list(mesh_shape), "why": choice.why}
     if start_step:
-        track.event(start_step, "resumed", {"restored_step": start_step, "attention":
-                                            config.parallel.layout, "mesh": list(mesh_shape)})
+        track.event(start_step, "resumed", {"restored_step": start_step, **attention,
+                                            "attention": choice.layout})
+    else:
+        track.event(0, "started", attention)
 
     def save(step):
         checkpointer.save(step, state, resume.checkpoint_meta(config, step, progress, mesh_shape,
-                                                              tokenizer.path))
+                                                              tokenizer.path, choice))
 
     tokens_per_step = config.global_batch_size * config.seq_len
     prefetch = data.make_prefetcher(config.data, cache, mesh, spec, start_step=start_step)

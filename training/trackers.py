@@ -44,16 +44,16 @@ class JsonlTracker:
         self._file.close()
 
 
-def wandb_names(config, mesh_shape) -> tuple[str, str, list[str]]:
+def wandb_names(config, mesh_shape, choice) -> tuple[str, str, list[str]]:
     """(group, run name, tags). A group is one comparison: runs of one length, strategy, kernel,
     mesh and document masking, so that the layouts sit side by side in it, each run named by its
-    layout (config.wandb_group, if set, names the group instead).
+    layout (config.wandb_group, if set, names the group instead). Strategy and kernel are the
+    resolved ones (choice: parallel.AttentionChoice), never 'auto'; usp carries its degree.
 
-    e.g. striped at 16,384 on a 1x2 mesh: ('S16384-ring-auto-1x2-docs',
-    'striped-S16384-ring-auto-1x2-docs', ['striped', 'strategy-ring', ...])."""
-    layout, seq_len = config.parallel.layout, config.seq_len
-    strategy = config.parallel.get("strategy", "ring")
-    kernel = config.parallel.get("kernel", "auto")
+    e.g. striped at 16,384 on a 1x2 mesh: ('S16384-ring-xla-1x2-docs',
+    'striped-S16384-ring-xla-1x2-docs', ['striped', 'strategy-ring', ...])."""
+    layout, seq_len, kernel = choice.layout, config.seq_len, choice.kernel
+    strategy = choice.strategy + (str(choice.ulysses_degree) if choice.strategy == "usp" else "")
     mesh = f"{mesh_shape[0]}x{mesh_shape[1]}"
     docs = "docs" if config.data.get("mask_documents", True) else "nodocs"
     group = config.get("wandb_group") or f"S{seq_len}-{strategy}-{kernel}-{mesh}-{docs}"
@@ -65,13 +65,13 @@ def wandb_names(config, mesh_shape) -> tuple[str, str, list[str]]:
 class WandbTracker:
     """wandb on process 0: offline unless WANDB_MODE (or config.wandb_mode) says online."""
 
-    def __init__(self, config, workdir: str, mesh_shape, run_id: str):
+    def __init__(self, config, workdir: str, mesh_shape, choice, run_id: str):
         import wandb  # imported here: it is slow to import and optional for other trackers
 
-        group, name, tags = wandb_names(config, mesh_shape)
+        group, name, tags = wandb_names(config, mesh_shape, choice)
         self._run = wandb.init(
             project=config.wandb_project, group=group, name=name,
-            config=config.to_dict(), dir=workdir, id=run_id, resume="allow",
+            config={**config.to_dict(), "attention": choice.record()}, dir=workdir, id=run_id, resume="allow",
             mode=os.environ.get("WANDB_MODE", config.wandb_mode),
             tags=tags)
 
@@ -144,14 +144,15 @@ class Trackers:
             t.close()
 
 
-def make_trackers(config, workdir: str, mesh_shape, is_main: bool, run_id: str) -> Trackers:
+def make_trackers(config, workdir: str, mesh_shape, choice, is_main: bool,
+                  run_id: str) -> Trackers:
     if not is_main:
         return Trackers([NullTracker()])
     trackers = [Console(config.num_train_steps)]
     if config.tracker in ("jsonl", "wandb"):
         trackers.append(JsonlTracker(os.path.join(workdir, "metrics.jsonl")))
     if config.tracker == "wandb":
-        trackers.append(WandbTracker(config, workdir, mesh_shape, run_id))
+        trackers.append(WandbTracker(config, workdir, mesh_shape, choice, run_id))
     return Trackers(trackers)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import parallel
 from model.config import REMAT_POLICIES
+from planner.attention import choice_from_config
 
 TRACKERS = ("wandb", "jsonl", "none")
 LOADERS = ("thread", "grain")
@@ -26,19 +27,13 @@ def _check_renamed(config):
 
 
 def _mesh_shape(config, device_count):
-    data, seq = config.mesh.data, config.mesh.seq
-    if data == -1 and seq == -1:
-        data = 1
-    if data == -1 and seq > 0 and device_count % seq == 0:
-        data = device_count // seq
-    if seq == -1 and data > 0 and device_count % data == 0:
-        seq = device_count // data
-    if data < 1 or seq < 1 or data * seq != device_count:
+    try:
+        return parallel.mesh_shape(config.mesh.data, config.mesh.seq, device_count)
+    except ValueError:
         raise ConfigError(
             f"mesh.data x mesh.seq = {config.mesh.data} x {config.mesh.seq} does not match the "
             f"{device_count} devices: choose sizes whose product is {device_count} "
-            f"(or -1 for one of them)")
-    return data, seq
+            f"(or -1 for one of them)") from None
 
 
 def _validate_parallel(p, platform):
@@ -47,7 +42,7 @@ def _validate_parallel(p, platform):
     if p.layout not in parallel.LAYOUTS:
         raise ConfigError(f"parallel.layout={p.layout!r} is not a known layout: choose one "
                           f"of {', '.join(parallel.LAYOUTS)}")
-    strategy, kernel = p.get("strategy", "ring"), p.get("kernel", "auto")
+    strategy, kernel = p.strategy, p.kernel
     if strategy not in parallel.STRATEGIES and strategy != "auto":
         raise ConfigError(f"parallel.strategy={strategy!r} is not a known strategy: choose one "
                           f"of {', '.join(parallel.STRATEGIES)} or auto")
@@ -55,24 +50,6 @@ def _validate_parallel(p, platform):
         parallel.resolve_kernel(kernel, platform)
     except ValueError as e:
         raise ConfigError(f"parallel.kernel={kernel!r}: {e}") from None
-
-
-def attention_tiles(config, platform, block):
-    """(kernel, (tile_q, tile_k)): the kernel a run gets on `platform` and the tiles it will use
-    on blocks of `block` tokens: model.tile_q/k, or (0) the default for the layout and kernel."""
-    kernel = parallel.resolve_kernel(config.parallel.get("kernel", "auto"), platform)
-    layout = config.parallel.layout
-    return kernel, tuple(config.model.get(name, 0) or parallel.default_tile(layout, block, top)
-                         for name, top in zip(("tile_q", "tile_k"), kernel.max_tiles))
-
-
-def _validate_kernel_tiles(config, platform, block):
-    """The tiles the kernel will get (model.tile_q/k, or its defaults) are ones it can compile."""
-    kernel, tiles = attention_tiles(config, platform, block)
-    try:
-        kernel.check_tiles(*tiles, kernel.interpreted_on(platform))
-    except ValueError as e:
-        raise ConfigError(f"parallel.kernel={kernel.name!r}, model.tile_q/tile_k: {e}") from None
 
 
 def validate_config(config, device_count: int, process_count: int, platform: str = "cpu") -> None:
@@ -108,8 +85,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
             raise ConfigError(f"model.{field}={size} does not divide the per-device block of "
                               f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}"
                               + (" (0 = whole)" if "chunk" in field else ""))
-    _validate_kernel_tiles(config, platform, block)
-    _validate_ulysses(config.parallel, seq, config.model.num_heads)
+    _validate_attention(config, seq, platform)
     # Not the processes: a process builds only the rows and columns its devices hold, so one row
     # may be split over hosts along 'seq' (data/pipeline.py, local_block).
     accum = config.optim.grad_accum_steps
@@ -121,16 +97,22 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     _validate_model(config.model, device_count)
 
 
-def _validate_ulysses(p, seq, q_heads):
-    """parallel.ulysses_degree fits the strategy, mesh.seq and the query heads."""
-    strategy, degree = p.get("strategy", "ring"), p.get("ulysses_degree", 0) or None
-    if strategy == "auto":
-        return
+def _validate_attention(config, seq, platform):
+    """The kernel compiles the tiles it gets (model.tile_q/k, or its defaults), and
+    parallel.ulysses_degree fits the strategy, mesh.seq and the query heads ('auto' picks a
+    degree that does)."""
+    p = config.parallel
+    if p.strategy == "auto":
+        strategy, fields = "ring", f"parallel.kernel={p.kernel!r}, model.tile_q/tile_k"
+    else:
+        strategy, fields = p.strategy, (f"parallel.strategy={p.strategy!r}, parallel.kernel="
+                                        f"{p.kernel!r}, parallel.ulysses_degree, model.tile_q/"
+                                        f"tile_k, model.num_heads")
     try:
-        parallel.get_strategy(strategy).ulysses_degree(degree, seq, q_heads)
+        choice_from_config(config, seq, platform, strategy,
+                           None if p.strategy == "auto" else p.ulysses_degree)
     except ValueError as e:
-        raise ConfigError(f"parallel.strategy={strategy!r}, parallel.ulysses_degree / "
-                          f"model.num_heads: {e}") from None
+        raise ConfigError(f"{fields}: {e}") from None
 
 
 def _validate_model(m, device_count):

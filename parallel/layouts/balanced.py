@@ -58,6 +58,10 @@ class Balanced(Layout):
         tokens."""
         return default_unit(block)
 
+    def one_document_order(self, seq_len, num_shards, unit):
+        """One document: the zigzag start over units, which the search keeps."""
+        return np.asarray(order_of(zigzag_units(seq_len // unit, num_shards), unit))
+
     def permutation(self, seq_len: int, num_shards: int) -> np.ndarray:
         raise ValueError("layout 'balanced' needs the rows' segment ids: call "
                          "parallel.permutation('balanced', S, N, segment_ids=[B, S] ids)")

@@ -41,6 +41,11 @@ class Layout:
         """
         raise NotImplementedError
 
+    def one_document_order(self, seq_len: int, num_shards: int, unit: int) -> np.ndarray:
+        """int32 [S]: where a row of one causal document sits (the cost model's default row;
+        a data-dependent layout places it on units of `unit` tokens)."""
+        return self.permutation(seq_len, num_shards)
+
     def contiguous_run(self, block: int) -> int:
         """Length of the runs a block is made of; default tiles divide it, so that a tile never
         straddles the jump between two chunks (zigzag's halves)."""

@@ -22,6 +22,7 @@ import functools
 import jax.numpy as jnp
 from jax import lax
 
+from parallel import strategy_cost
 from parallel.kernels.base import varying
 from parallel.mesh import SEQ
 from parallel.strategies import base
@@ -91,6 +92,22 @@ class AllGather(base.Strategy):
         dk, dv = dkv[0, 0], dkv[1, 0]
         return (base.from_heads(dq).astype(q.dtype), base.from_heads(dk).astype(k.dtype),
                 base.from_heads(dv).astype(v.dtype))
+
+
+    def cost(self, shape, net, degree, documents=None, step_counts=None):
+        """Nothing to wait for once gathered: the busiest device's whole work, its own block
+        overlapping the all-gather; dK/dV reduce-scattered after the backward."""
+        _, kv, dkv = strategy_cost.block_bytes(shape, shape.kv_heads)
+        counts = (strategy_cost.step_counts(shape, documents) if step_counts is None
+                  else step_counts)
+        tile_s, n = strategy_cost.tile_seconds(shape, net), shape.num_shards
+        work = counts.sum(axis=2).max(axis=1).mean() * tile_s
+        own = counts[:, :, 0].max(axis=1).mean() * tile_s
+        gather, scatter = net.collective((n - 1) * kv), net.collective((n - 1) * dkv)
+        return {"forward_s": max(own, gather) + work - own,
+                "backward_s": gather + 2 * work + scatter,
+                "bytes_sent": (n - 1) * (2 * kv + dkv), "buffer_bytes": n * (kv + dkv),
+                "compute_s": float(work)}
 
 
 STRATEGY = AllGather()

@@ -12,7 +12,8 @@ seg and order are [b, n] or None; `positions` turns order (or, without it, the l
 into the original index of every local token. The strategy calls the kernel on block pairs
 through `pair_forward` / `pair_backward`, which skip a pair with nothing visible, and merges
 results with `merge`. A new strategy is one file with a
-`Strategy` subclass and its `STRATEGY` instance, and one entry in `parallel/strategies/__init__.py`.
+`Strategy` subclass (its forward, backward and cost) and its `STRATEGY` instance, and one entry in
+`parallel/strategies/__init__.py`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,18 @@ class Strategy:
             raise ValueError(f"ulysses_degree={requested} applies to strategy 'usp' only: drop "
                              f"it, or use strategy='usp'")
         return 1
+
+    def degrees(self, num_shards, q_heads) -> list[int]:
+        """The Ulysses degrees this strategy runs with on this mesh and head count (what the
+        planner prices): [1] unless the strategy overrides it."""
+        return [1]
+
+    def cost(self, shape, net, degree, documents=None, step_counts=None) -> dict:
+        """One attention layer on one device (parallel/strategy_cost.py: LayerShape, Network
+        and the helpers): {'forward_s', 'backward_s', 'bytes_sent', 'buffer_bytes',
+        'compute_s'}. Every strategy prices itself here, so that the planner and
+        strategy='auto' know it from its registry line alone."""
+        raise NotImplementedError(f"strategy {self.name!r} has no cost model")
 
     def forward(self, spec, q, k, v, seg, order):
         raise NotImplementedError

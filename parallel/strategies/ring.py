@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from parallel import strategy_cost
 from parallel.mesh import SEQ
 from parallel.strategies import base
 from parallel.kernels.base import varying
@@ -112,6 +113,19 @@ class Ring(base.Strategy):
                                    seg, base.key_block(k, v, seg, q_pos))
         return (base.from_heads(dq).astype(q.dtype), base.from_heads(dk).astype(k.dtype),
                 base.from_heads(dv).astype(v.dtype))
+
+
+    def cost(self, shape, net, degree, documents=None, step_counts=None):
+        """Devices wait at every hop: step s costs the busiest device's tiles on it."""
+        _, kv, dkv = strategy_cost.block_bytes(shape, shape.kv_heads)
+        counts = (strategy_cost.step_counts(shape, documents) if step_counts is None
+                  else step_counts)
+        steps = (counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net))
+        forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
+        n = shape.num_shards
+        return {"forward_s": forward, "backward_s": backward,
+                "bytes_sent": (n - 1) * kv + n * (kv + dkv), "buffer_bytes": 2 * (kv + dkv),
+                "compute_s": float(steps.sum())}
 
 
 STRATEGY = Ring()

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from parallel import cost, strategy_cost
 from parallel.mesh import SEQ
 from parallel.strategies import base
 from parallel.strategies.ring import Hops, ring_backward, ring_forward
@@ -158,6 +159,30 @@ class Ulysses(base.Strategy):
         copies = dx.shape[1] // like.shape[2]
         dx = dx.reshape(dx.shape[0], like.shape[2], copies, *dx.shape[2:]).sum(axis=2)
         return base.from_heads(dx.astype(like.dtype))
+
+
+    def degrees(self, num_shards, q_heads):
+        return [num_shards] if num_shards > 1 and q_heads % num_shards == 0 else []
+
+    def cost(self, shape, net, degree, documents=None, step_counts=None):
+        """All-to-alls in and out (none overlaps compute: each feeds or drains the whole
+        attention) around the ring over the N / u groups, whose blocks are u n tokens of h'/u
+        KV heads (h' = lcm(h, u)) and whose tiles span H / u heads."""
+        kv_heads = math.lcm(shape.kv_heads, degree)
+        q, kv, dkv = strategy_cost.block_bytes(shape, kv_heads)
+        share = (degree - 1) / degree
+        counts = cost.group_tile_counts(shape.layout, shape.num_shards, degree, shape.block,
+                                        shape.tiles, documents)
+        steps = counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net) / degree
+        forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
+        rows_f32 = 8 * shape.rows * shape.block * shape.q_heads  # lse and D
+        a2a = [share * (q + kv), share * q, share * (2 * q + kv + rows_f32), share * (q + kv)]
+        rounds = shape.num_shards // degree
+        return {"forward_s": forward + net.collective(a2a[0]) + net.collective(a2a[1]),
+                "backward_s": backward + net.collective(a2a[2]) + net.collective(a2a[3]),
+                "bytes_sent": sum(a2a) + (rounds - 1) * kv + rounds * (kv + dkv) * (rounds > 1),
+                "buffer_bytes": 3 * q + rows_f32 + 2 * (kv + dkv),
+                "compute_s": float(steps.sum())}
 
 
 STRATEGY = Ulysses()

@@ -31,4 +31,9 @@ class Usp(Ulysses):
         return requested
 
 
+    def degrees(self, num_shards, q_heads):
+        """Strictly between the ring (u = 1) and ulysses (u = N), which price themselves."""
+        return [u for u in range(2, num_shards) if num_shards % u == 0 and q_heads % u == 0]
+
+
 STRATEGY = Usp()

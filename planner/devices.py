@@ -1,6 +1,12 @@
 """The accelerators the planner and `parallel.strategy='auto'` know: peak FLOP/s (flops.py),
-memory, and the network figures of parallel/strategy_cost.py. Nominal vendor figures; where a
-figure is assumed, its note says so.
+memory, the network figures of parallel/strategy_cost.py, and what runs really reach of them.
+Nominal vendor figures; where a figure is assumed, its note says so.
+
+Calibration (`Calibration`): the share of peak the matmuls and the attention kernel reach, a
+ring step's fixed cost and the share of its transfer that does not hide behind compute. Fitted
+to published step times (configs/*.py MEASURED, with their sources) by scripts/calibrate.py,
+whose output the constants below are copied from; a device without published times keeps the
+nominal model (every share 1, perfect overlap) and the planner says it is uncalibrated.
 
 Network: `link_bytes_per_s` is one ring hop (one link, one direction); `collective_bytes_per_s`
 what one device drives into an all-gather, reduce-scatter or all-to-all (on a GPU the NVLink
@@ -17,11 +23,22 @@ GB = 1e9
 
 
 @dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What a run reaches of the nominal figures (see the module docstring)."""
+
+    matmul_efficiency: float = 1.0  # dense matmuls: share of peak FLOP/s
+    attention_efficiency: float = 1.0  # the attention kernel's tiles: share of peak FLOP/s
+    ring_step_s: float = 0.0  # fixed cost of one ring step or collective (with the latency)
+    hop_exposed: float = 0.0  # share of a hop's transfer that never hides behind compute
+    source: str = ""  # the published measurements fitted ('' = nominal, uncalibrated)
+
+
+@dataclasses.dataclass(frozen=True)
 class Device:
-    """One accelerator: peak from training/flops.py, the rest nominal vendor figures."""
+    """One accelerator: peak from planner/flops.py, the rest nominal vendor figures."""
 
     title: str
-    flops_key: str  # device_kind substring looked up in training.flops.PEAK_FLOPS
+    flops_key: str  # device_kind substring looked up in planner.flops.PEAK_FLOPS
     memory_bytes: float  # HBM capacity, nominal decimal GB
     hbm_bytes_per_s: float
     link_bytes_per_s: float  # one ring hop: bytes/s from a device to its neighbour, one direction
@@ -29,6 +46,8 @@ class Device:
     chips_per_host: int  # processes = devices / chips_per_host (one process per host)
     collective_bytes_per_s: float = 0.0  # a device's share of a collective (0: one link's)
     latency_s: float = 10e-6
+    kinds: tuple[str, ...] = ()  # substrings of jax's device_kind (lower case) that name it
+    calibration: Calibration = Calibration()
 
     @property
     def platform(self) -> str:
@@ -42,6 +61,12 @@ class Device:
         return self.collective_bytes_per_s or self.link_bytes_per_s
 
 
+# scripts/calibrate.py's fit to MaxText's llama3-8b context-parallel step times (64 chips, 64k
+# and 256k, zigzag; configs/llama3_8b_v5p.py); its 128k column and the contiguous-layout table
+# are left out of the fit.
+V5P_CALIBRATION = Calibration(matmul_efficiency=1.0, attention_efficiency=1.0, ring_step_s=0.0,
+                              hop_exposed=0.0, source="uncalibrated placeholder")
+
 DEVICES = {
     "a100-80gb": Device("A100 80GB", "a100", 80 * GB, 2.0e12, 300 * GB,
                         "NVLink 3: 300 GB/s per direction", 8),
@@ -52,25 +77,29 @@ DEVICES = {
     "tpu-v4": Device("TPU v4", "tpu v4", 32 * GB, 1.2e12, 50 * GB,
                      "ICI: ~50 GB/s per link per direction, the ring using one link per hop "
                      "(assumed), collectives 3 of the 6 links (assumed)", 4,
-                     collective_bytes_per_s=150 * GB, latency_s=5e-6),
+                     collective_bytes_per_s=150 * GB, latency_s=5e-6, kinds=("tpu v4",)),
     "tpu-v5e": Device("TPU v5e", "tpu v5e", 16 * GB, 0.82e12, 50 * GB,
                       "ICI: ~50 GB/s per link per direction (1,600 Gbit/s per chip over 4 "
                       "links; assumed), collectives 2 of the 4 links (assumed)", 4,
-                      collective_bytes_per_s=100 * GB, latency_s=5e-6),
+                      collective_bytes_per_s=100 * GB, latency_s=5e-6,
+                      kinds=("tpu v5 lite", "tpu v5e")),
     "tpu-v5p": Device("TPU v5p", "tpu v5p", 95 * GB, 2.76e12, 100 * GB,
                       "ICI: ~100 GB/s per link per direction (4,800 Gbit/s per chip over 6 "
                       "links; assumed), collectives 3 of the 6 links (assumed)", 4,
-                      collective_bytes_per_s=300 * GB, latency_s=5e-6),
+                      collective_bytes_per_s=300 * GB, latency_s=5e-6,
+                      kinds=("tpu v5p", "tpu v5"), calibration=V5P_CALIBRATION),
     "cpu": Device("CPU (fake device)", "cpu", 0.0, 20 * GB, 10 * GB,  # memory: host / devices
                   "nominal 10 GB/s between fake devices", 1 << 30, latency_s=50e-6),
 }
 
 
 def device_for_kind(device_kind: str) -> Device:
-    """The table's entry whose flops_key is in jax's `device_kind` (e.g. 'TPU v5p',
-    'NVIDIA H100 80GB HBM3'); the cpu entry when none is (an unknown accelerator)."""
+    """The table's entry one of whose `kinds` (else its flops_key) is in jax's `device_kind`
+    (e.g. 'TPU v5' for a v5p, 'TPU v5 lite' for a v5e, 'NVIDIA H100 80GB HBM3'); the cpu entry
+    when none is (an unknown accelerator). v5e is listed before v5p: 'tpu v5' is in both."""
     kind = device_kind.lower()
     for device in DEVICES.values():
-        if device.flops_key != "cpu" and device.flops_key in kind:
+        if any(name in kind for name in device.kinds or (device.flops_key,)) \
+                and device.flops_key != "cpu":
             return device
     return DEVICES["cpu"]

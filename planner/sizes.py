@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from plan_model import Device, Run, activation_memory, fit, state_memory
+from planner.devices import Device
+from planner.memory import activation_memory, fit, param_counts, state_memory
+from planner.run import Run
 
 
 def dominant_terms(terms: dict, top: int = 3) -> list[tuple[str, float]]:
@@ -36,22 +38,21 @@ def dominant_lines(plan: dict, m, run: Run) -> list[str]:
 SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/<name>.py, each with set_model(model)
 
 
-def _shapes(name: str, config):
+def _shapes(name: str, config, choice):
     """A ModelConfig with the shapes and precision of configs/<name>.py and this run's memory
     options (tiles, chunks, remat policy, scan)."""
     import importlib
     import model
     section = config.model.copy_and_resolve_references()
     importlib.import_module(f"configs.{name}").set_model(section)
-    return model.ModelConfig.from_config(section, config.parallel)
+    return model.ModelConfig.from_config(section, choice)
 
 
-def size_rows(config, device: Device, run: Run, tiles: tuple[int, int]) -> list[dict]:
+def size_rows(config, device: Device, run: Run, choice) -> list[dict]:
     """Per size: parameters, total bytes and verdict as configured, and without chunks."""
-    from plan_model import param_counts
-    rows = []
+    rows, tiles = [], choice.tiles
     for name in SIZES:
-        m = _shapes(name, config)
+        m = _shapes(name, config, choice)
         plain = dataclasses.replace(m, loss_chunk=0, mlp_chunk=0)
         totals = {}
         for label, shape in (("configured", m), ("unchunked", plain)):

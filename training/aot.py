@@ -1,9 +1,14 @@
-"""The planner's second opinion (scripts/plan.py --compile): the train state and step as XLA
-builds them on fake CPU devices, and XLA's own memory figures for them."""
+"""The train step compiled ahead of time from abstract inputs, and XLA's own memory figures for
+it: the planner's second opinion (scripts/plan.py --compile), on fake CPU devices. The state is
+built as training.loop.create_train_state builds it, without allocating it.
+
+    state_as_built(config, run, choice) -> bytes per device of parameters and optimizer state
+    compiled_memory(config, run, choice) -> XLA's memory_analysis() of the jitted step
+"""
 
 from __future__ import annotations
 
-from plan_model import Run
+from planner.run import Run
 
 # --compile auto compiles when P x seq_len x rows (P x tokens per data shard) is at most this.
 # Measured on 2 busy cores: tiny.py (3.6e7) 5 s; default.py (1.1e10) 8 s; llama_1b at 4k tokens
@@ -15,7 +20,7 @@ COMPILE_AUTO_LIMIT = 1e11
 
 # ------------------------------------------------------------------------------ XLA's view
 
-def abstract_train_state(config, mesh):
+def abstract_train_state(config, mesh, choice):
     """(abstract state, graphdef, tx, schedule) as training.loop.create_train_state builds it,
     without allocating: nnx.eval_shape for the model, the optimizer state's shardings from the
     same training.optim.optimizer_shardings the run uses (compiled, never run)."""
@@ -25,7 +30,7 @@ def abstract_train_state(config, mesh):
     import model
     from training import optim
 
-    cfg = model.ModelConfig.from_config(config.model, config.parallel)
+    cfg = model.ModelConfig.from_config(config.model, choice)
     with jax.set_mesh(mesh):
         net = nnx.eval_shape(lambda: model.Transformer(cfg, mesh, nnx.Rngs(config.seed)))
     graphdef, params = nnx.split(net, nnx.Param)
@@ -70,15 +75,15 @@ def run_mesh(run: Run):
     return parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:run.devices])
 
 
-def state_as_built(config, run: Run) -> dict:
+def state_as_built(config, run: Run, choice) -> dict:
     """Bytes per device of parameters and optimizer state as the code shards them today."""
     mesh = run_mesh(run)
-    state, *_ = abstract_train_state(config, mesh)
+    state, *_ = abstract_train_state(config, mesh, choice)
     return {"parameters": bytes_per_device(state["params"]),
             "optimizer_state": bytes_per_device(state["opt_state"])}
 
 
-def compiled_memory(config, run: Run) -> dict:
+def compiled_memory(config, run: Run, choice) -> dict:
     """XLA's memory_analysis() of the train step compiled for run.devices fake CPU devices."""
     import time
     import jax
@@ -86,7 +91,7 @@ def compiled_memory(config, run: Run) -> dict:
 
     start = time.perf_counter()
     mesh = run_mesh(run)
-    state, graphdef, tx, schedule = abstract_train_state(config, mesh)
+    state, graphdef, tx, schedule = abstract_train_state(config, mesh, choice)
     train_step = step_lib.make_train_step(
         graphdef, tx, schedule, mask_documents=config.data.mask_documents,
         grad_accum_steps=config.optim.grad_accum_steps,

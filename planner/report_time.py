@@ -1,4 +1,4 @@
-"""The planner's time tables, printed by scripts/plan.py.
+"""The planner's time tables as text (scripts/plan.py prints them).
 
 - Layouts: time per step for each layout with the ring strategy, and the choice of layout.
 - Strategies: every context-parallel strategy for the run's layout, its predicted time per
@@ -6,19 +6,18 @@
   and, where the config file carries MEASURED step times (configs/llama3_8b_v5p.py: MaxText's),
   those beside the predictions with where they disagree.
 
-Formulas: parallel/strategy_cost.py (attention) plus plan_model.py's dense and optimizer terms.
+Formulas: each strategy's cost (parallel/strategies/) plus planner/time.py's dense and optimizer
+terms.
 """
 
 from __future__ import annotations
 
-import ast
-
-from plan_model import Device, Run
+from planner.run import Run
 
 MEASURED_MATCH = 0.10  # a predicted ratio within 10% of the measured one "agrees"
 
 
-def format_time(plan: dict, m, run: Run, device: Device) -> list[str]:
+def format_time(plan: dict, m, run: Run, device) -> list[str]:
     eff = plan["efficiency"]
     at = "peak" if eff == 1 else f"{eff:.0%} of peak"
     lines = [f"Time per step at {at} (efficiency {eff:.2f}"
@@ -67,17 +66,6 @@ def format_documents(docs: dict | None) -> list[str]:
             f"max {docs['max_tokens']:,} tokens; path tiles are the mean row's",
             "  doc eff = tiles one device computes on the whole row / N / critical path (1.0: "
             "N devices share one device's work evenly)"]
-
-
-def measured_times(filename: str, seq_len: int) -> dict | None:
-    """The config file's module-level MEASURED[seq_len] (read, not executed), else None."""
-    with open(filename) as f:
-        tree = ast.parse(f.read())
-    for node in tree.body:
-        if (isinstance(node, ast.Assign)
-                and any(getattr(t, "id", None) == "MEASURED" for t in node.targets)):
-            return ast.literal_eval(node.value).get(seq_len)
-    return None
 
 
 def label(row: dict, num_shards: int) -> str:

@@ -1,0 +1,74 @@
+"""A run's data, from its config: the tokenizer and token cache (process 0 builds shared files, the
+others wait and read them) and the BatchSpec its batches are cut by, laid out for the run's
+resolved attention (parallel.AttentionChoice: the layout, and balanced's unit).
+
+    prepare_data(config, workdir, num_seq_shards, choice) -> (tokenizer, cache, spec)
+    sample_segment_ids(config, workdir, rows) -> int32 [rows, seq_len] of the first rows
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from data.batches import BatchSpec, batch_rows
+from data.errors import DataError
+from data.sources import source_options
+from data.token_cache import build_token_cache
+from data.tokenizer import get_tokenizer
+
+
+def barrier(name: str):
+    """Blocks until every process gets here (a no-op with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+def prepare_data(config, workdir: str, num_seq_shards: int, choice):
+    """(tokenizer, token cache, BatchSpec); DataError for a corpus or tokenizer that does not
+    fit the config."""
+    cache_dir = config.data.cache_dir or os.path.join(workdir, "cache")
+    kw = dict(process_index=jax.process_index(), barrier=lambda: barrier("data"))
+    tokenizer = get_tokenizer(config.data, cache_dir, **kw)
+    if tokenizer.vocab_size != config.model.vocab_size:
+        raise DataError(
+            f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} pieces but "
+            f"model.vocab_size is {config.model.vocab_size}: set --config.model.vocab_size="
+            f"{tokenizer.vocab_size} or use a matching tokenizer")
+    cache = build_token_cache(tokenizer, config.data.source, cache_dir,
+                              eval_fraction=config.data.eval_fraction,
+                              max_bytes=config.data.max_bytes,
+                              options=source_options(config.data), **kw)
+    if len(cache.train) < config.seq_len + 1:
+        raise DataError(
+            f"the training split has {len(cache.train):,} tokens, smaller than one sequence of "
+            f"seq_len + 1 = {config.seq_len + 1}: use a larger corpus or a smaller seq_len")
+    spec = BatchSpec(seq_len=config.seq_len, global_batch=config.global_batch_size,
+                     seed=config.seed, layout=choice.layout, num_seq_shards=num_seq_shards,
+                     mask_documents=config.data.mask_documents,
+                     reset_positions=config.data.reset_positions,
+                     eos_id=tokenizer.eos_id, tile=choice.balance_unit)
+    return tokenizer, cache, spec
+
+
+def sample_segment_ids(config, workdir: str, rows: int) -> np.ndarray:
+    """Segment ids int32 [rows, seq_len], natural order, of the run's first training rows (its
+    tokenizer, corpus and windows; documents at EOS whatever data.mask_documents says): the
+    document lengths the planner and scripts/bench_documents.py measure layouts on. Builds the
+    tokenizer and token cache in workdir (or data.cache_dir) unless they are there already."""
+    natural = _NaturalOrder()
+    _, cache, spec = prepare_data(config, workdir, 1, natural)
+    spec = dataclasses.replace(spec, global_batch=rows, mask_documents=True)
+    return batch_rows(cache.train, spec, 0, np.arange(rows))["segment_ids"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _NaturalOrder:
+    """The rows as they come, on one shard (what sample_segment_ids reads)."""
+
+    layout: str = "ring"
+    balance_unit: int | None = None

@@ -1,0 +1,105 @@
+"""One run's attention, resolved: layout, strategy (with its Ulysses degree), kernel and tiles,
+with no 'auto' and no default left to apply. Everything that needs to know how a run attends
+reads one `AttentionChoice`: the config checks, the batch builder (balanced's unit), the model,
+the trackers, the checkpoint record, sample.py and the planner.
+
+    choose(layout='balanced', strategy='ring', kernel='auto', tile_q=0, tile_k=0,
+           seq_len=4096, num_shards=4, platform='cpu', q_heads=4)
+    -> AttentionChoice(layout='balanced', strategy='ring', ulysses_degree=1, kernel='xla',
+                       tile_q=512, tile_k=512)
+
+The tile rule (a tile of 0 takes the default for the layout and kernel) and the check that the
+tiles divide the block live here and nowhere else; `parallel.attention` applies the same rule.
+A strategy of 'auto' is not resolved here: that needs the planner's cost model
+(`planner.resolve_attention`), which then calls `choose` with the strategy it picked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from parallel.kernels import resolve_kernel
+from parallel.layouts import get_layout, permutation
+from parallel.layouts.base import largest_divisor
+from parallel.strategies import get_strategy
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionChoice:
+    layout: str  # parallel.LAYOUTS
+    strategy: str  # parallel.STRATEGIES (never 'auto')
+    ulysses_degree: int  # devices per head all-to-all group: 1 (ring, allgather), N (ulysses), u (usp)
+    kernel: str  # parallel.KERNELS (never 'auto')
+    tile_q: int
+    tile_k: int
+    why: str = dataclasses.field(default="configured", compare=False)  # how the strategy was picked
+
+    @property
+    def balance_unit(self) -> int:
+        """The tokens 'balanced' places together: a multiple of both tiles, so that every tile the
+        kernel runs is one run of consecutive tokens (see parallel/layouts/balanced.py)."""
+        return math.lcm(self.tile_q, self.tile_k)
+
+    @property
+    def tiles(self) -> tuple[int, int]:
+        return self.tile_q, self.tile_k
+
+    def attention_kwargs(self) -> dict:
+        """The keyword arguments of `parallel.attention` that this choice fixes."""
+        return dict(layout=self.layout, strategy=self.strategy, kernel=self.kernel,
+                    tile_q=self.tile_q, tile_k=self.tile_k,
+                    ulysses_degree=self.ulysses_degree if self.strategy == "usp" else None)
+
+    def permutation(self, seq_len: int, num_shards: int, segment_ids=None):
+        """The layout's permutation; for 'balanced', placed on this choice's unit."""
+        return permutation(self.layout, seq_len, num_shards, segment_ids=segment_ids,
+                           tile=self.balance_unit)
+
+    def label(self) -> str:
+        """'striped attention (ring strategy, xla kernel, tiles 32x32)'; usp shows u x N/u."""
+        strategy = self.strategy + (f" {self.ulysses_degree}" if self.strategy == "usp" else "")
+        return (f"{self.layout} attention ({strategy} strategy, {self.kernel} kernel, tiles "
+                f"{self.tile_q}x{self.tile_k})")
+
+    def record(self) -> dict:
+        """What the metrics, wandb and the checkpoint record carry."""
+        return {"layout": self.layout, "strategy": self.strategy,
+                "ulysses_degree": self.ulysses_degree, "kernel": self.kernel,
+                "tile_q": self.tile_q, "tile_k": self.tile_k}
+
+
+def default_tile(layout, block: int, largest: int) -> int:
+    """Largest divisor of the layout's contiguous run (the block, half of it for zigzag,
+    balanced's default unit) that is at most `largest` (a kernel's `max_tiles`), so tiles never
+    straddle the jump between two chunks."""
+    return largest_divisor(get_layout(layout).contiguous_run(block), largest)
+
+
+def resolve_tiles(layout, kernel, block: int, tile_q, tile_k) -> tuple[int, int]:
+    """(tile_q, tile_k): each as given, or (None) the default for the layout and kernel;
+    ValueError, one line, for a tile that does not divide the block."""
+    tiles = []
+    for name, tile, largest in zip(("tile_q", "tile_k"), (tile_q, tile_k), kernel.max_tiles):
+        tile = default_tile(layout, block, largest) if tile is None else int(tile)
+        if tile < 1 or block % tile:
+            raise ValueError(f"{name}={tile} does not divide the per-device block of {block} "
+                             f"tokens: choose a divisor of {block}")
+        tiles.append(tile)
+    return tiles[0], tiles[1]
+
+
+def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int, seq_len: int,
+           num_shards: int, platform: str, q_heads: int, ulysses_degree: int | None = None,
+           why: str = "configured") -> AttentionChoice:
+    """The resolved attention of a run on `num_shards` 'seq' devices of `platform` (a tile of 0
+    or None: the default); ValueError,
+    one line, for any choice that cannot run (unknown names, tiles, the Ulysses degree)."""
+    lay, strat = get_layout(layout), get_strategy(strategy)
+    kern = resolve_kernel(kernel, platform)
+    lay.check_divisible(seq_len, num_shards)
+    degree = strat.ulysses_degree(ulysses_degree or None, num_shards, q_heads)
+    tq, tk = resolve_tiles(lay, kern, seq_len // num_shards, tile_q or None, tile_k or None)
+    kern.check_tiles(tq, tk, kern.interpreted_on(platform))
+    return AttentionChoice(layout=lay.name, strategy=strat.name, ulysses_degree=degree,
+                           kernel=kern.name, tile_q=tq, tile_k=tk, why=why)

@@ -1,0 +1,111 @@
+"""Bytes per device: parameters, optimizer state, gradients and activations, term by term (the
+formulas are tabled in planner/README.md), and the verdict against a device's memory."""
+
+from __future__ import annotations
+
+from planner.devices import Device
+from planner.run import Run
+
+GB = 1e9
+FIT_FRACTION = 0.9  # "fits" if the analytic total is at most this share of the device memory
+
+
+def param_counts(m) -> dict:
+    """Parameter counts of model.Transformer for a ModelConfig `m`.
+
+    matmul  = training.flops.matmul_params: L (d Dh (2H + 2K) + 3 d F) + d V (output head)
+    total   = matmul + V d (embedding; not with tied embeddings) + (2L + 1) d (RMSNorm scales)
+    vectors = (2L + 1) d, replicated; every other parameter is a matrix, sharded over all devices
+    layer   = d Dh (2H + 2K) + 3 d F, the matrices of one block
+    """
+    from planner.flops import matmul_params
+    matmul = matmul_params(m)
+    embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
+    vectors = (2 * m.num_layers + 1) * m.d_model
+    attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+    layer = attention + 3 * m.d_model * m.mlp_dim
+    return {"total": matmul + embed + vectors, "matmul": matmul, "matrices": matmul + embed,
+            "vectors": vectors, "layer": layer}
+
+
+def state_memory(m, run: Run) -> dict:
+    """Bytes per device of parameters, AdamW state and gradients under FSDP over all devices."""
+    counts, p = param_counts(m), dtype_bytes(m.param_dtype)
+    params = (counts["matrices"] / run.devices + counts["vectors"]) * p
+    return {"parameters": params, "optimizer_state": 2 * params,
+            "gradients": params * (2 if run.accum > 1 else 1),
+            "fsdp_gather": 2 * max(counts["layer"], m.vocab_size * m.d_model) * p}
+
+
+def gather_all_bytes(m) -> float:
+    """2 (L P_layer + V d) p: every layer's gathered weights and full gradient alive at once.
+
+    What XLA:CPU's compile of this program holds (its temporaries grow by exactly 2 P_layer p per
+    layer): the forward's all-gathers are kept for the backward instead of being re-issued layer
+    by layer. The embedding table is looked up sharded, so it is not counted.
+    """
+    counts = param_counts(m)
+    return 2 * (m.num_layers * counts["layer"] + m.vocab_size * m.d_model) * dtype_bytes(m.param_dtype)
+
+
+def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
+    """Bytes per device of activations; the formulas are in plan.py's docstring table."""
+    b, n, c, f32 = run.rows, run.block, dtype_bytes(m.dtype), 4
+    d, heads, kv, dh, v = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size
+    kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
+    tokens = b * n
+    mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk  # loss: chunk <= n
+    return {
+        "block_inputs": (m.num_layers * tokens * d * c) if m.remat else 0,
+        "norms": kept * tokens * 2 * (2 * c * d + f32),
+        # Whole: 6 [b, n, F] saved per layer. Chunked: nothing saved (the MLP's input is the
+        # norm's output, counted there); one chunk's 6 [b, k, F] while it is recomputed.
+        "swiglu": (kept * tokens if not mlp_chunk else b * mlp_chunk) * 6 * c * m.mlp_dim,
+        "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
+                                                + 2 * f32 * dh),
+        # remat_policy 'dots': every layer keeps its q, k, v, o, gate and up matmul outputs.
+        "dot_outputs": (m.num_layers * tokens * c * (dh * (heads + 2 * kv) + d + 2 * m.mlp_dim)
+                        if m.remat and m.remat_policy == "dots" else 0),
+        "kv_ring_buffers": tokens * (4 * c * kv * dh + 4 * f32 * kv * dh + 2 * 4),
+        "kernel_accumulators": tokens * f32 * (heads * dh + heads),
+        "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
+        "final_norm": tokens * ((2 if not loss_chunk else 1) * c * d + f32),
+        # Whole: float32 [b, n, V] exp saved by logsumexp, then its gradient. Chunked: dx
+        # [b, n, d] saved, a float32 dW [d, V], and one chunk's logits, probabilities, one-hot
+        # and dlogits (4 float32 [b, k, V] + one in the compute dtype).
+        "logits": (2 * f32 * tokens * v if not loss_chunk
+                   else tokens * c * d + f32 * d * v + b * loss_chunk * v * (4 * f32 + c)),
+    }
+
+
+def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
+    """What autodiff keeps between the forward and the backward (the part of
+    activation_memory that jax's saved_residuals lists; tests/test_plan.py checks it)."""
+    t = activation_memory(m, run, tiles)
+    chunked_mlp = _chunk(m.mlp_chunk, run.block)
+    per_layer = t["norms"] + t["attention_residuals"] + (0 if chunked_mlp else t["swiglu"])
+    if m.loss_chunk:
+        loss = run.rows * run.block * dtype_bytes(m.dtype) * m.d_model  # dx
+    else:
+        loss = t["logits"] / 2  # the exp; the gradient comes later
+    return (t["block_inputs"] + t["dot_outputs"] + t["final_norm"] + loss
+            + (0 if m.remat else per_layer))
+
+
+def _chunk(chunk: int, block: int) -> int:
+    """The tokens per chunk of an MLP chunked by mlp_chunk, 0 when model/chunks.py runs it
+    whole (its rule, chunks.splits)."""
+    from model.chunks import splits
+    return chunk if splits(chunk, block) else 0
+
+
+def fit(total: float, device: Device) -> dict:
+    """Verdict against the nominal memory: fits (<= 90%), tight (90-100%), does not fit."""
+    share = total / device.memory_bytes
+    verdict = ("fits" if share <= FIT_FRACTION else "tight" if share <= 1.0 else "does not fit")
+    return {"total_bytes": total, "device_bytes": device.memory_bytes, "share": share,
+            "headroom_bytes": device.memory_bytes - total, "verdict": verdict}
+
+
+def dtype_bytes(dtype: str) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]

@@ -1,0 +1,126 @@
+"""The analytic plan of a run: parameters, memory term by term and its verdict, time per step for
+every layout and every strategy, and the recommendation. scripts/plan.py prints it
+(planner/report.py), with training/aot.py's compiled figures beside it."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+
+import parallel
+from planner import memory, recommend, time
+from planner.attention import choice_from_config
+from planner.devices import DEVICES, Device
+from planner.documents import describe_documents, sample_documents
+from planner.flops import flops_per_token, peak_flops
+from planner.run import Run, make_run, process_count
+from planner.sizes import size_rows
+
+
+def plan_device(device_name: str, devices: int) -> Device:
+    """The device table's entry; for fake CPU devices, the host's memory shared among them."""
+    device = DEVICES[device_name]
+    if device_name == "cpu":
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        device = dataclasses.replace(device, memory_bytes=host / devices)
+    return device
+
+
+def layout_tiles(config, choice, layout: str, block: int, platform: str):
+    """The tiles `layout` would run with (the config's, or that layout's defaults)."""
+    if layout == choice.layout:
+        return choice.tiles
+    kernel = parallel.resolve_kernel(choice.kernel, platform)
+    return parallel.choice.resolve_tiles(layout, kernel, block, config.model.tile_q or None,
+                                         config.model.tile_k or None)
+
+
+def analytic_plan(config, device: Device, run: Run, choice, efficiency: float = 1.0,
+                  documents=None) -> dict:
+    """Every analytic figure: parameters, memory terms, fit, FLOPs and time per layout and per
+    strategy; documents: segment ids [R, seq_len] of sample rows (None: one document per row)."""
+    m = recommend.run_model(config, choice)
+    state = memory.state_memory(m, run)
+    acts = memory.activation_memory(m, run, choice.tiles)
+    total = sum(state.values()) + sum(acts.values())
+    model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step  # as the loop's MFU
+    masked = bool(config.data.mask_documents)
+    times = {layout: time.step_time(m, run, layout_tiles(config, choice, layout, run.block,
+                                                         device.platform),
+                                    layout, device, efficiency, masked, model_flops, documents)
+             for layout in _layouts_for(run)}
+    rows = recommend.strategy_rows(m, run, choice.tiles, device, efficiency, masked,
+                                   model_flops, documents, total, acts["kv_ring_buffers"])
+    return {"params": memory.param_counts(m), "state_bytes": state, "activation_bytes": acts,
+            "fit": memory.fit(total, device), "tiles": list(choice.tiles),
+            "model_flops_per_step": model_flops, "peak_flops": peak_flops(device.flops_key),
+            "efficiency": efficiency, "time": times,
+            "strategies": {"rows": rows, "choice": recommend.recommend(rows)},
+            "attention": choice.record(), "calibration": dataclasses.asdict(device.calibration)}
+
+
+def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
+              documents: str | None = None, document_rows: int = 4,
+              workdir: str = "runs/plan") -> tuple[dict, Device, Run]:
+    """(plan, device, run) for `devices` devices of `device_name`; the config must have passed
+    training.validate_config. The attention is the run's, 'auto' resolved as the run would."""
+    device, run = plan_device(device_name, devices), make_run(config, devices)
+    choice = resolved_choice(config, run, device)
+    segment_ids = sample_documents(config, documents, document_rows, workdir)
+    plan = analytic_plan(config, device, run, choice, efficiency, segment_ids)
+    plan.update(device=device_name, device_spec=dataclasses.asdict(device),
+                processes=process_count(device, devices), run=dataclasses.asdict(run),
+                documents=describe_documents(documents, segment_ids), why=choice.why)
+    plan["sizes"] = ([] if device_name == "cpu" else  # the model-size table: accelerators only
+                     size_rows(config, device, run, choice))
+    return plan, device, run
+
+
+def resolved_choice(config, run: Run, device: Device):
+    """The AttentionChoice a run of this config would resolve to on `device`."""
+    if config.parallel.strategy == "auto":
+        kind = device.kinds[0] if device.kinds else device.flops_key
+        return recommend.auto_choice(config, (run.data, run.seq), device.platform, kind)
+    return choice_from_config(config, run.seq, device.platform)
+
+
+def measured_times(filename: str, seq_len: int) -> dict | None:
+    """The config file's module-level MEASURED[seq_len] (read, not executed), else None."""
+    value = module_constant(filename, "MEASURED")
+    return None if value is None else value.get(seq_len)
+
+
+def module_constant(filename: str, name: str):
+    """A config file's module-level `name = <literal>` (read, not executed), else None."""
+    with open(filename) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == name for t in node.targets)):
+            return ast.literal_eval(node.value)
+    return None
+
+
+def _layouts_for(run: Run) -> list[str]:
+    """Layouts this sequence length allows (zigzag needs seq_len % 2N == 0)."""
+    def allowed(layout):
+        try:
+            parallel.check_divisible(layout, run.seq_len, run.seq)
+            return True
+        except ValueError:
+            return False
+    return [layout for layout in parallel.LAYOUTS if allowed(layout)]
+
+
+def today_scenarios(plan: dict, config, choice, device: Device, as_built: dict) -> dict:
+    """Totals for the program as it is: the optimizer state as built (training/aot.py measures
+    it from its shardings), then also every layer's gathered weights and full gradient alive
+    at once."""
+    m = recommend.run_model(config, choice)
+    design = plan["fit"]["total_bytes"]
+    opt_added = as_built["optimizer_state"] - plan["state_bytes"]["optimizer_state"]
+    gather_added = memory.gather_all_bytes(m) - plan["state_bytes"]["fsdp_gather"]
+    first = dict(memory.fit(design + opt_added, device), added_bytes=opt_added)
+    second = dict(memory.fit(design + opt_added + gather_added, device), added_bytes=gather_added)
+    return {"optimizer_as_built": first, "gather_all": second}

@@ -1,0 +1,80 @@
+"""The strategy a run should use: every option the registered strategies offer on this mesh and
+head count, priced as a whole step (planner/time.py) with its memory (the plan's total with the
+ring's K/V buffers swapped for the strategy's), and the fastest whose total fits. One function,
+`recommend`, serves both `parallel.strategy='auto'` (`auto_choice`) and scripts/plan.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import model
+import parallel
+from parallel import strategy_cost
+from planner import memory, time
+from planner.devices import Device, device_for_kind
+from planner.flops import flops_per_token
+from planner.run import Run, make_run
+
+
+def strategy_rows(m, run: Run, tiles, device: Device, efficiency: float, mask_documents: bool,
+                  model_flops: float, documents, memory_total: float, ring_buffers: float):
+    """step_time for every (strategy, degree) of parallel.strategy_cost.options on the run's
+    layout, each with its memory verdict (None where the device's memory is unknown)."""
+    rows = []
+    for strategy, degree in strategy_cost.options(run.seq, m.num_heads):
+        t = time.step_time(m, run, tiles, run.layout, device, efficiency, mask_documents,
+                           model_flops, documents, strategy, degree)
+        total = memory_total - ring_buffers + t["attention_layer"]["buffer_bytes"]
+        rows.append(dict(t, memory=memory.fit(total, device) if device.memory_bytes else None))
+    return rows
+
+
+def recommend(rows: list[dict]) -> dict:
+    """The fastest row whose memory fits (if none fits, the fastest of all); ties: the smaller
+    buffers."""
+    fitting = [r for r in rows if r["memory"] is None or r["memory"]["verdict"] != "does not fit"]
+    best = min(fitting or rows, key=lambda r: (r["step_s"],
+                                                r["attention_layer"]["buffer_bytes"]))
+    return {"strategy": best["strategy"], "degree": best["degree"]}
+
+
+def run_model(config, choice: parallel.AttentionChoice):
+    """The ModelConfig the planner prices: the config's model with the resolved attention."""
+    return model.ModelConfig.from_config(config.model, choice)
+
+
+def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: Device,
+                   efficiency: float = 1.0, documents=None) -> dict:
+    """{'rows', 'choice'}: every strategy priced for this run, and the recommendation."""
+    m = run_model(config, choice)
+    acts = memory.activation_memory(m, run, choice.tiles)
+    total = sum(memory.state_memory(m, run).values()) + sum(acts.values())
+    model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
+    rows = strategy_rows(m, run, choice.tiles, device, efficiency,
+                         bool(config.data.mask_documents), model_flops, documents, total,
+                         acts["kv_ring_buffers"])
+    return {"rows": rows, "choice": recommend(rows)}
+
+
+def auto_choice(config, mesh_shape, platform: str,
+                device_kind: str) -> parallel.AttentionChoice:
+    """strategy='auto' resolved on a (data, seq) mesh of `device_kind` devices: the
+    recommendation of `strategy_table`, one document per row (plan.py --documents refines it)."""
+    from planner.attention import choice_from_config
+    device = device_for_kind(device_kind)
+    if device.flops_key == "cpu" and not device.memory_bytes:  # fake devices share the host
+        device = dataclasses.replace(device, memory_bytes=0.0)
+    run = make_run(config, mesh_shape[0] * mesh_shape[1])
+    ring = choice_from_config(config, mesh_shape[1], platform, "ring", None)
+    table = strategy_table(config, run, ring, device)
+    best, first = table["choice"], table["rows"][0]
+    row = next(r for r in table["rows"] if (r["strategy"], r["degree"]) ==
+               (best["strategy"], best["degree"]))
+    name = best["strategy"] + (f" (ulysses_degree {best['degree']})"
+                               if best["strategy"] == "usp" else "")
+    why = (f"auto -> {name}: predicted {row['step_s'] * 1e3:.3f} ms per step against the "
+           f"ring's {first['step_s'] * 1e3:.3f} ms on {device.title}"
+           f"{'' if device.calibration.source else ' (uncalibrated)'}")
+    return choice_from_config(config, mesh_shape[1], platform, best["strategy"],
+                              best["degree"] if best["strategy"] == "usp" else None, why=why)

@@ -1,0 +1,145 @@
+"""The planner's plan as text: memory, compiled memory, time per layout, strategies and notes
+(what scripts/plan.py prints)."""
+
+from __future__ import annotations
+
+from planner.memory import GB
+from planner.recommend import run_model
+from planner.report_time import format_strategies, format_time
+from planner.run import Run, process_block
+from planner.sizes import dominant_lines, format_sizes
+
+
+def _unit(largest: float) -> tuple[str, float]:
+    """The unit a memory table is printed in: GB, MB or KB (decimal), by its largest figure."""
+    for name, size in (("GB", GB), ("MB", 1e6)):
+        if largest >= size:
+            return name, size
+    return "KB", 1e3
+
+
+def _count(x: float) -> str:
+    """1.10B, 3.4M, 139,584."""
+    return f"{x / 1e9:.2f}B" if x >= 1e9 else f"{x / 1e6:.1f}M" if x >= 1e7 else f"{x:,.0f}"
+
+
+def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
+    name, size = unit
+    b, n = run.rows, run.block
+    every = "one layer" if m.remat else f"{m.num_layers} layers"
+    act_labels = {
+        "block_inputs": f"block inputs (remat): {m.num_layers} x [{b}, {n:,}, {m.d_model}] "
+                        f"{m.dtype}",
+        "norms": f"RMSNorm input, output, fp32 1/rms ({every})",
+        "swiglu": (f"SwiGLU gate, up, silu, product ({every})" if not m.mlp_chunk else
+                   f"SwiGLU: one chunk of {m.mlp_chunk:,} tokens recomputed"),
+        "attention_residuals": f"attention residuals q, k, v, out, lse, RoPE ({every})",
+        "dot_outputs": f"matmul outputs kept by remat_policy 'dots' ({m.num_layers} layers)",
+        "kv_ring_buffers": "KV ring buffers: K, V, fp32 dK, dV, x2 in flight",
+        "kernel_accumulators": "kernel accumulators: fp32 dQ, D",
+        "tile_scratch": f"tile scratch: 3 fp32 [{b}, {m.num_heads}, {plan['tiles'][0]}, "
+                        f"{plan['tiles'][1]}]",
+        "final_norm": "final RMSNorm saved values",
+        "logits": (f"logits [{b}, {n:,}, {m.vocab_size}] fp32: saved exp + gradient"
+                   if not m.loss_chunk else
+                   f"loss in chunks of {m.loss_chunk:,}: dx, fp32 dW, one chunk's logits"),
+    }
+    s, f = plan["state_bytes"], plan["fit"]
+
+    def row(label, x, indent=2):
+        return f"{' ' * indent}{label:<{60 - indent}}{x / size:9.2f}"
+
+    lines = [f"Memory per device (analytic, {name}; FSDP over {run.devices} devices)",
+             row(f"parameters ({m.param_dtype})", s["parameters"]),
+             row("optimizer state (AdamW mu, nu)", s["optimizer_state"]),
+             row("gradients" + (" + accumulator" if run.accum > 1 else ""), s["gradients"]),
+             row("FSDP: one gathered layer + its gradient", s["fsdp_gather"]),
+             "  activations:"]
+    lines += [row(act_labels[k], v, 4) for k, v in plan["activation_bytes"].items() if v]
+    lines.append(row("total (design: FSDP, one layer gathered at a time)", f["total_bytes"])
+                 + f"  of {f['device_bytes'] / size:,.0f} {name}: {f['verdict'].upper()} "
+                 f"({f['share']:.0%} of it; headroom {f['headroom_bytes'] / size:,.1f} {name})")
+    return lines + dominant_lines(plan, m, run)
+
+
+def format_as_built(plan: dict, unit) -> list[str]:
+    """The design's total with the optimizer state as create_train_state really shards it."""
+    name, size = unit
+    design, opt = plan["state_bytes"]["optimizer_state"], plan["as_built"]["optimizer_state"]
+    f = plan["today"]["optimizer_as_built"]
+    if abs(opt - design) <= 0.01 * max(design, 1.0):
+        return [f"  optimizer state as create_train_state builds it: {opt / size:.2f} {name}, "
+                "sharded as planned"]
+    return [f"  {'as the code runs today: AdamW state not sharded (note 1)':<58}"
+            f"{f['total_bytes'] / size:9.2f}  ({f['added_bytes'] / size:+,.2f}): "
+            f"{f['verdict'].upper()} ({f['share']:.0%})"]
+
+
+def format_notes(plan: dict, unit, scan_layers: bool = False) -> list[str]:
+    name, size = unit
+    notes = []
+    if plan["as_built"]["optimizer_state"] > 1.01 * plan["state_bytes"]["optimizer_state"]:
+        notes += ["  1. the optimizer state that training.loop.create_train_state builds is not sharded "
+                  "like the parameters",
+                  "     (AdamW's mu and nu replicated on every device): check that it still uses "
+                  "training.optim.optimizer_shardings."]
+    g = plan["today"]["gather_all"]
+    if scan_layers:
+        return ["Notes:"] + notes + [
+            "  2. model.scan_layers: the blocks run in one lax.scan, so even XLA:CPU's schedule "
+            "(not memory-aware) holds one",
+            "     layer's gathered weights and activations at a time (scripts/bench_memory.py)."]
+    notes += ["  2. XLA:CPU's compile of this step (--compile yes) is not memory-aware: its "
+              "temporaries come out (nearly)",
+              "     the same with remat on and off, and grow by 2 x one layer's float32 weights "
+              "per layer (every layer's",
+              "     gathered weights and full gradient alive). If XLA:GPU/TPU did that too, on "
+              f"top of today's total: {g['added_bytes'] / size:+,.2f} {name}",
+              f"     -> {g['total_bytes'] / size:,.2f} {name}, {g['verdict'].upper()}. Check on "
+              "the accelerator: jitted.lower(...).compile().memory_analysis()."]
+    return ["Notes:"] + notes
+
+
+def format_compiled(plan: dict, run: Run, unit, scan_layers: bool = False) -> list[str]:
+    name, size = unit
+    c = plan["compiled"]
+    head = f"Compiled train step (XLA:CPU, {run.devices} fake devices, per device): "
+    if "total" not in c:
+        return [head + c["status"]]
+    ratio = plan["fit"]["total_bytes"] / c["total"]
+    return [head + f"compiled in {c['compile_s']:.0f} s",
+            f"  arguments {c['argument'] / size:.2f} {name}, outputs {c['output'] / size:.2f} "
+            f"(aliased with the donated state {c['alias'] / size:.2f}), temporaries "
+            f"{c['temp'] / size:.2f}: total {c['total'] / size:.2f} {name}",
+            f"  analytic (design) / compiled = {ratio:.2f}; XLA:CPU's schedule "
+            + ("holds one layer at a time only under scan_layers" if scan_layers else
+               "ignores remat") + " (note 2): a cross-check, not the accelerator's figure"]
+
+
+def format_plan(plan: dict, config, choice, device, run: Run) -> str:
+    m = run_model(config, choice)
+    pc = plan["params"]
+    rows, columns = process_block(run, plan["processes"])
+    head = [f"ringstripe plan: {plan['config_file']} on {run.devices} x {device.title} "
+            f"({plan['device']}, {plan['processes']} process(es))",
+            f"  model  {_count(pc['total'])} parameters: d_model {m.d_model}, {m.num_layers} "
+            f"layers, {m.num_heads} heads ({m.num_kv_heads} KV) x {m.head_dim}, mlp {m.mlp_dim}, "
+            f"vocab {m.vocab_size}; {m.dtype} compute, {m.param_dtype} params, remat "
+            f"{'on (keeps ' + m.remat_policy + ')' if m.remat else 'off'}"
+            f"{', scan_layers' if m.scan_layers else ''}; loss_chunk {m.loss_chunk or 'off'}, "
+            f"mlp_chunk {m.mlp_chunk or 'off'}",
+            f"  run    {run.global_batch} x {run.seq_len:,} = {run.tokens_per_step:,} tokens per "
+            f"step; mesh data {run.data} x seq {run.seq}; {run.block:,} tokens per device per "
+            f"sequence; {run.rows} row(s) per device per micro-step (grad_accum_steps "
+            f"{run.accum}); {run.layout} attention",
+            f"  hosts  each of {plan['processes']} process(es) builds {rows} row(s) x "
+            f"{columns:,} laid-out columns of every batch (a row may span hosts)",
+            f"  attention  {choice.label()}: {plan['why']}", ""]
+    unit = _unit(plan["fit"]["total_bytes"])
+    body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
+            + format_sizes(plan["sizes"], m, run, unit)
+            + format_compiled(plan, run, unit, m.scan_layers) + [""]
+            + format_time(plan, m, run, device) + [""]
+            + format_strategies(plan, run, plan.get("measured")) + [""]
+            + format_notes(plan, unit, m.scan_layers))
+    return "\n".join(head + body)

@@ -1,0 +1,117 @@
+"""Time per step: attention per layer (each strategy's own cost, parallel/strategy_cost.py), the
+dense matmuls overlapped with the FSDP traffic, and the optimizer; the calibrated shares of the
+device's nominal rates (planner/devices.py) applied once, here, in `network`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from parallel import cost, strategy_cost
+from planner.devices import Device
+from planner.flops import peak_flops
+from planner.memory import dtype_bytes, param_counts, _chunk
+from planner.run import Run
+
+
+def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
+    """The attention's rates on `device`: its calibrated kernel share of peak, links and
+    collectives, the ring step's fixed cost and exposed transfer; x `efficiency` (1: as
+    calibrated)."""
+    cal = device.calibration
+    return strategy_cost.Network(
+        flops_per_s=peak_flops(device.flops_key) * cal.attention_efficiency * efficiency,
+        link_bytes_per_s=device.link_bytes_per_s * efficiency,
+        collective_bytes_per_s=device.collective_rate * efficiency,
+        latency_s=device.latency_s + cal.ring_step_s, hop_exposed=cal.hop_exposed)
+
+
+def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool):
+    """One attention layer on one device, as parallel.strategy_cost takes it."""
+    return strategy_cost.LayerShape(
+        rows=run.rows, seq_len=run.seq_len, num_shards=run.seq, q_heads=m.num_heads,
+        kv_heads=m.num_kv_heads, head_dim=m.head_dim, itemsize=dtype_bytes(m.dtype),
+        layout=layout, tiles=tuple(tiles), with_segments=with_segments)
+
+
+def ring_step_tiles(layout: str, num_shards: int, block: int, tiles, documents=None) -> list:
+    """Tiles the slowest device computes on each ring step (mean over the rows of `documents`).
+    Closed forms for one document, T tiles per side: ring [T(T+1)/2, T^2 x (N-1)], striped
+    [T(T+1)/2 x N], zigzag and balanced [T(T+1)/2, T^2/2 x (N-1)]."""
+    counts = cost.step_tile_counts(layout, num_shards, block, tiles, documents)
+    return counts.max(axis=1).mean(axis=0).tolist()
+
+
+def document_efficiency(counts, documents, tiles) -> float:
+    """Mean over rows of single-device tiles / N / critical path (cost.document_efficiency)."""
+    return float(np.mean([cost.document_efficiency(c, cost.single_device_tiles(seg, *tiles))
+                          for c, seg in zip(counts, documents)]))
+
+
+def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.Network,
+                            with_segments: bool, documents=None, strategy: str = "ring",
+                            degree: int = 1) -> dict:
+    """One layer's attention, forward (x2 with remat) and backward, on the critical path; with
+    documents [R, S] (segment ids of sample rows), the mean row's."""
+    shape = layer_shape(m, run, layout, tiles, with_segments)
+    counts = cost.step_tile_counts(layout, run.seq, run.block, tiles, documents)
+    est = strategy_cost.estimate(shape, net, strategy, degree, documents, step_counts=counts)
+    tile_s = strategy_cost.tile_seconds(shape, net)
+    compute = [t * tile_s for t in counts.max(axis=1).mean(axis=0).tolist()]
+    kv = strategy_cost.block_bytes(shape, m.num_kv_heads)[1] / net.link_bytes_per_s
+    kv = kv if run.seq > 1 else 0.0
+    return {"tiles_per_side": run.block / math.sqrt(tiles[0] * tiles[1]),
+            "critical_path_tiles": sum(compute) / tile_s,
+            "forward_s": est["forward_s"], "backward_s": est["backward_s"],
+            "seconds": est["forward_s"] * (2 if m.remat else 1) + est["backward_s"],
+            "hop_compute_s_min": min(compute), "hop_transfer_s": kv,
+            "comm_bound_forward_steps": sum(c < kv for c in compute[:-1]),
+            "document_efficiency": (None if documents is None
+                                    else document_efficiency(counts, documents, tiles)),
+            "bytes_sent": est["bytes_sent"], "buffer_bytes": est["buffer_bytes"]}
+
+
+def dense_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> dict:
+    """Matmuls outside attention overlapped with FSDP gathers/scatters: 6 P_mm FLOPs per token
+    (forward + backward), + 2 P_mm when remat recomputes the block's matmuls (policy
+    'nothing'; 'dots' keeps them), + 2 x the MLP's when mlp_chunk recomputes it chunk by chunk;
+    at the calibrated matmul share of peak. The traffic (2 all-gathers of the weights, 1
+    reduce-scatter of the gradients) runs at the device's collective rate."""
+    counts, p = param_counts(m), dtype_bytes(m.param_dtype)
+    mlp_params = 3 * m.d_model * m.mlp_dim * m.num_layers
+    per_token = (6 * counts["matmul"] + (2 * counts["matmul"] if m.remat and
+                                         m.remat_policy == "nothing" else 0)
+                 + (2 * mlp_params if _chunk(m.mlp_chunk, run.block) else 0))
+    flops = per_token * run.rows * run.block
+    rate = peak_flops(device.flops_key) * device.calibration.matmul_efficiency * efficiency
+    traffic = 3 * (run.devices - 1) / run.devices * counts["total"] * p
+    compute, comm = flops / rate, traffic / (device.collective_rate * efficiency)
+    return {"flops": flops, "compute_s": compute, "fsdp_traffic_bytes": traffic,
+            "fsdp_comm_s": comm, "seconds": max(compute, comm)}
+
+
+def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:
+    """About 8 parameter-sized HBM passes (clip + AdamW) over this device's shard."""
+    shard_bytes = param_counts(m)["total"] * dtype_bytes(m.param_dtype) / run.devices
+    return 8 * shard_bytes / (device.hbm_bytes_per_s * efficiency)
+
+
+def step_time(m, run: Run, choice_tiles, layout: str, device: Device, efficiency: float,
+              mask_documents: bool, model_flops: float, documents=None, strategy: str = "ring",
+              degree: int = 1) -> dict:
+    """Predicted step time, tokens/s and MFU for one layout and strategy on tiles
+    `choice_tiles`."""
+    net = network(device, efficiency)
+    attn = attention_layer_seconds(m, run, layout, choice_tiles, net, mask_documents,
+                                   documents, strategy=strategy, degree=degree)
+    dense = dense_seconds(m, run, device, efficiency)
+    opt = optimizer_seconds(m, run, device, efficiency)
+    seconds = run.accum * (m.num_layers * attn["seconds"] + dense["seconds"]) + opt
+    peak = peak_flops(device.flops_key)
+    return {"layout": layout, "strategy": strategy, "degree": degree,
+            "tiles": list(choice_tiles), "attention_layer": attn, "dense": dense,
+            "attention_s": run.accum * m.num_layers * attn["seconds"],
+            "dense_s": run.accum * dense["seconds"], "optimizer_s": opt, "step_s": seconds,
+            "tokens_per_s": run.tokens_per_step / seconds,
+            "mfu": model_flops / (seconds * run.devices * peak)}
