@@ -4,6 +4,7 @@ resolved attention (parallel.AttentionChoice: the layout, and balanced's unit).
 
     prepare_data(config, workdir, num_seq_shards, choice) -> (tokenizer, cache, spec)
     sample_segment_ids(config, workdir, rows) -> int32 [rows, seq_len] of the first rows
+    natural_segment_ids(cache, spec, rows)    -> the same from a prepared run
 """
 
 from __future__ import annotations
@@ -55,15 +56,21 @@ def prepare_data(config, workdir: str, num_seq_shards: int, choice):
     return tokenizer, cache, spec
 
 
+def natural_segment_ids(cache, spec: BatchSpec, rows: int) -> np.ndarray:
+    """Segment ids int32 [rows, seq_len] of step 0's first `rows` training rows in natural order
+    (documents at EOS whatever spec.mask_documents says)."""
+    spec = dataclasses.replace(spec, global_batch=rows, layout="ring", num_seq_shards=1,
+                               mask_documents=True, tile=None)
+    return batch_rows(cache.train, spec, 0, np.arange(rows))["segment_ids"]
+
+
 def sample_segment_ids(config, workdir: str, rows: int) -> np.ndarray:
     """Segment ids int32 [rows, seq_len], natural order, of the run's first training rows (its
-    tokenizer, corpus and windows; documents at EOS whatever data.mask_documents says): the
-    document lengths the planner and scripts/bench_documents.py measure layouts on. Builds the
-    tokenizer and token cache in workdir (or data.cache_dir) unless they are there already."""
-    natural = _NaturalOrder()
-    _, cache, spec = prepare_data(config, workdir, 1, natural)
-    spec = dataclasses.replace(spec, global_batch=rows, mask_documents=True)
-    return batch_rows(cache.train, spec, 0, np.arange(rows))["segment_ids"]
+    tokenizer, corpus and windows): the document lengths the planner and
+    scripts/bench_documents.py measure layouts on. Builds the tokenizer and token cache in
+    workdir (or data.cache_dir) unless they are there already."""
+    _, cache, spec = prepare_data(config, workdir, 1, _NaturalOrder())
+    return natural_segment_ids(cache, spec, rows)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,7 +49,6 @@ Memory: the strategy's own buffers per device, beyond what every strategy keeps:
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from parallel import cost
 
@@ -96,10 +95,13 @@ class Network:
 
 def options(num_shards: int, q_heads: int) -> list[tuple[str, int]]:
     """(strategy, Ulysses degree) pairs that run on this mesh and head count, from each
-    registered strategy's own `degrees`."""
+    registered strategy's own `degrees`, by degree (registry order within one).
+
+    Example: options(4, 4) -> [('ring', 1), ('allgather', 1), ('usp', 2), ('ulysses', 4)]."""
     from parallel.strategies import STRATEGIES
-    return [(name, u) for name, strategy in STRATEGIES.items()
-            for u in strategy.degrees(num_shards, q_heads)]
+    found = [(name, u) for name, strategy in STRATEGIES.items()
+             for u in strategy.degrees(num_shards, q_heads)]
+    return sorted(found, key=lambda option: option[1])
 
 
 def block_bytes(x: LayerShape, heads_kv: int):

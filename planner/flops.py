@@ -11,10 +11,15 @@ FLOPs per token (forward + backward = 3 x forward; a multiply-add is 2 FLOPs):
     model TFLOP/s per device = FLOPs per token * tokens/s / devices / 1e12
     MFU                      = model TFLOP/s per device / peak TFLOP/s of one device
 
-Recomputation (remat) and masked-out work are not counted: this is model FLOPs utilisation.
+Recomputation (remat) is not counted: this is model FLOPs utilisation. With documents masked
+(data.mask_documents) a query sees only its own document's earlier keys, so c * S becomes the
+mean keys per query of the rows (`keys_per_query`): the train loop measures it on the run's
+first rows, the planner on the rows it plans with; both count the same way, here.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {
@@ -56,3 +61,13 @@ def flops_per_token(m, seq_len: int, causal: bool = True,
     if keys_per_query is None:
         keys_per_query = seq_len * (0.5 if causal else 1.0)
     return dense + 3 * m.num_layers * 4 * keys_per_query * m.num_heads * m.head_dim
+
+
+def keys_per_query(segment_ids) -> float | None:
+    """Mean keys a query sees with documents masked, causal: sum over documents of
+    L (L + 1) / 2, over all tokens; segment_ids [R, S] natural order (None: one document)."""
+    if segment_ids is None:
+        return None
+    from data.document_lengths import document_lengths
+    lengths = document_lengths(segment_ids).astype(np.float64)
+    return float((lengths * (lengths + 1) / 2).sum() / np.asarray(segment_ids).size)

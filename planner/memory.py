@@ -13,7 +13,7 @@ FIT_FRACTION = 0.9  # "fits" if the analytic total is at most this share of the 
 def param_counts(m) -> dict:
     """Parameter counts of model.Transformer for a ModelConfig `m`.
 
-    matmul  = training.flops.matmul_params: L (d Dh (2H + 2K) + 3 d F) + d V (output head)
+    matmul  = planner.flops.matmul_params: L (d Dh (2H + 2K) + 3 d F) + d V (output head)
     total   = matmul + V d (embedding; not with tied embeddings) + (2L + 1) d (RMSNorm scales)
     vectors = (2L + 1) d, replicated; every other parameter is a matrix, sharded over all devices
     layer   = d Dh (2H + 2K) + 3 d F, the matrices of one block

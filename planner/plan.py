@@ -13,7 +13,7 @@ from planner import memory, recommend, time
 from planner.attention import choice_from_config
 from planner.devices import DEVICES, Device
 from planner.documents import describe_documents, sample_documents
-from planner.flops import flops_per_token, peak_flops
+from planner.flops import flops_per_token, keys_per_query, peak_flops
 from planner.run import Run, make_run, process_count
 from planner.sizes import size_rows
 
@@ -44,7 +44,8 @@ def analytic_plan(config, device: Device, run: Run, choice, efficiency: float = 
     state = memory.state_memory(m, run)
     acts = memory.activation_memory(m, run, choice.tiles)
     total = sum(state.values()) + sum(acts.values())
-    model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step  # as the loop's MFU
+    model_flops = (flops_per_token(m, run.seq_len, keys_per_query=keys_per_query(documents))
+                   * run.tokens_per_step)  # as the loop's MFU counts them
     masked = bool(config.data.mask_documents)
     times = {layout: time.step_time(m, run, layout_tiles(config, choice, layout, run.block,
                                                          device.platform),
@@ -85,10 +86,11 @@ def resolved_choice(config, run: Run, device: Device):
     return choice_from_config(config, run.seq, device.platform)
 
 
-def measured_times(filename: str, seq_len: int) -> dict | None:
-    """The config file's module-level MEASURED[seq_len] (read, not executed), else None."""
-    value = module_constant(filename, "MEASURED")
-    return None if value is None else value.get(seq_len)
+def measured_times(filename: str, layout: str, seq_len: int) -> dict | None:
+    """The config file's module-level MEASURED[layout][seq_len] (read, not executed; see
+    planner/calibration.py), else None."""
+    value = module_constant(filename, "MEASURED") or {}
+    return value.get(layout, {}).get(seq_len)
 
 
 def module_constant(filename: str, name: str):

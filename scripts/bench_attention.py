@@ -292,7 +292,6 @@ def main():
     devices_needed = max(args.shards + [args.processes])
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_force_host_platform_device_count={devices_needed}")
-    sys.path.insert(0, ROOT)
     import jax
 
     from data import DataError

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = ("out", "dq", "dk", "dv")
@@ -115,13 +114,22 @@ def errors(result, reference):
     return row
 
 
+def _dense_reference():
+    """tests/dense_reference.py, the float64 reference the tests use (a file, not a package)."""
+    import importlib.util
+    path = os.path.join(ROOT, "tests", "dense_reference.py")
+    spec = importlib.util.spec_from_file_location("dense_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv=None):
     args = parse_args(argv)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_force_host_platform_device_count={max(args.shards)}")
-    sys.path.insert(0, ROOT)
     import parallel
-    from tests import dense_reference as ref
+    ref = _dense_reference()
 
     layouts = args.layouts or list(parallel.LAYOUTS)
     inputs = bf16_inputs(args)

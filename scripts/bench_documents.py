@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +55,7 @@ def stdlib_rows(seq_len: int, rows: int, workdir: str = STDLIB_WORKDIR):
     """Segment ids [rows, seq_len] of the default config's first training rows of the embedded
     corpus (natural order); the tokenizer and token cache are built in `workdir` once."""
     from configs import default
-    from training.loop import sample_segment_ids
+    from data import sample_segment_ids
 
     config = default.get_config()
     config.seq_len = seq_len
@@ -124,7 +123,6 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + f" --xla_force_host_platform_device_count={args.shards}")
-    sys.path.insert(0, ROOT)
     import jax
 
     from data import DataError

@@ -25,11 +25,9 @@ import argparse
 import json
 import os
 import statistics
-import sys
 
 from timing import interleaved  # scripts/timing.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKWARD_FLOOR = 3.5  # (2 forward + 5 backward matmuls) / 2 forward matmuls
 
 
@@ -107,7 +105,6 @@ def main():
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                " --xla_cpu_multi_thread_eigen=false").strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    sys.path.insert(0, ROOT)
     import jax
 
     print(f"jax {jax.__version__}, kernel {args.kernel}, one core (#{args.core}), "

@@ -5,7 +5,7 @@
     python scripts/bench_memory.py memory --seq-len 131072 --devices 2 --json runs/mem.json
 
 Each figure comes from a fresh process that builds the train step exactly as train.py does
-(training/step.py on the state training/loop.py builds, via scripts/plan_compile.py), compiles it
+(training/step.py on the state training/loop.py builds, via training/aot.py), compiles it
 ahead of time for fake CPU devices and reads memory_analysis(): temporaries per device, and
 seconds to lower + compile the step, and the program's size (lines of its optimised HLO; XLA:CPU
 reports no generated-code size). Nothing is run, so a million-token step costs seconds.
@@ -51,18 +51,19 @@ def measure(overrides: dict, devices: int) -> dict:
 
 def one(overrides: dict, devices: int) -> None:
     """Child process: compile the train step of configs/default.py with the overrides."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from plan import use_fake_devices
+    from training.cli import use_fake_devices
     use_fake_devices(devices)
     from configs import default
-    from plan_model import make_run
-    from plan_compile import compiled_memory
+    from planner.attention import choice_from_config
+    from planner.run import make_run
+    from training.aot import compiled_memory
     config = default.get_config()
     config.cpu_devices = devices
     for key, value in overrides.items():
         section, _, name = key.rpartition(".")
         (config[section] if section else config)[name] = value
-    figures = compiled_memory(config, make_run(config, devices))
+    run = make_run(config, devices)
+    figures = compiled_memory(config, run, choice_from_config(config, run.seq, "cpu"))
     print(json.dumps({"temp_gb": figures["temp"] / 1e9, "total_gb": figures["total"] / 1e9,
                       "compile_s": figures["step_compile_s"], "hlo_lines": figures["hlo_lines"]}))
 

@@ -28,7 +28,6 @@ import sys
 
 from timing import interleaved  # scripts/timing.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse_args(argv=None):
@@ -132,7 +131,6 @@ def main():
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                " --xla_force_host_platform_device_count=2").strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    sys.path.insert(0, ROOT)
     import jax
 
     import parallel

@@ -33,13 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 
 from timing import interleaved  # scripts/timing.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ring-flash-attention's published fwd+bwd share of ideal, 8 x H800, for comparison.
 PEER = {"ring": 0.539, "striped": 0.829, "zigzag": 0.902}
 BACKWARD_FLOPS = 2.5  # five matmuls to the forward's two
@@ -70,7 +67,8 @@ class Bench:
         from jax import lax
 
         import parallel
-        from parallel.spec import TileSpec, default_tile
+        from parallel.choice import default_tile
+        from parallel.spec import TileSpec
 
         platform = jax.devices()[0].platform
         self.kernel = parallel.resolve_kernel(args.kernel, platform)
@@ -171,7 +169,6 @@ def kernel_against_cudnn(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    sys.path.insert(0, ROOT)
     import jax
 
     import parallel

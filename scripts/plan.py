@@ -52,15 +52,6 @@ flags.mark_flags_as_required(["config"])
 FLAGS = flags.FLAGS
 
 
-def use_fake_devices(count: int) -> None:
-    """count fake CPU devices for the compile; must run before JAX starts (it reads XLA_FLAGS)."""
-    flags_now = [f for f in os.environ.get("XLA_FLAGS", "").split()
-                 if not f.startswith("--xla_force_host_platform_device_count")]
-    flags_now.append(f"--xla_force_host_platform_device_count={count}")
-    os.environ["XLA_FLAGS"] = " ".join(flags_now)
-    os.environ["JAX_PLATFORMS"] = "cpu"  # the planner compiles on the host, whatever is attached
-
-
 def build(config, device_name: str, devices: int) -> tuple:
     """(plan, device, run, choice): the analytic plan, the state as built and the compile."""
     from planner import plan as planner_plan
@@ -80,6 +71,7 @@ def main(argv):
     del argv
     from planner import DEVICES
     from planner.run import device_count
+    from training.cli import use_fake_devices
     config = FLAGS.config
     filename = config_flags.get_config_filename(FLAGS["config"])
     device_name = FLAGS.device or _config_device(filename)
@@ -87,7 +79,7 @@ def main(argv):
         _fail(f"--device={device_name!r} is not a known device: choose one of "
               f"{', '.join(DEVICES)}")
     devices = device_count(config, device_name, FLAGS.devices)
-    use_fake_devices(devices)
+    use_fake_devices(devices)  # the compile check runs on the host, whatever is attached
     from data import DataError
     from planner import plan as planner_plan, report
     from planner.documents import PlanError
@@ -98,7 +90,7 @@ def main(argv):
     except (ConfigError, DataError, PlanError) as e:
         _fail(str(e))
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
-    plan["measured"] = planner_plan.measured_times(filename, run.seq_len)
+    plan["measured"] = planner_plan.measured_times(filename, run.layout, run.seq_len)
     print(report.format_plan(plan, config, choice, device, run))
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:

@@ -85,7 +85,6 @@ def plot_work(args):
     if "jax" not in sys.modules:  # N fake devices, set before JAX starts
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                    + f" --xla_force_host_platform_device_count={args.shards}")
-    sys.path.insert(0, ROOT)
     import numpy as np
 
     from parallel import cost

@@ -1,4 +1,4 @@
-"""Fakes 8 CPU devices before JAX starts, and puts the repository root on sys.path.
+"""Fakes 8 CPU devices before JAX starts (pyproject.toml puts the repository root on the path).
 
 The tests compile hundreds of small programs and run each a few times: LLVM's optimisation of
 the CPU code is most of the compile time and buys nothing at these sizes, so it is off
@@ -6,13 +6,11 @@ the CPU code is most of the compile time and buys nothing at these sizes, so it 
 how fast the code runs, not what it computes."""
 
 import os
-import sys
 
 FAST_COMPILE = "--xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {FAST_COMPILE}"
                            " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402  (must come after XLA_FLAGS)
 

@@ -144,3 +144,26 @@ def test_attention_without_order_says_how_to_make_it():
     with pytest.raises(ValueError, match=r"order must be \[batch, seq\]"):
         parallel.attention(x, x, x, mesh=mesh_for(4, data=1), layout="balanced",
                            order=np.arange(64))
+
+
+def test_an_order_and_tiles_from_two_places_are_an_error_from_one_choice_they_agree():
+    """balanced places documents in units; a tile larger than the unit straddles two units and
+    loses the balance silently, so attention refuses it. parallel.choose gives one unit to both."""
+    seq_len, n = 1024, 4
+    seg = packed_rows(np.random.default_rng(3), 1, seq_len, 60)
+    mesh = mesh_for(n, data=1)
+    x = np.zeros((1, seq_len, 2, 8), np.float32)
+    small = parallel.permutation("balanced", seq_len, n, segment_ids=seg, tile=16)
+    with pytest.raises(ValueError, match=r"tile_q=64 straddles the units this order was placed "
+                                         r"in: build it with .*tile=64"):
+        parallel.attention(x, x, x, mesh=mesh, layout="balanced", order=small,
+                           segment_ids=np.take_along_axis(seg, small, 1), tile_q=64, tile_k=64)
+    choice = parallel.choose(layout="balanced", strategy="ring", kernel="xla", tile_q=64,
+                             tile_k=32, seq_len=seq_len, num_shards=n, platform="cpu", q_heads=2)
+    assert choice.balance_unit == 64
+    order = choice.permutation(seq_len, n, segment_ids=seg)
+    _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, order=order,
+                                             segment_ids=np.take_along_axis(seg, order, 1),
+                                             **choice.attention_kwargs())
+    single = cost.single_device_tiles(seg[0], 64, 32)
+    assert cost.document_efficiency(np.asarray(tiles), single) > 0.8

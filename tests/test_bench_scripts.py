@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import bench_documents  # noqa: E402  (scripts/bench_documents.py)
-import bench_simulated_ring  # noqa: E402  (scripts/bench_simulated_ring.py)
+import bench_documents  # scripts/bench_documents.py (pyproject: pytest puts scripts/ on the path)
+import bench_simulated_ring  # scripts/bench_simulated_ring.py
 
 
 def test_simulated_ring_times_every_step(tmp_path):

@@ -16,12 +16,10 @@ import parallel
 from configs import tiny
 from data.document_lengths import document_lengths, packed_segment_ids, parse_length_spec
 from parallel import cost
-from training import flops
+from planner import flops, time
+from planner.attention import choice_from_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-
-import plan  # noqa: E402  (scripts/plan.py)
 
 
 # --- length distributions ------------------------------------------------------------------------
@@ -63,8 +61,6 @@ def test_bad_length_specs_are_one_line_errors(spec, match):
 
 def test_sample_is_the_runs_first_rows_in_natural_order(tmp_path):
     """sample_segment_ids = step 0's rows as training lays them out (striped), put back."""
-    from training.loop import prepare_data, sample_segment_ids
-
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("cost.py", "attention.py", "spec.py"):
@@ -77,9 +73,9 @@ def test_sample_is_the_runs_first_rows_in_natural_order(tmp_path):
     workdir = str(tmp_path / "work")
     rows = 40  # enough that some fall on the short notes, whatever the files' lengths
     config.global_batch_size = rows
-    sample = sample_segment_ids(config, workdir, rows)
-    mesh = parallel.make_mesh(1, 2, devices=jax.devices()[:2])
-    tokenizer, cache, spec = prepare_data(config, workdir, mesh)
+    sample = data.sample_segment_ids(config, workdir, rows)
+    choice = choice_from_config(config, 2, "cpu")
+    tokenizer, cache, spec = data.prepare_data(config, workdir, 2, choice)
     batch = data.batch_rows(cache.train, spec, 0, np.arange(rows))
     natural = np.argsort(batch["order"], axis=1)
     assert np.array_equal(sample, np.take_along_axis(batch["segment_ids"], natural, 1))
@@ -106,12 +102,12 @@ def test_layout_counts_are_the_kernels_per_row(layout):
             x, x, x, mesh=mesh, layout=layout, order=order, tile_q=tile, tile_k=tile,
             segment_ids=np.take_along_axis(seg[r:r + 1], order, 1))
         assert np.array_equal(counts[r], np.asarray(tiles))
-    steps = plan.ring_step_tiles(layout, n, seq_len // n, (tile, tile), documents=seg)
+    steps = time.ring_step_tiles(layout, n, seq_len // n, (tile, tile), documents=seg)
     assert steps == pytest.approx(counts.max(axis=1).mean(axis=0))
 
 
 def test_document_flops_count_each_documents_triangle():
-    m = model.ModelConfig.from_config(tiny.get_config().model, tiny.get_config().parallel)
+    m = model.ModelConfig.from_config(tiny.get_config().model)
     causal = flops.flops_per_token(m, 128)
     assert flops.flops_per_token(m, 128, keys_per_query=64) == causal
     halves = (2 * 64 * 65 / 2) / 128  # two documents of 64: 32.5 keys per query
@@ -140,7 +136,7 @@ def test_planner_reports_document_efficiency_and_chooses(tmp_path):
     eff = {layout: t["attention_layer"]["document_efficiency"] for layout, t in times.items()}
     assert set(eff) == set(parallel.LAYOUTS)
     assert eff["balanced"] >= 0.9 and eff["balanced"] >= max(eff.values())
-    assert all(0 < t["mfu"] <= 1 for t in times.values())  # FLOPs count each document
+    assert all(0 < t["mfu"] <= 1 for t in times.values())
     best = min(times, key=lambda layout: times[layout]["step_s"])
     assert f"choose {best} (fastest predicted" in proc.stdout
     assert result["documents"]["spec"] == "exp:256" and result["documents"]["rows"] == 2

@@ -9,7 +9,6 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_train  # noqa: E402  (scripts/bench_train.py)
 import plot_figures  # noqa: E402  (scripts/plot_figures.py)
 

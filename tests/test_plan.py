@@ -1,4 +1,5 @@
-"""scripts/plan.py: analytic memory and time figures against hand counts, JAX and the kernel.
+"""The planner (planner/, printed by scripts/plan.py): analytic memory and time figures against
+hand counts, JAX and the kernel.
 
 The hand-computed numbers use configs/tiny.py's model: vocab V 512, d 64, L 2 layers, H 4 query
 and K 2 KV heads of Dh 16, mlp F 128; on a data 2 x seq 2 mesh (D = 4) with batch 4 x 128 tokens,
@@ -19,26 +20,33 @@ import model
 import parallel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-import plan  # noqa: E402  (scripts/plan.py)
-from configs import paper_a100_256k, tiny  # noqa: E402
+from configs import paper_a100_256k, tiny
+from parallel import strategy_cost
+from planner import DEVICES, memory, plan, time
+from planner.attention import choice_from_config
+from planner.run import Run, make_run, process_block
+from training import aot
 
 
 def tiny_model(**overrides):
     config = tiny.get_config()
     for name, value in overrides.items():
         config.model[name] = value
-    return config, model.ModelConfig.from_config(config.model, config.parallel)
+    return config, model.ModelConfig.from_config(config.model, tiny_choice(config))
 
 
-def tiny_run(config) -> plan.Run:
-    return plan.make_run(config, 4)
+def tiny_choice(config):
+    return choice_from_config(config, config.mesh.seq, "cpu")
+
+
+def tiny_run(config) -> Run:
+    return make_run(config, 4)
 
 
 def test_parameter_counts_by_hand():
     _, m = tiny_model()
-    counts = plan.param_counts(m)
+    counts = memory.param_counts(m)
     # per layer: q, o 64x64 each; k, v 64x32 each; gate, up 64x128, down 128x64
     layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128
     assert layer == counts["layer"] == 36_864
@@ -51,24 +59,24 @@ def test_parameter_counts_by_hand():
 def test_parameter_count_equals_the_real_model(tie):
     config, m = tiny_model(tie_embeddings=tie)
     mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
-    assert plan.param_counts(m)["total"] == model.count_params(model.create(m, mesh, 0))
+    assert memory.param_counts(m)["total"] == model.count_params(model.create(m, mesh, 0))
 
 
 def test_state_memory_by_hand():
     config, m = tiny_model()
-    s = plan.state_memory(m, tiny_run(config))
+    s = memory.state_memory(m, tiny_run(config))
     params = (139_264 / 4 + 320) * 4  # matrices / D devices, norm scales replicated, float32
     assert s["parameters"] == params == 140_544
     assert s["optimizer_state"] == 2 * params  # AdamW mu and nu
     assert s["gradients"] == params
     assert s["fsdp_gather"] == 2 * 36_864 * 4  # one layer's weights + gradient (> V d = 32,768)
     config.optim.grad_accum_steps = 2
-    assert plan.state_memory(m, tiny_run(config))["gradients"] == 2 * params
+    assert memory.state_memory(m, tiny_run(config))["gradients"] == 2 * params
 
 
 def test_activation_terms_by_hand():
     config, m = tiny_model(dtype="bfloat16", remat=True)  # c = 2 bytes
-    acts = plan.activation_memory(m, tiny_run(config), (32, 32))
+    acts = memory.activation_memory(m, tiny_run(config), (32, 32))
     bn = 128
     assert acts == {
         "block_inputs": 2 * bn * 64 * 2,  # L x b n d c
@@ -83,7 +91,7 @@ def test_activation_terms_by_hand():
         "final_norm": bn * (2 * 2 * 64 + 4),
         "logits": 2 * 4 * bn * 512,  # fp32 [b, n, V] and its gradient
     }
-    no_remat = plan.activation_memory(dataclasses.replace(m, remat=False), tiny_run(config),
+    no_remat = memory.activation_memory(dataclasses.replace(m, remat=False), tiny_run(config),
                                       (32, 32))
     assert no_remat["block_inputs"] == 0 and no_remat["swiglu"] == 2 * acts["swiglu"]
 
@@ -100,8 +108,8 @@ def test_saved_activations_match_jax_saved_residuals(remat, chunks, policy):
                            remat_policy=policy)
     run = tiny_run(config)
     mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
-    state, graphdef, _, _ = plan.abstract_train_state(config, mesh)
-    batch = plan.abstract_batch(config, mesh)
+    state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_choice(config))
+    batch = aot.abstract_batch(config, mesh)
     loss = lambda params, batch: step_lib.token_loss_sums(graphdef, params, batch, True)[0]
     with jax.set_mesh(mesh):
         residuals = saved_residuals(loss, state["params"], batch)
@@ -109,7 +117,7 @@ def test_saved_activations_match_jax_saved_residuals(remat, chunks, policy):
     acts = [a for a, src in residuals if a.ndim >= 3
             and not ("reshape" in src and "Attention" in src and a.ndim == 3)]
     jax_bytes = sum(np.prod(a.shape) * a.dtype.itemsize for a in acts) / run.devices
-    assert jax_bytes == pytest.approx(plan.saved_activation_bytes(m, run, (32, 32)), rel=0.01)
+    assert jax_bytes == pytest.approx(memory.saved_activation_bytes(m, run, (32, 32)), rel=0.01)
 
 
 # Critical path, N = 4 shards, T = 4 tiles per side (hand counts: T(T+1)/2 = 10, T^2 = 16).
@@ -119,7 +127,7 @@ CRITICAL_PATHS = {"ring": [10, 16, 16, 16], "striped": [10, 10, 10, 10], "zigzag
 @pytest.mark.parametrize("layout", sorted(CRITICAL_PATHS))
 def test_critical_path_matches_the_kernels_tile_counts(layout):
     n, t, tile = 4, 4, 4
-    steps = plan.ring_step_tiles(layout, n, t * tile, (tile, tile))
+    steps = time.ring_step_tiles(layout, n, t * tile, (tile, tile))
     assert steps == CRITICAL_PATHS[layout]
     assert sum(steps) == {"ring": 58, "striped": 40, "zigzag": 34}[layout]
     mesh = parallel.make_mesh(1, n, devices=jax.devices()[:n])
@@ -134,14 +142,15 @@ def test_ring_steps_overlap_transfer_with_compute():
     """1 s per tile; K/V 2 s (fast link) or 32 s (slow link) per hop, dK/dV twice that."""
     m = model.ModelConfig(vocab_size=8, d_model=4, num_layers=1, num_heads=1, num_kv_heads=1,
                           head_dim=2, mlp_dim=4, dtype="bfloat16")
-    run = plan.Run(devices=4, data=1, seq=4, seq_len=16, global_batch=1, accum=1,
-                   layout="striped")
+    run = Run(devices=4, data=1, seq=4, seq_len=16, global_batch=1, accum=1, layout="striped")
     tile_flops = 4 * 1 * 1 * 1 * 2 * 1  # 4 b tq tk Dh H
     kv_bytes = 2 * 4 * 1 * 2 * 2  # K and V: [b=1, n=4, K=1, Dh=2] bf16
 
     def seconds(link_seconds_per_kv):
-        return plan.attention_layer_seconds(m, run, "striped", (1, 1), rate=tile_flops,
-                                            link=kv_bytes / link_seconds_per_kv,
+        link = kv_bytes / link_seconds_per_kv
+        net = strategy_cost.Network(flops_per_s=tile_flops, link_bytes_per_s=link,
+                                    collective_bytes_per_s=link, latency_s=0.0)
+        return time.attention_layer_seconds(m, run, "striped", (1, 1), net,
                                             with_segments=False)
 
     fast = seconds(2.0)  # compute-bound: 10 tiles = 10 s forward, 20 s backward per step
@@ -155,12 +164,14 @@ def test_ring_steps_overlap_transfer_with_compute():
 
 def test_verdicts_for_the_paper_settings():
     config = paper_a100_256k.get_config()
-    run = plan.make_run(config, 8)
-    a100 = plan.analytic_plan(config, plan.DEVICES["a100-80gb"], run, 1.0)
+    run = make_run(config, 8)
+    choice = choice_from_config(config, run.seq, "gpu")
+    a100 = plan.analytic_plan(config, DEVICES["a100-80gb"], run, choice)
     assert a100["fit"]["verdict"] == "fits"  # 7B at 256k on 8 x 80 GB, as designed
     t = {layout: a100["time"][layout]["step_s"] for layout in parallel.LAYOUTS}
     assert t["zigzag"] < t["striped"] < t["ring"] / 1.3
-    v4 = plan.analytic_plan(config, plan.DEVICES["tpu-v4"], run, 1.0)
+    v4 = plan.analytic_plan(config, DEVICES["tpu-v4"], run,
+                            choice_from_config(config, run.seq, "tpu"))
     assert v4["fit"]["verdict"] == "does not fit"  # the same per-chip load on 32 GB
     assert v4["fit"]["headroom_bytes"] < 0
 
@@ -187,18 +198,31 @@ def test_compiled_memory_of_tiny_is_close_to_the_analytic_total(tmp_path):
     assert "Compiled train step" in stdout and "analytic (design) / compiled" in stdout
 
 
+def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
+    """--config.parallel.strategy=auto is resolved as a run resolves it, before the compile,
+    and the plan says to what."""
+    stdout, result = run_plan("--config", "configs/default.py", "--compile", "yes",
+                              "--config.parallel.strategy=auto", tmp_path=tmp_path)
+    resolved = result["attention"]
+    assert resolved["strategy"] in parallel.STRATEGIES and resolved["kernel"] == "xla"
+    assert result["strategies"]["choice"]["strategy"] == resolved["strategy"]
+    assert result["compiled"]["total"] > 0
+    assert f"({resolved['strategy']} strategy, xla kernel" in stdout
+    assert f"auto -> {resolved['strategy']}" in stdout
+
+
 def test_state_as_built_is_what_create_train_state_makes():
     """The planner's 'as the code runs today' figures are measured from the real shardings."""
     from training.loop import create_train_state
 
     config, _ = tiny_model()
     run = tiny_run(config)
-    state, *_ = create_train_state(config, plan.run_mesh(run))
-    built = plan.state_as_built(config, run)
-    assert built["parameters"] == plan.bytes_per_device(state["params"])
-    assert built["optimizer_state"] == plan.bytes_per_device(state["opt_state"])
-    assert built["parameters"] == pytest.approx(plan.state_memory(
-        model.ModelConfig.from_config(config.model, config.parallel), run)["parameters"])
+    state, *_ = create_train_state(config, aot.run_mesh(run))
+    built = aot.state_as_built(config, run, tiny_choice(config))
+    assert built["parameters"] == aot.bytes_per_device(state["params"])
+    assert built["optimizer_state"] == aot.bytes_per_device(state["opt_state"])
+    assert built["parameters"] == pytest.approx(memory.state_memory(
+        model.ModelConfig.from_config(config.model, tiny_choice(config)), run)["parameters"])
 
 
 def test_large_config_skips_the_compile(tmp_path):
@@ -215,7 +239,7 @@ def test_a_host_builds_its_columns_of_a_row_or_whole_rows():
     """16 chips, 4 per host: a ring of 16 splits the row four ways; a ring of 2 leaves each host
     two data shards' rows, whole (data/pipeline.local_block builds the same)."""
     def run(data, seq, batch):
-        return plan.Run(devices=16, data=data, seq=seq, seq_len=786432, global_batch=batch,
+        return Run(devices=16, data=data, seq=seq, seq_len=786432, global_batch=batch,
                         accum=1, layout="striped")
-    assert plan.process_block(run(1, 16, 1), 4) == (1, 196608)
-    assert plan.process_block(run(8, 2, 16), 4) == (4, 786432)
+    assert process_block(run(1, 16, 1), 4) == (1, 196608)
+    assert process_block(run(8, 2, 16), 4) == (4, 786432)

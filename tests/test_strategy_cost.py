@@ -5,7 +5,9 @@ import pytest
 
 from configs import default
 from parallel import strategy_cost as sc
-from training import auto_strategy
+import parallel
+from planner import resolve_attention
+from planner.recommend import recommend
 from training.validate import ConfigError, validate_config
 
 # One unit of everything: a tile costs 1 s of forward compute when F = 4 b tq tk d H = rate.
@@ -63,26 +65,36 @@ def test_allgather_buffers_grow_with_the_sequence_the_rings_do_not():
     assert buffers("usp", 8, 2) == buffers("usp", 4, 2)
 
 
+def row(strategy, step_s, buffers, verdict="fits"):
+    return {"strategy": strategy, "degree": 1, "step_s": step_s,
+            "attention_layer": {"buffer_bytes": buffers},
+            "memory": None if verdict is None else {"verdict": verdict}}
+
+
 def test_recommend_takes_the_fastest_that_fits():
-    table = [{"strategy": "ring", "degree": 1, "forward_s": 3, "backward_s": 6,
-              "buffer_bytes": 10},
-             {"strategy": "allgather", "degree": 1, "forward_s": 2, "backward_s": 4,
-              "buffer_bytes": 100}]
-    assert sc.recommend(table, remat=False)["strategy"] == "allgather"
-    assert sc.recommend(table, remat=False, memory_left=50)["strategy"] == "ring"
-    assert sc.recommend(table, remat=False, memory_left=5)["strategy"] == "ring"  # smallest
+    assert recommend([row("ring", 3, 10), row("allgather", 2, 100)])["strategy"] == "allgather"
+    assert recommend([row("ring", 3, 10), row("allgather", 2, 100, "does not fit")]
+                     )["strategy"] == "ring"
+    assert recommend([row("ring", 3, 10, "does not fit"), row("allgather", 2, 100, "does not fit")]
+                     )["strategy"] == "allgather"  # nothing fits: the fastest
+    assert recommend([row("ring", 2, 10, None), row("allgather", 2, 100, None)]
+                     )["strategy"] == "ring"  # a tie: the smaller buffers
 
 
 def test_auto_resolves_to_a_registered_strategy_with_a_reason():
+    """'auto' is resolved before anything is built: the choice names a real strategy (its
+    degree where it has one), says why, and is the planner's recommendation for this run."""
     config = default.get_config()
     config.parallel.strategy = "auto"
-    strategy, degree, why = auto_strategy.resolve(config, (1, 4), "cpu", "cpu")
-    table = sc.strategy_table(auto_strategy.layer_shape(config, (1, 4), "cpu"),
-                              sc.Network(0.1e12, 10e9, 10e9, 50e-6))
-    assert (strategy, degree) in {(r["strategy"], r["degree"]) for r in table}
-    assert why.startswith(f"auto -> {strategy}")
-    config.parallel.strategy = "usp"
-    assert auto_strategy.resolve(config, (1, 4), "cpu", "cpu")[:2] == ("usp", 1)
+    choice = resolve_attention(config, (1, 4), "cpu", "cpu")
+    assert choice.strategy in parallel.STRATEGIES
+    assert (choice.strategy, choice.ulysses_degree) in sc.options(4, config.model.num_heads)
+    assert choice.why.startswith(f"auto -> {choice.strategy}")
+    assert choice.kernel == "xla" and choice.tiles == (32, 32)
+    config.parallel.strategy, config.parallel.ulysses_degree = "usp", 2
+    configured = resolve_attention(config, (1, 4), "cpu", "cpu")
+    assert (configured.strategy, configured.ulysses_degree, configured.why) == ("usp", 2,
+                                                                              "configured")
 
 
 @pytest.mark.parametrize("strategy,degree,match", [

@@ -1,11 +1,13 @@
 """End to end: train.py with configs/tiny.py, as a user runs it."""
 
+import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import parallel
 from tests.train_runs import ROOT, clean_env, read_metrics, run_train
 
 METRIC_NAMES = ["train/loss", "throughput/tokens_per_sec", "throughput/tokens_per_sec_per_device",
@@ -111,6 +113,23 @@ def test_the_old_layout_field_names_the_new_one(tmp_path):
     assert "parallel.attention was renamed parallel.layout" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_auto_strategy_is_recorded_as_what_it_resolved_to(tmp_path, shared_cache):
+    """strategy=auto is resolved before anything is built: the console says to what, the
+    metrics and the checkpoint record carry the resolved strategy and kernel, never 'auto'."""
+    result = run_train(tmp_path, "--config.parallel.strategy=auto", "--config.tracker=jsonl",
+                       "--config.num_train_steps=2", f"--config.data.cache_dir={shared_cache}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = next(line for line in result.stdout.splitlines() if "parallel.strategy auto ->" in line)
+    first = read_metrics(tmp_path)[0]
+    strategy, kernel = first["attention/strategy"], first["attention/kernel"]
+    assert strategy in parallel.STRATEGIES and kernel == "xla"
+    assert f"auto -> {strategy}" in said
+    meta = json.loads((tmp_path / "checkpoints" / "2" / "meta" / "metadata").read_text())
+    assert meta["run_attention"]["strategy"] == strategy
+    assert meta["run_attention"]["kernel"] == kernel
+    assert meta["config"]["parallel"]["strategy"] == "auto"  # what the user asked for, kept
 
 
 def test_grain_loader_gives_the_same_run(tmp_path, shared_cache, losses_by_kind):

@@ -9,7 +9,8 @@ from flax import nnx
 import model
 import parallel
 from configs import tiny
-from training import flops, optim, step as step_lib
+from planner import flops, resolve_attention
+from training import optim, step as step_lib
 from tests.test_model import SIZES, natural_batch
 
 
@@ -80,18 +81,27 @@ def test_optimizer_state_is_sharded_like_the_parameters():
 def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     from training.trackers import wandb_names
 
+    def names_of(config, mesh_shape):
+        choice = resolve_attention(config, mesh_shape, "cpu", "cpu")
+        return wandb_names(config, mesh_shape, choice)
+
     names = {}
     for layout in ("ring", "striped", "zigzag", "balanced"):
         config = tiny.get_config()
         config.parallel.layout = layout
-        names[layout] = wandb_names(config, (1, 2))
+        names[layout] = names_of(config, (1, 2))
     groups = {group for group, _, _ in names.values()}
-    assert groups == {"S128-ring-auto-1x2-docs"}  # one group: the layouts side by side
+    assert groups == {"S128-ring-xla-1x2-docs"}  # one group: the layouts side by side
     assert len({name for _, name, _ in names.values()}) == 4  # each run named by its layout
     assert all(names[layout][1].startswith(layout) and layout in names[layout][2]
                for layout in names)
     config = tiny.get_config()
     config.data.mask_documents, config.seq_len = False, 256
-    assert wandb_names(config, (2, 2))[0] == "S256-ring-auto-2x2-nodocs"  # another comparison
+    assert names_of(config, (2, 2))[0] == "S256-ring-xla-2x2-nodocs"  # another comparison
+    config.parallel.strategy = "auto"  # the group and tags name what 'auto' resolved to
+    choice = resolve_attention(config, (2, 2), "cpu", "cpu")
+    group, _, tags = wandb_names(config, (2, 2), choice)
+    assert "auto" not in group and f"strategy-{choice.strategy}" in tags
+    assert "kernel-xla" in tags
     config.wandb_group = "my-sweep"
-    assert wandb_names(config, (2, 2))[0] == "my-sweep"
+    assert names_of(config, (2, 2))[0] == "my-sweep"

@@ -9,10 +9,6 @@ to every process, equal the whole row built in one place. Prints "ok: 32 of 64 c
 """
 
 import argparse
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 S = 64
 

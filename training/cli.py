@@ -29,6 +29,14 @@ def parse_flags(argv, flag_values=flags.FLAGS):
               f"--config.FIELD must exist in the config file")
 
 
+def use_fake_devices(count: int) -> None:
+    """`count` fake CPU devices and no accelerator, for an ahead-of-time compile on the host
+    (the planner's, bench_memory's); must run before JAX starts a backend."""
+    import jax
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", count)
+
+
 def _fail(message: str):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)

@@ -26,11 +26,16 @@ from checkpoints import Checkpointer, StopRequest, abstract_like
 from planner import flops
 from planner.attention import resolve_attention
 from training import optim, resume, step as step_lib, trackers
-from training.validate import ConfigError, validate_config
+from training.validate import validate_config
 
 
 class NonFiniteError(RuntimeError):
     """The loss or gradients stopped being finite; the last good checkpoint is kept."""
+
+
+def _say(message: str) -> None:
+    if jax.process_index() == 0:
+        print(message, flush=True)
 
 
 def create_train_state(config, mesh, choice=None):
@@ -54,10 +59,18 @@ def mesh_shape_of(mesh) -> tuple[int, int]:
     return mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ]
 
 
-def _throughput(config, model_cfg, mesh, steps: int, seconds: float, peak: float) -> dict:
+def model_flops_per_token(config, model_cfg, cache, spec) -> float:
+    """planner/flops.py's count; with documents masked, each document's causal triangle, as the
+    mean over step 0's rows (the planner's --documents data counts the same rows)."""
+    kpq = (flops.keys_per_query(data.natural_segment_ids(cache, spec, config.global_batch_size))
+           if config.data.mask_documents else None)
+    return flops.flops_per_token(model_cfg, config.seq_len, keys_per_query=kpq)
+
+
+def _throughput(config, flops_per_token, mesh, steps: int, seconds: float, peak: float) -> dict:
     tokens = steps * config.global_batch_size * config.seq_len
     tokens_per_sec = tokens / seconds
-    tflops = flops.flops_per_token(model_cfg, config.seq_len) * tokens_per_sec / mesh.size / 1e12
+    tflops = flops_per_token * tokens_per_sec / mesh.size / 1e12
     return {
         "throughput/tokens_per_sec": tokens_per_sec,
         "throughput/tokens_per_sec_per_device": tokens_per_sec / mesh.size,
@@ -173,17 +186,14 @@ def _run(config, workdir, mesh, choice, checkpointer, prepared) -> dict:
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
     eval_batches = _eval_batches(config, cache, spec, mesh)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
+    flops_per_token = model_flops_per_token(config, model_cfg, cache, spec)
     track = trackers.make_trackers(config, workdir, mesh_shape, choice,
                                    jax.process_index() == 0, progress.wandb_run_id)
     _announce(config, choice, mesh_shape,
               model.count_params(nnx.merge(graphdef, state["params"])), cache)
-    # The attention this run resolved to, for metrics.jsonl and wandb (the checkpoint has it too).
-    attention = {**choice.record(), "mesh": list(mesh_shape), "why": choice.why}
     if start_step:
-        track.event(start_step, "resumed", {"restored_step": start_step, **attention,
-                                            "attention": choice.layout})
-    else:
-        track.event(0, "started", attention)
+        track.event(start_step, "resumed", {"restored_step": start_step, **choice.record(),
+                                            "attention": choice.layout, "mesh": list(mesh_shape)})
 
     def save(step):
         checkpointer.save(step, state, resume.checkpoint_meta(config, step, progress, mesh_shape,
@@ -219,8 +229,10 @@ def _run(config, workdir, mesh, choice, checkpointer, prepared) -> dict:
                 if window_steps:  # throughput over the steps since the last log (none: first)
                     progress.train_time_s += now - window_start
                     progress.train_tokens += window_steps * tokens_per_step
-                    last.update(_throughput(config, model_cfg, mesh, window_steps,
+                    last.update(_throughput(config, flops_per_token, mesh, window_steps,
                                             now - window_start, peak))
+                if first:  # what this run's attention resolved to ('auto' too), once a start
+                    last.update({f"attention/{k}": v for k, v in choice.record().items()})
                 last.update({"progress/train_time_s": progress.train_time_s,
                              "progress/train_tokens": progress.train_tokens, **memory_metrics()})
                 if is_eval:

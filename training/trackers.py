@@ -76,7 +76,9 @@ class WandbTracker:
             tags=tags)
 
     def log(self, step, metrics):
-        self._run.log({k: _plain(v) for k, v in metrics.items()}, step=int(step))
+        # Numbers only: the resolved attention's names are in the run's config (attention.*).
+        self._run.log({k: _plain(v) for k, v in metrics.items() if not isinstance(v, str)},
+                      step=int(step))
 
     def event(self, step, message, fields):
         pass  # wandb marks resumed runs itself
