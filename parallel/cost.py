@@ -23,6 +23,7 @@ kernels' own counters.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -201,9 +202,7 @@ def step_tile_counts(layout: str, num_shards: int, block: int, tiles: tuple[int,
                      documents=None) -> np.ndarray:
     """tiles[r, d, s]: tiles device d computes on ring step s for row r (int64 [R, N, N]);
     documents: segment ids [R, S] in natural order (None: one causal document, R = 1)."""
-    orders = layout_orders(layout, num_shards, block, tiles, documents)
-    return _row_counts(orders, None if documents is None else np.asarray(documents),
-                       num_shards, tiles)
+    return group_tile_counts(layout, num_shards, 1, block, tiles, documents)
 
 
 def group_orders(orders, num_shards: int, degree: int) -> np.ndarray:
@@ -217,9 +216,20 @@ def group_orders(orders, num_shards: int, degree: int) -> np.ndarray:
 
 def group_tile_counts(layout: str, num_shards: int, degree: int, block: int,
                       tiles: tuple[int, int], documents=None) -> np.ndarray:
-    """tiles[r, g, s] for usp with `degree` (ulysses: degree = N): group g's device on step s
-    of the ring over the N / degree groups; each tile spans H / degree heads. [R, N/u, N/u]."""
+    """tiles[r, g, s] for usp with `degree` (ulysses: degree = N; the ring: 1): group g's device
+    on step s of the ring over the N / degree groups; each tile spans H / degree heads.
+    [R, N/u, N/u]. One document's counts are computed once per shape (the planner and the
+    calibration ask for them again and again); read-only."""
+    if documents is None:
+        return _one_document_counts(layout, num_shards, degree, block, tuple(tiles))
     orders = group_orders(layout_orders(layout, num_shards, block, tiles, documents),
                           num_shards, degree)
-    return _row_counts(orders, None if documents is None else np.asarray(documents),
-                       num_shards // degree, tiles)
+    return _row_counts(orders, np.asarray(documents), num_shards // degree, tiles)
+
+
+@functools.lru_cache(maxsize=256)
+def _one_document_counts(layout, num_shards, degree, block, tiles) -> np.ndarray:
+    orders = group_orders(layout_orders(layout, num_shards, block, tiles), num_shards, degree)
+    counts = _row_counts(orders, None, num_shards // degree, tiles)
+    counts.setflags(write=False)
+    return counts

@@ -126,12 +126,16 @@ def fit(points: list[Measurement], device: Device) -> Calibration:
     return calibrated(result.x * scale).calibration
 
 
-def fastest(rows: list[dict], key: str) -> dict[tuple[str, int], str]:
-    """For each (layout, seq_len): the label with the smallest `key` ('seconds' or
-    'predicted'), among the strategies measured there."""
-    best: dict[tuple[str, int], tuple[float, str]] = {}
+def fastest(rows: list[dict], key: str, by_strategy: bool = False) -> dict:
+    """For each (layout, seq_len): the labels with the smallest `key` ('seconds' or
+    'predicted') among the strategies measured there (more than one on a tie); by_strategy:
+    their strategies ('usp', not 'usp 4x16')."""
+    best: dict[tuple[str, int], tuple[float, set]] = {}
     for r in rows:
-        where = (r["layout"], r["seq_len"])
+        where, name = (r["layout"], r["seq_len"]), r["label"]
+        name = name.split()[0] if by_strategy else name
         if where not in best or r[key] < best[where][0]:
-            best[where] = (r[key], r["label"])
-    return {where: label for where, (_, label) in best.items()}
+            best[where] = (r[key], {name})
+        elif r[key] == best[where][0]:
+            best[where][1].add(name)
+    return {where: names for where, (_, names) in best.items()}

@@ -82,8 +82,8 @@ def format_strategies(plan: dict, run, measured: dict | None) -> list[str]:
     rows = strategies["rows"]
     per_micro = lambda r: (r["step_s"] - r["optimizer_s"]) / run.accum
     ring = per_micro(rows[0])
-    lines = [f"Strategies ({run.layout} layout; time per micro-step of {run.rows} row(s), "
-             "from parallel/strategy_cost.py + the dense terms above)",
+    lines = [f"Strategies ({run.layout} layout; time per micro-step of {run.rows} row(s): each "
+             "strategy's own cost (parallel/strategies/) + the dense terms above)",
              f"  {'strategy':<14}{'attention s':>12}{'micro-step s':>13}{'vs ring':>9}"
              f"{'sent/layer':>12}{'buffers':>10}{'memory':>15}"]
     for r in rows:
@@ -124,6 +124,8 @@ def format_measured(rows: list[dict], num_shards: int, measured: dict) -> list[s
     if shared:
         want = min(shared, key=measured.get)
         got = min(shared, key=by_label.get)
-        lines.append(f"    fastest of these: measured {want}, predicted {got}"
-                     f"{'' if want == got else '  DISAGREES'}")
+        kind = lambda name: name.split()[0]  # 'usp' of 'usp 4x16'
+        lines.append(f"    fastest of these: measured {want}, predicted {got}: the same "
+                     f"{'option' if want == got else 'strategy' if kind(want) == kind(got) else ''}"
+                     f"{'' if kind(want) == kind(got) else 'DISAGREES'}")
     return lines

@@ -39,12 +39,15 @@ def summary(rows) -> list[str]:
     from planner.calibration import fastest
     ratios = [r["ratio"] for r in rows]
     held = [r["ratio"] for r in rows if not r["fitted"]]
-    want, got = fastest(rows, "seconds"), fastest(rows, "predicted")
     lines = [f"  pred/meas over all {len(rows)} points: {min(ratios):.2f} to {max(ratios):.2f}; "
              f"the {len(held)} held out: {min(held, default=1):.2f} to {max(held, default=1):.2f}"]
-    for where in want:
-        lines.append(f"  fastest at {where[0]} {where[1]}: measured {want[where]}, predicted "
-                     f"{got[where]}{'' if want[where] == got[where] else '  (differs)'}")
+    for by_strategy, what in ((True, "strategy"), (False, "option")):
+        want, got = fastest(rows, "seconds", by_strategy), fastest(rows, "predicted", by_strategy)
+        for where in want:
+            agree = got[where] & want[where]
+            lines.append(f"  fastest {what:<8} at {where[0]:<6} {where[1]:>6}: measured "
+                         f"{' = '.join(sorted(want[where]))}, predicted "
+                         f"{' = '.join(sorted(got[where]))}{'' if agree else '  (differs)'}")
     return lines
 
 
