@@ -38,7 +38,7 @@ def load_run(workdir: str, step, devices: int):
     import parallel
     from checkpoints import Checkpointer
     from planner.attention import resolve_attention
-    from training.aot import abstract_train_state
+    from training.state import create_train_state
     from training.resume import saved_config
 
     directory = os.path.join(workdir, "checkpoints")
@@ -69,7 +69,7 @@ def load_run(workdir: str, step, devices: int):
                                    mesh.devices.flat[0].device_kind)
         # The state's shapes and shardings only: the model is never initialised, the optimizer
         # never built on the devices (its saved moments are read back, not used).
-        state, graphdef, *_ = abstract_train_state(config, mesh, choice)
+        state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
         state, _ = checkpointer.restore(step, state)
     finally:
         checkpointer.close()

@@ -38,14 +38,14 @@ class TileSpec:
 
 @dataclasses.dataclass(frozen=True)
 class AttentionSpec:
-    """The three choices and the tiling of one call (hashable: a static jit argument)."""
+    """The three choices and the tiling of one call (hashable: a static jit argument); the
+    strategy configured with its own options (parallel/strategies/base.py)."""
 
     mesh: Mesh
     layout: Layout
     strategy: Strategy
     kernel: Kernel
     tiles: TileSpec
-    ulysses_degree: int = 1  # devices per head all-to-all group (ulysses: N; usp: chosen)
 
     @property
     def num_shards(self) -> int:
@@ -67,7 +67,7 @@ def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, ca
             f"batch {batch} is not divisible by the {mesh.shape[DATA]} 'data' shards: "
             f"use a batch that is a multiple of {mesh.shape[DATA]}")
     lay.check_divisible(seq_len, mesh.shape[SEQ])
-    degree = strat.ulysses_degree(ulysses_degree, mesh.shape[SEQ], q.shape[2])
+    strat = strat.configured(mesh.shape[SEQ], q.shape[2], ulysses_degree=ulysses_degree)
     tile_q, tile_k = resolve_tiles(lay, kern, seq_len // mesh.shape[SEQ], tile_q, tile_k)
     if lay.data_dependent:
         _check_units(order, tile_q, tile_k)
@@ -79,8 +79,7 @@ def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, ca
     kern.check_tiles(tile_q, tile_k, interpret)
     tiles = TileSpec(tile_q=tile_q, tile_k=tile_k, causal=bool(causal), scale=scale,
                      precision=precision, varying_axes=(DATA, SEQ), interpret=interpret)
-    return AttentionSpec(mesh=mesh, layout=lay, strategy=strat, kernel=kern, tiles=tiles,
-                         ulysses_degree=degree)
+    return AttentionSpec(mesh=mesh, layout=lay, strategy=strat, kernel=kern, tiles=tiles)
 
 
 def _check_mesh(mesh):

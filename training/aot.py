@@ -1,6 +1,6 @@
 """The train step compiled ahead of time from abstract inputs, and XLA's own memory figures for
 it: the planner's second opinion (scripts/plan.py --compile), on fake CPU devices. The state is
-built as training.loop.create_train_state builds it, without allocating it.
+training/state.py's, abstract: nothing is allocated.
 
     state_as_built(config, run, choice) -> bytes per device of parameters and optimizer state
     compiled_memory(config, run, choice) -> XLA's memory_analysis() of the jitted step
@@ -21,28 +21,9 @@ COMPILE_AUTO_LIMIT = 1e11
 # ------------------------------------------------------------------------------ XLA's view
 
 def abstract_train_state(config, mesh, choice):
-    """(abstract state, graphdef, tx, schedule) as training.loop.create_train_state builds it,
-    without allocating: nnx.eval_shape for the model, the optimizer state's shardings from the
-    same training.optim.optimizer_shardings the run uses (compiled, never run)."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-    import model
-    from training import optim
-
-    cfg = model.ModelConfig.from_config(config.model, choice)
-    with jax.set_mesh(mesh):
-        net = nnx.eval_shape(lambda: model.Transformer(cfg, mesh, nnx.Rngs(config.seed)))
-    graphdef, params = nnx.split(net, nnx.Param)
-    params = jax.tree.map(lambda x: _on_mesh(x, mesh, x.sharding.spec), params)
-    tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
-    with jax.set_mesh(mesh):
-        init = jax.jit(tx.init, out_shardings=optim.optimizer_shardings(tx, params, mesh))
-        init = init.lower(params).compile()
-    opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                             jax.eval_shape(tx.init, params), init.output_shardings)
-    step = _on_mesh(jax.ShapeDtypeStruct((), jnp.int32), mesh, jax.P())
-    return {"step": step, "params": params, "opt_state": opt_state}, graphdef, tx, schedule
+    """(abstract state, graphdef, tx, schedule): training.state's, shapes and shardings only."""
+    from training.state import create_train_state
+    return create_train_state(config, mesh, choice, abstract=True)[:4]
 
 
 def _on_mesh(x, mesh, spec):

@@ -15,7 +15,6 @@ import os
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -25,7 +24,7 @@ import parallel
 from checkpoints import Checkpointer, StopRequest, abstract_like
 from planner import flops
 from planner.attention import resolve_attention
-from training import optim, resume, step as step_lib, trackers
+from training import resume, state as state_lib, step as step_lib, trackers
 from training.validate import validate_config
 
 
@@ -39,20 +38,10 @@ def _say(message: str) -> None:
 
 
 def create_train_state(config, mesh, choice=None):
-    """Sharded model parameters and optimizer state, and the pieces the steps need; `choice`:
-    the run's resolved attention (None: resolved here, for this mesh and backend)."""
+    """training.state.create_train_state, the attention resolved here when not given."""
     choice = choice or resolve_attention(config, mesh_shape_of(mesh), jax.default_backend(),
                                          mesh.devices.flat[0].device_kind)
-    model_cfg = model.ModelConfig.from_config(config.model, choice)
-    net = model.create(model_cfg, mesh, config.seed)
-    graphdef, params = nnx.split(net, nnx.Param)
-    tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
-    opt_shardings = optim.optimizer_shardings(tx, params, mesh)
-    with jax.set_mesh(mesh):
-        opt_state = jax.jit(tx.init, out_shardings=opt_shardings)(params)
-    step = jax.device_put(jnp.zeros((), jnp.int32), jax.NamedSharding(mesh, jax.P()))
-    state = {"step": step, "params": params, "opt_state": opt_state}
-    return state, graphdef, tx, schedule, model_cfg
+    return state_lib.create_train_state(config, mesh, choice)
 
 
 def mesh_shape_of(mesh) -> tuple[int, int]:

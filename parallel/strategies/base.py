@@ -18,6 +18,9 @@ results with `merge`. A new strategy is one file with a
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -27,19 +30,29 @@ from parallel.mesh import SEQ
 F32 = jnp.float32
 
 
+@dataclasses.dataclass(frozen=True)
 class Strategy:
-    """One way of moving keys and values to queries. Instances are stateless singletons."""
+    """One way of moving keys and values to queries. The registry holds one instance of each;
+    `configured` returns it as it runs on a mesh, its own options set (a frozen value: equal
+    configurations hash alike, so a jitted call compiles once)."""
 
-    name: str = ""
+    name: ClassVar[str] = ""
+    options: ClassVar[tuple[str, ...]] = ()  # the keyword options `configured` takes
+    degree: int = 1  # devices per head all-to-all group: 1 for a strategy without one
 
-    def ulysses_degree(self, requested, num_shards, q_heads) -> int:
-        """The Ulysses degree this strategy runs with, from the caller's `ulysses_degree`
-        (None: not given): 1 (no head all-to-all) unless the strategy overrides it. ValueError,
-        one line, for a request it cannot honour."""
-        if requested not in (None, 1):
-            raise ValueError(f"ulysses_degree={requested} applies to strategy 'usp' only: drop "
-                             f"it, or use strategy='usp'")
-        return 1
+    def configured(self, num_shards: int, q_heads: int, **options) -> "Strategy":
+        """This strategy on `num_shards` 'seq' devices with `q_heads` query heads and its
+        options (None: not given). ValueError, one line, for an option it does not take; a
+        strategy with options overrides this to check and set them."""
+        for key, value in options.items():
+            if key not in self.options and value not in (None, 1):
+                from parallel.strategies import STRATEGIES
+                takers = [s.name for s in STRATEGIES.values() if key in s.options]
+                raise ValueError(f"{key}={value} applies to strategy "
+                                 f"{' or '.join(repr(t) for t in takers)} only: drop it, or use "
+                                 f"strategy={takers[0]!r}" if takers else
+                                 f"strategy {self.name!r} takes no option {key}")
+        return self
 
     def degrees(self, num_shards, q_heads) -> list[int]:
         """The Ulysses degrees this strategy runs with on this mesh and head count (what the
@@ -60,7 +73,7 @@ class Strategy:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"Strategy({self.name!r})"
+        return f"Strategy({self.name!r}" + (f", degree={self.degree})" if self.degree > 1 else ")")
 
 
 def to_heads(x):

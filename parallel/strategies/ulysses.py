@@ -29,6 +29,7 @@ Tile counts per step (`attention_with_stats`) count tiles of H/u heads; steps pa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -114,16 +115,19 @@ def _kv_copies(kv_heads, degree):
 class Ulysses(base.Strategy):
     name = "ulysses"
 
-    def ulysses_degree(self, requested, num_shards, q_heads):
-        if requested not in (None, num_shards):
+    def configured(self, num_shards, q_heads, ulysses_degree=None, **options):
+        """The degree is the whole 'seq' axis: a ulysses_degree of anything else is an error."""
+        if ulysses_degree not in (None, num_shards):
             raise ValueError(
                 f"strategy 'ulysses' spreads heads over all {num_shards} 'seq' shards, not "
-                f"{requested}: use strategy='usp' with ulysses_degree={requested}, or drop it")
+                f"{ulysses_degree}: use strategy='usp' with ulysses_degree={ulysses_degree}, or "
+                f"drop it")
+        base.Strategy.configured(self, num_shards, q_heads, **options)
         check_heads(num_shards, q_heads, num_shards)
-        return num_shards
+        return dataclasses.replace(self, degree=num_shards)
 
     def _setup(self, spec, q, seg, order):
-        degree = spec.ulysses_degree
+        degree = self.degree
         pos = base.positions(spec, order, *q.shape[:2])
         group = _Group(spec, degree, pos, seg, _needs_sort(spec, degree, order, q.shape[1]))
         return group, Hops(spec.num_shards // degree, stride=degree)
@@ -159,7 +163,6 @@ class Ulysses(base.Strategy):
         copies = dx.shape[1] // like.shape[2]
         dx = dx.reshape(dx.shape[0], like.shape[2], copies, *dx.shape[2:]).sum(axis=2)
         return base.from_heads(dx.astype(like.dtype))
-
 
     def degrees(self, num_shards, q_heads):
         return [num_shards] if num_shards > 1 and q_heads % num_shards == 0 else []

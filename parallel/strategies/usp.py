@@ -13,22 +13,28 @@ ulysses_degree=u)`, config `parallel.ulysses_degree`; u must divide N and the qu
 
 from __future__ import annotations
 
+import dataclasses
+
+from parallel.strategies.base import Strategy
 from parallel.strategies.ulysses import Ulysses, check_heads
 
 
 class Usp(Ulysses):
     name = "usp"
 
-    def ulysses_degree(self, requested, num_shards, q_heads):
+    options = ("ulysses_degree",)
+
+    def configured(self, num_shards, q_heads, ulysses_degree=None, **options):
         divisors = [u for u in range(1, num_shards + 1) if num_shards % u == 0]
-        if requested is None:
+        if ulysses_degree is None:
             raise ValueError(f"strategy 'usp' needs ulysses_degree: one of {divisors} (devices "
                              f"per all-to-all group of the {num_shards} 'seq' shards)")
-        if requested not in divisors:
-            raise ValueError(f"ulysses_degree={requested} does not divide the {num_shards} 'seq' "
-                             f"shards: choose one of {divisors}")
-        check_heads(requested, q_heads, num_shards)
-        return requested
+        if ulysses_degree not in divisors:
+            raise ValueError(f"ulysses_degree={ulysses_degree} does not divide the {num_shards} "
+                             f"'seq' shards: choose one of {divisors}")
+        Strategy.configured(self, num_shards, q_heads, **options)
+        check_heads(ulysses_degree, q_heads, num_shards)
+        return dataclasses.replace(self, degree=ulysses_degree)
 
 
     def degrees(self, num_shards, q_heads):

@@ -1,0 +1,49 @@
+"""The planner against published step times (planner/calibration.py): the TPU v5p calibration
+predicts every MaxText llama3-8b point within 0.8-1.25, held-out points included, and picks the
+strategy MaxText measured fastest; the constants in planner/devices.py are the fit's."""
+
+import dataclasses
+
+import pytest
+
+from planner import calibration
+from planner.devices import DEVICES, device_for_kind
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return calibration.compare(calibration.measurements("llama3_8b_v5p"))
+
+
+def test_every_point_within_a_quarter_fit_and_held_out(rows):
+    assert len(rows) == 30 and sum(not r["fitted"] for r in rows) == 20
+    bad = [(r["layout"], r["seq_len"], r["label"], round(r["ratio"], 2)) for r in rows
+           if not 0.8 <= r["ratio"] <= 1.25]
+    assert not bad
+
+
+def test_the_fastest_strategy_is_the_measured_one(rows):
+    want = calibration.fastest(rows, "seconds", by_strategy=True)
+    got = calibration.fastest(rows, "predicted", by_strategy=True)
+    assert {w for w in want if want[w] & got[w]} == set(want)
+    assert want[("zigzag", 65536)] == {"usp"}  # MaxText: usp 4x16 at 64k, 128k; 8x8 at 256k
+
+
+def test_the_devices_constants_are_the_fits():
+    points = calibration.measurements("llama3_8b_v5p")
+    fitted = calibration.fit(points, DEVICES["tpu-v5p"])
+    table = DEVICES["tpu-v5p"].calibration
+    for name in ("matmul_efficiency", "attention_efficiency", "hop_exposed"):
+        assert getattr(table, name) == pytest.approx(getattr(fitted, name), abs=0.02), name
+    assert table.ring_step_s == pytest.approx(fitted.ring_step_s, abs=5e-6)
+    nominal = dataclasses.replace(DEVICES["tpu-v5p"], calibration=type(table)())
+    worst = max(abs(r["ratio"] - 1) for r in calibration.compare(points, nominal))
+    assert worst > 0.4  # uncalibrated, the planner is far off: the fit is doing the work
+
+
+def test_device_kinds_as_jax_reports_them():
+    assert device_for_kind("TPU v5").title == "TPU v5p"
+    assert device_for_kind("TPU v5 lite").title == "TPU v5e"
+    assert device_for_kind("TPU v4").title == "TPU v4"
+    assert device_for_kind("NVIDIA H100 80GB HBM3").title == "H100 80GB"
+    assert device_for_kind("an unknown accelerator").title == DEVICES["cpu"].title
