@@ -37,7 +37,7 @@ def load_run(workdir: str, step, devices: int):
     import data
     import parallel
     from checkpoints import Checkpointer
-    from planner.attention import resolve_attention
+    from planner import resolve_attention
     from training.state import create_train_state
     from training.resume import saved_config
 
@@ -67,13 +67,13 @@ def load_run(workdir: str, step, devices: int):
         config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
         choice = resolve_attention(config, (1, devices), jax.default_backend(),
                                    mesh.devices.flat[0].device_kind)
-        # The state's shapes and shardings only: the model is never initialised, the optimizer
-        # never built on the devices (its saved moments are read back, not used).
+        # The parameters' shapes and shardings only: the model is never initialised, and only
+        # the parameters are read back (not the optimizer's moments, twice their size).
         state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
-        state, _ = checkpointer.restore(step, state)
+        params = checkpointer.restore_params(step, state["params"])
     finally:
         checkpointer.close()
-    return config, tokenizer, graphdef, state["params"], step
+    return config, tokenizer, graphdef, params, step
 
 
 def main(argv):

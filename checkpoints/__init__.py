@@ -1,7 +1,8 @@
 """Checkpoints: Orbax save/restore with fallback, and preemption.
 
 Public API:
-  Checkpointer(directory, keep=, async_save=)   save / restore / restore_latest / steps
+  Checkpointer(directory, keep=, async_save=)   save / restore / restore_latest / steps /
+                                                restore_params (the parameters alone)
   abstract_like(tree)                           restore target with the current shardings
   StopRequest(checkpointer)                     SIGTERM / distributed preemption between steps
   CheckpointError                               user-facing checkpoint problems

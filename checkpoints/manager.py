@@ -57,6 +57,18 @@ class Checkpointer:
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
         return restored["state"], dict(restored["meta"])
 
+    def restore_params(self, step: int, abstract_params):
+        """Only the parameters saved at `step` (state['params']), placed with the shardings of
+        `abstract_params`: the optimizer state is never read (sampling, evaluation). Orbax
+        binds the 'state' item to the kind of restore it first sees: use a Checkpointer for
+        this alone, not one that also restores whole states."""
+        item = {"params": abstract_params}
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                partial_restore=True)))
+        return restored["state"]["params"]
+
     def restore_latest(self, abstract_state, check_meta: Callable[[int, dict], None],
                        log: Callable[[str], None]):
         """(step, state, meta) of the newest checkpoint that reads back, or None if there is none.

@@ -7,15 +7,17 @@ configs/; training/ reads it); scripts/plan.py prints what it computes.
     run.py        the shape of a planned run (mesh, rows per device, processes)
     memory.py     bytes per device, term by term; fits or not
     time.py       time per step: attention (each strategy's own cost), dense, optimizer
-    recommend.py  every strategy priced; `recommend`, what strategy='auto' runs
-    attention.py  a run's resolved attention (parallel.AttentionChoice) from its config
+    recommend.py  every strategy priced; `recommend`, what strategy='auto' runs;
+                  `resolve_attention`: the run's AttentionChoice, 'auto' resolved
+    attention.py  the configured AttentionChoice of a config (`choice_from_config`)
     documents.py  packed documents to plan with (--documents)
     sizes.py      what dominates memory; the 1B/3B/7B model-size table
     plan.py       the whole analytic plan; report.py prints it
     calibration.py  published step times beside the model's predictions
 """
 
-from planner.attention import choice_from_config, resolve_attention
+from planner.attention import choice_from_config
 from planner.devices import DEVICES, Device, device_for_kind
+from planner.recommend import resolve_attention
 
 __all__ = ["DEVICES", "Device", "choice_from_config", "device_for_kind", "resolve_attention"]

@@ -51,21 +51,21 @@ def analytic_plan(config, device: Device, run: Run, choice, efficiency: float = 
                                                          device.platform),
                                     layout, device, efficiency, masked, model_flops, documents)
              for layout in _layouts_for(run)}
-    rows = recommend.strategy_rows(m, run, choice.tiles, device, efficiency, masked,
-                                   model_flops, documents, total, acts["kv_ring_buffers"])
     return {"params": memory.param_counts(m), "state_bytes": state, "activation_bytes": acts,
             "fit": memory.fit(total, device), "tiles": list(choice.tiles),
             "model_flops_per_step": model_flops, "peak_flops": peak_flops(device.flops_key),
             "efficiency": efficiency, "time": times,
-            "strategies": {"rows": rows, "choice": recommend.recommend(rows)},
+            "strategies": recommend.strategy_table(config, run, choice, device, efficiency,
+                                                   documents),
             "attention": choice.record(), "calibration": dataclasses.asdict(device.calibration)}
 
 
 def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
               documents: str | None = None, document_rows: int = 4,
-              workdir: str = "runs/plan") -> tuple[dict, Device, Run]:
-    """(plan, device, run) for `devices` devices of `device_name`; the config must have passed
-    training.validate_config. The attention is the run's, 'auto' resolved as the run would."""
+              workdir: str = "runs/plan") -> tuple[dict, Device, Run, object]:
+    """(plan, device, run, choice) for `devices` devices of `device_name`; the config must have
+    passed training.validate_config. The attention (choice, a parallel.AttentionChoice) is the
+    run's, 'auto' resolved as the run would."""
     device, run = plan_device(device_name, devices), make_run(config, devices)
     choice = resolved_choice(config, run, device)
     segment_ids = sample_documents(config, documents, document_rows, workdir)
@@ -75,14 +75,13 @@ def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
                 documents=describe_documents(documents, segment_ids), why=choice.why)
     plan["sizes"] = ([] if device_name == "cpu" else  # the model-size table: accelerators only
                      size_rows(config, device, run, choice))
-    return plan, device, run
+    return plan, device, run, choice
 
 
 def resolved_choice(config, run: Run, device: Device):
     """The AttentionChoice a run of this config would resolve to on `device`."""
     if config.parallel.strategy == "auto":
-        kind = device.kinds[0] if device.kinds else device.flops_key
-        return recommend.auto_choice(config, (run.data, run.seq), device.platform, kind)
+        return recommend.auto_choice(config, (run.data, run.seq), device.platform, device)
     return choice_from_config(config, run.seq, device.platform)
 
 

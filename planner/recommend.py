@@ -1,17 +1,21 @@
 """The strategy a run should use: every option the registered strategies offer on this mesh and
 head count, priced as a whole step (planner/time.py) with its memory (the plan's total with the
 ring's K/V buffers swapped for the strategy's), and the fastest whose total fits. One function,
-`recommend`, serves both `parallel.strategy='auto'` (`auto_choice`) and scripts/plan.py.
+`recommend`, serves both `parallel.strategy='auto'` (`resolve_attention`, `auto_choice`) and
+scripts/plan.py.
+
+    resolve_attention(config, (data, seq), platform, device_kind) -> parallel.AttentionChoice
+        what a run uses: the configured choice, or for strategy='auto' the recommendation,
+        with a line saying why (choice.why)
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import model
 import parallel
 from parallel import strategy_cost
 from planner import memory, time
+from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind
 from planner.flops import flops_per_token, keys_per_query
 from planner.run import Run, make_run
@@ -58,14 +62,18 @@ def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: D
     return {"rows": rows, "choice": recommend(rows)}
 
 
-def auto_choice(config, mesh_shape, platform: str,
-                device_kind: str) -> parallel.AttentionChoice:
-    """strategy='auto' resolved on a (data, seq) mesh of `device_kind` devices: the
-    recommendation of `strategy_table`, one document per row (plan.py --documents refines it)."""
-    from planner.attention import choice_from_config
-    device = device_for_kind(device_kind)
-    if device.flops_key == "cpu" and not device.memory_bytes:  # fake devices share the host
-        device = dataclasses.replace(device, memory_bytes=0.0)
+def resolve_attention(config, mesh_shape, platform: str,
+                      device_kind: str) -> parallel.AttentionChoice:
+    """The attention a run uses on a (data, seq) mesh of `device_kind` devices (jax's name):
+    the configured choice, or for parallel.strategy='auto' the recommendation."""
+    if config.parallel.strategy != "auto":
+        return choice_from_config(config, mesh_shape[1], platform)
+    return auto_choice(config, mesh_shape, platform, device_for_kind(device_kind))
+
+
+def auto_choice(config, mesh_shape, platform: str, device: Device) -> parallel.AttentionChoice:
+    """strategy='auto' resolved on a (data, seq) mesh of `device`s: the recommendation of
+    `strategy_table`, one document per row (plan.py --documents refines it)."""
     run = make_run(config, mesh_shape[0] * mesh_shape[1])
     ring = choice_from_config(config, mesh_shape[1], platform, "ring", None)
     table = strategy_table(config, run, ring, device)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -56,10 +55,9 @@ def build(config, device_name: str, devices: int) -> tuple:
     """(plan, device, run, choice): the analytic plan, the state as built and the compile."""
     from planner import plan as planner_plan
     from training import aot
-    plan, device, run = planner_plan.make_plan(
+    plan, device, run, choice = planner_plan.make_plan(
         config, device_name, devices, FLAGS.efficiency, FLAGS.documents, FLAGS.document_rows,
         FLAGS.workdir)
-    choice = planner_plan.resolved_choice(config, run, device)
     plan["as_built"] = aot.state_as_built(config, run, choice)
     plan["today"] = planner_plan.today_scenarios(plan, config, choice, device, plan["as_built"])
     go, why = aot.compile_decision(FLAGS.compile, plan["params"]["total"], run)
@@ -71,12 +69,12 @@ def main(argv):
     del argv
     from planner import DEVICES
     from planner.run import device_count
-    from training.cli import use_fake_devices
+    from training.cli import fail, use_fake_devices
     config = FLAGS.config
     filename = config_flags.get_config_filename(FLAGS["config"])
     device_name = FLAGS.device or _config_device(filename)
     if device_name not in DEVICES:
-        _fail(f"--device={device_name!r} is not a known device: choose one of "
+        fail(f"--device={device_name!r} is not a known device: choose one of "
               f"{', '.join(DEVICES)}")
     devices = device_count(config, device_name, FLAGS.devices)
     use_fake_devices(devices)  # the compile check runs on the host, whatever is attached
@@ -88,7 +86,7 @@ def main(argv):
         validate_config(config, devices, 1, platform=DEVICES[device_name].platform)
         plan, device, run, choice = build(config, device_name, devices)
     except (ConfigError, DataError, PlanError) as e:
-        _fail(str(e))
+        fail(str(e))
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
     plan["measured"] = planner_plan.measured_times(filename, run.layout, run.seq_len)
     print(report.format_plan(plan, config, choice, device, run))
@@ -100,11 +98,6 @@ def main(argv):
 def _config_device(filename: str) -> str:
     from planner.plan import module_constant
     return module_constant(filename, "DEVICE") or "cpu"
-
-
-def _fail(message: str):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -86,8 +86,7 @@ def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path
     path = tmp_path / "checkpoints" / "6" / "meta" / "metadata"
     meta = json.loads(path.read_text())
     meta["config"]["parallel"]["attention"] = meta["config"]["parallel"].pop("layout")
-    meta = {k: v for k, v in meta.items() if k != "run_attention"}
-    meta["attention"] = meta["config"]["parallel"]["attention"]
+    meta["attention"] = meta["config"]["parallel"]["attention"]  # the old record: the layout
     path.write_text(json.dumps(meta))
     sample = subprocess.run([sys.executable, "sample.py", "--workdir", str(tmp_path),
                              "--max_new_tokens", "4"], cwd=ROOT, env=clean_env(),
@@ -98,6 +97,33 @@ def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path
     assert second.returncode == 0, second.stderr[-3000:]
     got, want = losses(read_metrics(tmp_path)), losses(read_metrics(uninterrupted))
     assert got[8] == want[8]  # resumed bitwise from the old record
+
+
+def test_parameters_alone_restore_as_in_the_whole_state(uninterrupted):
+    """restore_params (sample.py's) reads state['params'] only, equal to a whole restore's."""
+    import parallel
+    from checkpoints import Checkpointer
+    from configs import tiny
+    from planner import resolve_attention
+    from training.state import create_train_state
+    config = tiny.get_config()
+    mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
+    choice = resolve_attention(config, (2, 2), "cpu", "cpu")
+    state, *_ = create_train_state(config, mesh, choice, abstract=True)
+    restored = []
+    for read in (lambda c: c.restore_params(STEPS, state["params"]),
+                 lambda c: c.restore(STEPS, state)[0]["params"]):
+        checkpointer = Checkpointer(os.path.join(uninterrupted, "checkpoints"), keep=10)
+        try:  # one Checkpointer per kind of restore: Orbax binds an item to its first handler
+            restored.append(read(checkpointer))
+        finally:
+            checkpointer.close()
+    params, whole = restored
+    got, want = jax.tree.leaves(params), jax.tree.leaves(whole)
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
 
 
 def test_sigterm_saves_the_current_step_and_exits_zero(tmp_path, cache):

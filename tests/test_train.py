@@ -127,8 +127,8 @@ def test_auto_strategy_is_recorded_as_what_it_resolved_to(tmp_path, shared_cache
     assert strategy in parallel.STRATEGIES and kernel == "xla"
     assert f"auto -> {strategy}" in said
     meta = json.loads((tmp_path / "checkpoints" / "2" / "meta" / "metadata").read_text())
-    assert meta["run_attention"]["strategy"] == strategy
-    assert meta["run_attention"]["kernel"] == kernel
+    assert meta["attention"]["strategy"] == strategy
+    assert meta["attention"]["kernel"] == kernel
     assert meta["config"]["parallel"]["strategy"] == "auto"  # what the user asked for, kept
 
 

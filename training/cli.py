@@ -17,15 +17,15 @@ def parse_flags(argv, flag_values=flags.FLAGS):
     for name in given:
         old = name.removeprefix("config.")
         if old in RENAMED_FIELDS:
-            _fail(f"--config.{old} was renamed: use --config.{RENAMED_FIELDS[old]}")
+            fail(f"--config.{old} was renamed: use --config.{RENAMED_FIELDS[old]}")
     try:
         return flag_values(argv)
     except flags.Error as e:  # e.g. a value of the wrong type
         fix = "give a value of the field's type" if "--config." in str(e) else "see --helpshort"
-        _fail(f"{e}: {fix}")
+        fail(f"{e}: {fix}")
     except (AttributeError, KeyError) as e:  # ml_collections: an override names no field
         name = str(e).strip("\"'")
-        _fail(f"unknown config field '{name}' (overrides: {', '.join(given)}): every "
+        fail(f"unknown config field '{name}' (overrides: {', '.join(given)}): every "
               f"--config.FIELD must exist in the config file")
 
 
@@ -37,6 +37,7 @@ def use_fake_devices(count: int) -> None:
     jax.config.update("jax_num_cpu_devices", count)
 
 
-def _fail(message: str):
+def fail(message: str):
+    """One line on stderr, exit 2: how every command-line mistake ends."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)

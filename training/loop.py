@@ -23,7 +23,7 @@ import model
 import parallel
 from checkpoints import Checkpointer, StopRequest, abstract_like
 from planner import flops
-from planner.attention import resolve_attention
+from planner import resolve_attention
 from training import resume, state as state_lib, step as step_lib, trackers
 from training.validate import validate_config
 

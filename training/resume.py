@@ -4,8 +4,13 @@ The JSON record saved with every checkpoint:
 
     {"config": {...}, "data": {"seed": 0, "step": 120}, "wandb_run_id": "3f9a1c2b",
      "train_time_s": 812.4, "train_tokens": 983040, "code_version": "ringstripe 0.1.0 (git 1a2b3c4)",
-     "mesh": [1, 4], "layout": "striped", "run_attention": {"layout": "striped",
-     "strategy": "ring", "ulysses_degree": 1, "kernel": "xla", "tile_q": 32, "tile_k": 32}}
+     "mesh": [1, 4], "attention": {"layout": "striped", "strategy": "ring", "ulysses_degree": 1,
+     "kernel": "xla", "tile_q": 32, "tile_k": 32}}
+
+"attention" is what the run resolved (strategy 'auto' and kernel 'auto' replaced by what ran);
+"config" keeps what was asked. Checkpoints written before the layout field was renamed hold
+"attention": "<layout>" and a config with parallel.attention; `saved_config` gives such a config
+the new field name (nothing reads the record's "attention").
 
 The data position is only (seed, step): batches are a pure function of them, so a run resumes on
 any mesh, process count or attention layout and sees the same tokens in the same order.
@@ -51,8 +56,8 @@ def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
             "tokenizer_path": os.path.abspath(tokenizer_path) if tokenizer_path else "",
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
             "train_tokens": progress.train_tokens, "code_version": code_version(),
-            "mesh": list(mesh_shape), "layout": config.parallel.layout,
-            "run_attention": choice.record() if choice is not None else None}
+            "mesh": list(mesh_shape),
+            "attention": choice.record() if choice is not None else config.parallel.layout}
 
 
 def saved_config(meta: dict):
