@@ -1,0 +1,127 @@
+"""The shell scripts scripts/tpu_pod.py sends to every worker of a TPU slice, each one line of
+bash (`;` joins statements under `set -e` exactly like newlines, and --dry-run prints one line
+per command), each safe to run any number of times:
+
+    bootstrap_script(python)   unpack the code, make the venv if missing, install if
+                               pyproject.toml changed
+    mount_script(bucket)       install gcsfuse if missing, mount gs://BUCKET at /mnt/BUCKET
+    run_script(config, workdir, overrides)
+                               start train.py under nohup unless one is running
+    logs_script()              follow ~/train.log until the trainer exits
+
+Standard library only, like tpu_pod.py.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+REMOTE_DIR = "ringstripe"            # on each worker, relative to $HOME
+REMOTE_TARBALL = "ringstripe.tar.gz"  # scp'd into $HOME, relative paths land there
+# A pid file lets `run` refuse to start a second trainer (both would claim the TPU chips) and
+# lets `logs` stop following when the trainer exits, which is what lets `all` reach `delete`.
+PID_FILE = "$HOME/train.pid"
+LOG_FILE = "$HOME/train.log"
+# train.py reads and writes its workdir with plain file operations, and every process of a pod
+# must see the same one, so a bucket is mounted with gcsfuse at MOUNT_ROOT/BUCKET on every worker
+# and gs://BUCKET/PATH workdirs are rewritten to MOUNT_ROOT/BUCKET/PATH.
+MOUNT_ROOT = "/mnt"
+
+
+def bootstrap_script(python: str) -> str:
+    """The per-worker setup, safe to run any number of times (it is a single line: `;` joins
+    statements under `set -e` exactly like newlines, and --dry-run prints one line per command).
+
+    Unpacks the code over ~/ringstripe (files made on the worker, such as a local workdir, are
+    kept), makes ~/ringstripe/.venv only if it has no python yet, and installs only when
+    pyproject.toml's sha256 differs from the one stored after the last successful install.
+    The stamp lives inside the venv so a removed or rebuilt venv always gets a fresh install,
+    and it is written last so a failed install is retried by the next setup."""
+    lines = [
+        "set -euo pipefail",
+        f'R="$HOME/{REMOTE_DIR}"; V="$R/.venv"; PY={shlex.quote(python)}; '
+        'STAMP="$V/.pyproject.sha256"; W="$(hostname)"',
+        f'mkdir -p "$R"; tar -xzf "$HOME/{REMOTE_TARBALL}" -C "$R"',
+        'if [ -x "$V/bin/python" ]; then echo "$W: $V exists, kept"; else '
+        # TPU images ship Ubuntu's Python 3.10 and ringstripe needs 3.11+. apt waits for the
+        # lock that unattended-upgrades holds for a while after a VM boots instead of failing.
+        'if ! command -v "$PY" >/dev/null; then '
+        'sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq update && '
+        'sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq install -y '
+        '"$PY" "$PY-venv"; fi; '
+        # Checked before the venv exists: a venv of the wrong Python would otherwise be kept
+        # (it "exists") and fail every later install.
+        '"$PY" -c "import sys; sys.exit(sys.version_info < (3, 11))" || '
+        '{ echo "$W: $PY is older than Python 3.11: give another --python" >&2; exit 1; }; '
+        'echo "$W: creating $V with $PY"; "$PY" -m venv "$V" || { rm -rf "$V"; exit 1; }; fi',
+        'H="$(sha256sum "$R/pyproject.toml" | cut -d" " -f1)"',
+        'if [ "$(cat "$STAMP" 2>/dev/null)" = "$H" ]; then '
+        'echo "$W: pyproject.toml unchanged since the last install, nothing to install"; else '
+        # One resolver run for both, so jax[tpu] cannot move jax past what pyproject.toml allows
+        # behind the back of an earlier install. -e: later code copies need no reinstall.
+        'echo "$W: installing ringstripe and jax[tpu]"; cd "$R"; '
+        '"$V/bin/python" -m pip install -q --disable-pip-version-check -e . "jax[tpu]"; '
+        'echo "$H" > "$STAMP"; fi',
+    ]
+    return "; ".join(lines)
+
+
+def mount_script(bucket: str) -> str:
+    """Mounts gs://BUCKET at /mnt/BUCKET, safe to run any number of times (one line, like the
+    bootstrap). gcsfuse is installed from Google's apt repository only when it is not on PATH
+    (the commands of https://cloud.google.com/storage/docs/cloud-storage-fuse/install), and the
+    bucket is mounted only when `mountpoint -q` says nothing is mounted there yet, so a second
+    setup neither reinstalls nor mounts twice. --implicit-dirs shows directories that exist
+    only as prefixes of object names (written by gsutil, or by another worker's gcsfuse)."""
+    apt = "sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq"
+    keyring = "/usr/share/keyrings/cloud.google.asc"
+    mount_point = f"{MOUNT_ROOT}/{bucket}"
+    lines = [
+        "set -euo pipefail",
+        f'B={shlex.quote(bucket)}; M={shlex.quote(mount_point)}; W="$(hostname)"',
+        'if command -v gcsfuse >/dev/null; then echo "$W: gcsfuse is installed"; else '
+        'echo "$W: installing gcsfuse"; '
+        f'echo "deb [signed-by={keyring}] https://packages.cloud.google.com/apt '
+        'gcsfuse-$(lsb_release -c -s) main" | sudo tee /etc/apt/sources.list.d/gcsfuse.list '
+        '>/dev/null; '
+        'curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg | '
+        f'sudo tee {keyring} >/dev/null; '
+        f'{apt} update; {apt} install -y gcsfuse; fi',
+        'if mountpoint -q "$M"; then echo "$W: gs://$B is already mounted at $M"; else '
+        'sudo mkdir -p "$M"; sudo chown "$(id -u):$(id -g)" "$M"; '
+        'gcsfuse --implicit-dirs "$B" "$M" || { echo "$W: could not mount gs://$B at $M: is '
+        'there such a bucket, and may the TPU service account read and write it?" >&2; exit 1; }; '
+        'echo "$W: mounted gs://$B at $M"; fi',
+    ]
+    return "; ".join(lines)
+
+
+def run_script(config: str, workdir: str, overrides: list[str]) -> str:
+    """Starts train.py in the background so it outlives the ssh session (nohup, stdin from
+    /dev/null so ssh need not wait), unless a trainer from an earlier `run` is still alive."""
+    train = [".venv/bin/python", "train.py", "--config", config, "--workdir", workdir,
+             "--distributed", *overrides]
+    return "; ".join([
+        "set -euo pipefail",
+        f'cd "$HOME/{REMOTE_DIR}"',
+        f'P="$(cat "{PID_FILE}" 2>/dev/null || true)"',
+        'if [ -n "$P" ] && ps -p "$P" -o args= | grep -q train.py; then '
+        'echo "$(hostname): train.py is already running (pid $P, ~/train.log): wait for it, '
+        'stop it with kill $P on every worker, or delete the TPU" >&2; exit 1; fi',
+        # `&` ends a statement itself (`&;` is a syntax error), so the pid is saved after it.
+        f'nohup {shlex.join(train)} > "{LOG_FILE}" 2>&1 < /dev/null & echo $! > "{PID_FILE}"',
+        'echo "$(hostname): started train.py (pid $!), log in ~/train.log"',
+    ])
+
+
+def logs_script() -> str:
+    """Prints ~/train.log from its start and follows it until the trainer exits (tail --pid),
+    so that `all` goes on to `delete` when training is over."""
+    return "; ".join([
+        "set -euo pipefail",
+        f'if [ ! -f "{LOG_FILE}" ]; then echo "$(hostname): no ~/train.log yet: start training '
+        'with the run subcommand" >&2; exit 1; fi',
+        f'P="$(cat "{PID_FILE}" 2>/dev/null || true)"',
+        f'if [ -z "$P" ]; then exec cat "{LOG_FILE}"; fi',
+        f'exec tail -n +1 -f --pid="$P" "{LOG_FILE}"',
+    ])
