@@ -170,6 +170,8 @@ def _drop_torn_last_line(path: str) -> None:
 
 
 def _plain(value):
+    if isinstance(value, int):  # a count (tiles, a degree) stays an integer in the JSON
+        return value
     value = float(value) if hasattr(value, "__float__") else value
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
