@@ -11,9 +11,10 @@ tuned recipe (its own remat policy and kernel block sizes, 52% MFU) it was not f
 it fails that check: it predicts 2.3 to 3.2 times the measured step (scripts/calibrate.py
 --config llama2_7b_v5p). The calibration's shares of peak (22% for the matmuls, 37% for the
 attention) are those of one-sequence steps on 1-4k tokens per chip; a run of 32k tokens per
-chip with a tuned recipe reaches more than twice that. Read its predicted times as a ceiling. 6.7B parameters: d_model 4096, 32 layers, 32
-query and 32 KV heads x 128 (no GQA), SwiGLU 11008, vocab 32000; bfloat16 compute, float32
-parameters and AdamW state, every block rematerialised.
+chip with a tuned recipe reaches more than twice that. Read its predicted times as a ceiling.
+
+6.7B parameters: d_model 4096, 32 layers, 32 query and 32 KV heads x 128 (no GQA), SwiGLU 11008,
+vocab 32000; bfloat16 compute, float32 parameters and AdamW state, every block rematerialised.
 """
 
 from configs import default, llama_7b

@@ -10,9 +10,11 @@
 
 The setting in which MaxText measured its context-parallel strategies (llama3-8b, context
 parallelism 64 on 64 v5p chips, median step times below: MEASURED, which the planner prints
-beside its strategy table and the TPU v5p calibration is fitted to). 8.0B parameters: d_model 4096, 32 layers, 32 query heads and 8 KV heads x 128,
-SwiGLU 14336, vocab 128256, RoPE base 500000; bfloat16 compute, float32 parameters and AdamW
-state, every block rematerialised. Mesh data 1 x seq 64: 1,024 tokens per chip at 64k.
+beside its strategy table and the TPU v5p calibration is fitted to).
+
+8.0B parameters: d_model 4096, 32 layers, 32 query heads and 8 KV heads x 128, SwiGLU 14336,
+vocab 128256, RoPE base 500000; bfloat16 compute, float32 parameters and AdamW state, every
+block rematerialised. Mesh data 1 x seq 64: 1,024 tokens per chip at 64k.
 
 Batch: one sequence a step over the 64 chips (16 hosts of 4), as MaxText measured: each host
 builds only its columns of the row (data/README.md).

@@ -31,7 +31,7 @@ __all__ = [
     "Prefetcher", "SourceOptions", "TfdsSource", "TokenCache", "Tokenizer", "assemble_global",
     "batch_rows", "build_token_cache", "describe_source", "eval_batches", "eval_rows",
     "get_tokenizer", "iter_documents", "load_tokenizer", "local_block", "local_columns",
-    "local_rows", "make_prefetcher", "natural_segment_ids", "num_eval_batches", "num_windows", "parse_tfds_source",
-    "prepare_data", "process_batch", "sample_segment_ids", "source_options", "to_global",
-    "train_tokenizer",
+    "local_rows", "make_prefetcher", "natural_segment_ids", "num_eval_batches", "num_windows",
+    "parse_tfds_source", "prepare_data", "process_batch", "sample_segment_ids", "source_options",
+    "to_global", "train_tokenizer",
 ]

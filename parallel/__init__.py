@@ -35,8 +35,8 @@ from parallel.choice import AttentionChoice, choose, default_tile
 from parallel.strategies import STRATEGIES, get_strategy
 
 __all__ = [
-    "AttentionChoice", "DATA", "KERNELS", "LAYOUTS", "SEQ", "STRATEGIES", "attention", "attention_with_stats",
-    "block_positions", "check_divisible", "choose", "cost", "default_tile", "get_layout", "get_strategy",
-    "inverse_permutation", "make_mesh", "mesh_shape", "permutation", "resolve_kernel", "row_order",
-    "strategy_cost",
+    "AttentionChoice", "DATA", "KERNELS", "LAYOUTS", "SEQ", "STRATEGIES", "attention",
+    "attention_with_stats", "block_positions", "check_divisible", "choose", "cost",
+    "default_tile", "get_layout", "get_strategy", "inverse_permutation", "make_mesh",
+    "mesh_shape", "permutation", "resolve_kernel", "row_order", "strategy_cost",
 ]

@@ -29,7 +29,7 @@ from parallel.strategies import get_strategy
 class AttentionChoice:
     layout: str  # parallel.LAYOUTS
     strategy: str  # parallel.STRATEGIES (never 'auto')
-    ulysses_degree: int  # devices per head all-to-all group: 1 (ring, allgather), N (ulysses), u (usp)
+    ulysses_degree: int  # devices per head all-to-all group: 1, N (ulysses) or u (usp)
     kernel: str  # parallel.KERNELS (never 'auto')
     tile_q: int
     tile_k: int
@@ -57,7 +57,7 @@ class AttentionChoice:
                            tile=self.balance_unit)
 
     def label(self) -> str:
-        """'striped attention (ring strategy, xla kernel, tiles 32x32)'; usp shows u x N/u."""
+        """'striped attention (ring strategy, xla kernel, tiles 32x32)'; usp shows its degree."""
         strategy = self.strategy + (f" {self.ulysses_degree}" if self.strategy == "usp" else "")
         return (f"{self.layout} attention ({strategy} strategy, {self.kernel} kernel, tiles "
                 f"{self.tile_q}x{self.tile_k})")
@@ -93,8 +93,8 @@ def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int,
            num_shards: int, platform: str, q_heads: int, ulysses_degree: int | None = None,
            why: str = "configured") -> AttentionChoice:
     """The resolved attention of a run on `num_shards` 'seq' devices of `platform` (a tile of 0
-    or None: the default); ValueError,
-    one line, for any choice that cannot run (unknown names, tiles, the Ulysses degree)."""
+    or None: the default); ValueError, one line, for any choice that cannot run (unknown names,
+    tiles, the Ulysses degree)."""
     lay, strat = get_layout(layout), get_strategy(strategy)
     kern = resolve_kernel(kernel, platform)
     lay.check_divisible(seq_len, num_shards)

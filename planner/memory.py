@@ -45,7 +45,8 @@ def gather_all_bytes(m) -> float:
     by layer. The embedding table is looked up sharded, so it is not counted.
     """
     counts = param_counts(m)
-    return 2 * (m.num_layers * counts["layer"] + m.vocab_size * m.d_model) * dtype_bytes(m.param_dtype)
+    weights = m.num_layers * counts["layer"] + m.vocab_size * m.d_model
+    return 2 * weights * dtype_bytes(m.param_dtype)
 
 
 def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:

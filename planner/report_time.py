@@ -49,7 +49,8 @@ def format_time(plan: dict, m, run: Run, device) -> list[str]:
     lines.append(f"  choose {best} (fastest predicted{margin}): "
                  f"--config.parallel.layout={best}")
     hop = plan["time"][run.layout]["attention_layer"]
-    lines += [f"  {run.layout}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, a "
+    lines += [f"  {run.layout}: a hop's K/V take {hop['hop_transfer_s'] * 1e3:.2f} ms on the link, "
+              f"a "
               f"ring step >= {hop['hop_compute_s_min'] * 1e3:.2f} ms of compute; "
               f"{hop['comm_bound_forward_steps']} of {run.seq - 1} forward hops per layer are "
               "link-bound.",
@@ -118,7 +119,8 @@ def format_measured(rows: list[dict], num_shards: int, measured: dict) -> list[s
             continue
         ratio = by_label[name] / seconds
         verdict = "agrees" if AGREES[0] <= ratio <= AGREES[1] else "DISAGREES"
-        lines.append(f"    {name:<14} measured {seconds:>7.2f} s   predicted {by_label[name]:>7.3f} s"
+        lines.append(f"    {name:<14} measured {seconds:>7.2f} s   predicted "
+                     f"{by_label[name]:>7.3f} s"
                      f"   predicted / measured {ratio:.2f}   {verdict}")
     shared = [n for n in measured if n in by_label]
     if shared:
