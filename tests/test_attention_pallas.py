@@ -16,7 +16,8 @@ from tests.test_attention import (assert_matches_reference, layout_order, make_i
 
 # (num_shards, causal, segments, (q_heads, kv_heads), (tile_q, tile_k)) for every layout.
 CASES = [(2, True, "packed", (4, 2), (8, 8)), (4, False, "scattered", (4, 1), (4, 8)),
-         (2, True, None, (2, 2), (16, 4))]
+         (2, True, None, (2, 2), (16, 4)),
+         (2, False, None, (4, 2), (8, 8))]  # bidirectional, no segment ids: nothing to mask
 PALLAS = ["pallas_gpu", "pallas_tpu"]
 
 

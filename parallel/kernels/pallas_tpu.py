@@ -96,9 +96,10 @@ def _when_tile(kind, runs, compute):
 
 
 def _mask(s, masked, q_pos, k_pos, q_seg, k_seg, tiles):
-    if not masked:
-        return s
-    return jnp.where(visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal), s, -jnp.inf)
+    visible = visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal) if masked else None
+    # No rule at all (bidirectional, no segment ids): every pair is visible. The masked branch
+    # is still traced (pl.when compiles both), so it must not need a mask.
+    return s if visible is None else jnp.where(visible, s, -jnp.inf)
 
 
 def _segment_refs(rest, with_segments, n_out):
@@ -208,9 +209,8 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
 def _probabilities(s, lse, masked, q_pos, k_pos, q_seg, k_seg, tiles):
     """Final probabilities from raw scores and the GLOBAL lse (broadcast-ready), 0 where masked."""
     p = jnp.exp(s * tiles.scale - lse)
-    if not masked:
-        return p
-    return jnp.where(visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal), p, 0.0)
+    visible = visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal) if masked else None
+    return p if visible is None else jnp.where(visible, p, 0.0)
 
 
 def _dkdv_kernel(lo_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref,
