@@ -1,5 +1,6 @@
 # ringstripe: `make train` trains the embedded default, `make test` runs the tests.
-# Both create .venv on first use; later calls reinstall only when pyproject.toml changed.
+# Both create .venv on first use; later calls reinstall only when pyproject.toml or
+# constraints.txt (the exact versions make test passed with) changed.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -8,14 +9,14 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: install test train bench bench-train clean
+.PHONY: install test train bench bench-train lock clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# pip's notes about this machine's unused local indexes are filtered; its failures are not.
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v '^WARNING: Location' || true; }
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]' 2>&1 | { grep -v '^WARNING: Location' || true; }
 	$(PY) -c 'import jax, parallel, model, data, training'
 	touch $(STAMP)
 
@@ -31,6 +32,11 @@ bench: install
 # train.py end to end per layout, one pinned process per device (about 30 minutes on 2 cores)
 bench-train: install
 	$(PY) scripts/bench_train.py --json runs/bench_train.json
+
+# After upgrading a dependency and passing make test: record the versions it passed with.
+lock: install
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^#'; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -7,8 +7,9 @@ Subcommands (each can be run on its own; `all` runs create, setup, run, logs, th
 
   create  gcloud compute tpus tpu-vm create (default v4-32, tpu-ubuntu2204-base)
   setup   tar the working tree, scp it to every worker, and run an idempotent bootstrap there:
-          the venv is made only if missing, and `pip install -e . jax[tpu]` runs only when
-          pyproject.toml changed since the last install (its sha256 is kept inside the venv);
+          the venv is made only if missing, and `pip install -c constraints.txt -e . jax[tpu]`
+          runs only when pyproject.toml or constraints.txt changed since the last install (their
+          sha256 is kept inside the venv);
           with --bucket NAME it then mounts gs://NAME at /mnt/NAME on every worker with gcsfuse
           (installed from Google's apt repository if missing; mounted only if not mounted yet)
   run     start train.py --distributed under nohup on every worker (log in ~/train.log); a

@@ -3,7 +3,7 @@ bash (`;` joins statements under `set -e` exactly like newlines, and --dry-run p
 per command), each safe to run any number of times:
 
     bootstrap_script(python)   unpack the code, make the venv if missing, install if
-                               pyproject.toml changed
+                               pyproject.toml or constraints.txt changed
     mount_script(bucket)       install gcsfuse if missing, mount gs://BUCKET at /mnt/BUCKET
     run_script(config, workdir, overrides)
                                start train.py under nohup unless one is running
@@ -33,8 +33,9 @@ def bootstrap_script(python: str) -> str:
     statements under `set -e` exactly like newlines, and --dry-run prints one line per command).
 
     Unpacks the code over ~/ringstripe (files made on the worker, such as a local workdir, are
-    kept), makes ~/ringstripe/.venv only if it has no python yet, and installs only when
-    pyproject.toml's sha256 differs from the one stored after the last successful install.
+    kept), makes ~/ringstripe/.venv only if it has no python yet, and installs (the versions of
+    constraints.txt) only when the sha256 of pyproject.toml and constraints.txt differs from the
+    one stored after the last successful install.
     The stamp lives inside the venv so a removed or rebuilt venv always gets a fresh install,
     and it is written last so a failed install is retried by the next setup."""
     lines = [
@@ -54,14 +55,16 @@ def bootstrap_script(python: str) -> str:
         '"$PY" -c "import sys; sys.exit(sys.version_info < (3, 11))" || '
         '{ echo "$W: $PY is older than Python 3.11: give another --python" >&2; exit 1; }; '
         'echo "$W: creating $V with $PY"; "$PY" -m venv "$V" || { rm -rf "$V"; exit 1; }; fi',
-        'H="$(sha256sum "$R/pyproject.toml" | cut -d" " -f1)"',
+        'H="$(cat "$R/pyproject.toml" "$R/constraints.txt" | sha256sum | cut -d" " -f1)"',
         'if [ "$(cat "$STAMP" 2>/dev/null)" = "$H" ]; then '
-        'echo "$W: pyproject.toml unchanged since the last install, nothing to install"; else '
+        'echo "$W: pyproject.toml and constraints.txt unchanged since the last install, nothing '
+        'to install"; else '
         # One resolver run for both, so jax[tpu] cannot move jax past what pyproject.toml allows
-        # behind the back of an earlier install. -e: later code copies need no reinstall.
+        # behind the back of an earlier install; -c: the versions make test passed with (jax[tpu]
+        # then brings the libtpu of that jax). -e: later code copies need no reinstall.
         'echo "$W: installing ringstripe and jax[tpu]"; cd "$R"; '
-        '"$V/bin/python" -m pip install -q --disable-pip-version-check -e . "jax[tpu]"; '
-        'echo "$H" > "$STAMP"; fi',
+        '"$V/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt '
+        '-e . "jax[tpu]"; echo "$H" > "$STAMP"; fi',
     ]
     return "; ".join(lines)
 

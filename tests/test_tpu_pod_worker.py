@@ -77,7 +77,7 @@ def worker(tmp_path):
     return w
 
 
-def test_bootstrap_installs_once_then_only_when_pyproject_changes(worker):
+def test_bootstrap_installs_once_then_only_when_pyproject_or_constraints_change(worker):
     venv = worker.home / "ringstripe" / ".venv"
 
     first, calls = worker.bootstrap()
@@ -86,7 +86,7 @@ def test_bootstrap_installs_once_then_only_when_pyproject_changes(worker):
     assert len(venvs_made(calls)) == 1
     (install,) = pip_installs(calls)
     assert install.startswith(f"{venv}/bin/python -m pip install")
-    assert install.split()[-3:] == ["-e", ".", "jax[tpu]"]
+    assert install.split()[-5:] == ["-c", "constraints.txt", "-e", ".", "jax[tpu]"]
     assert not any(c.startswith("sudo") for c in calls)
 
     second, calls = worker.bootstrap()
@@ -101,10 +101,14 @@ def test_bootstrap_installs_once_then_only_when_pyproject_changes(worker):
     assert (worker.home / "ringstripe" / "train.py").read_text().endswith("# edited\n")
     assert venvs_made(calls) == [] and pip_installs(calls) == []
 
-    # pyproject.toml changed: one install into the existing venv.
+    # pyproject.toml changed: one install into the existing venv; the same for constraints.txt.
     repack_with(worker.home / "ringstripe.tar.gz", "pyproject.toml", "\n# new dependency\n")
     fourth, calls = worker.bootstrap()
     assert fourth.returncode == 0, fourth.stderr
+    assert venvs_made(calls) == [] and len(pip_installs(calls)) == 1
+    repack_with(worker.home / "ringstripe.tar.gz", "constraints.txt", "\nnumpy==2.4.6\n")
+    fifth, calls = worker.bootstrap()
+    assert fifth.returncode == 0, fifth.stderr
     assert venvs_made(calls) == [] and len(pip_installs(calls)) == 1
 
 
