@@ -77,6 +77,8 @@ DEVICES = {
                         "NVLink 4: 450 GB/s per direction", 8),
     "h200": Device("H200", "h200", 141 * GB, 4.8e12, 450 * GB,
                    "NVLink 4: 450 GB/s per direction", 8),
+    "b200": Device("B200", "b200", 180 * GB, 8.0e12, 900 * GB,
+                   "NVLink 5: 900 GB/s per direction (1.8 TB/s bidirectional)", 8),
     "tpu-v4": Device("TPU v4", "tpu v4", 32 * GB, 1.2e12, 50 * GB,
                      "ICI: ~50 GB/s per link per direction, the ring using one link per hop "
                      "(assumed), collectives 3 of the 6 links (assumed)", 4,
@@ -91,6 +93,11 @@ DEVICES = {
                       "links; assumed), collectives 3 of the 6 links (assumed)", 4,
                       collective_bytes_per_s=300 * GB, latency_s=5e-6,
                       kinds=("tpu v5p", "tpu v5"), calibration=V5P_CALIBRATION),
+    "tpu-v6e": Device("TPU v6e", "tpu v6e", 32 * GB, 1.64e12, 112 * GB,
+                      "ICI: ~112 GB/s per link per direction (3,584 Gbit/s per chip over 4 "
+                      "links; assumed), collectives 2 of the 4 links (assumed)", 4,
+                      collective_bytes_per_s=224 * GB, latency_s=5e-6,
+                      kinds=("tpu v6 lite", "tpu v6e")),
     "cpu": Device("CPU (fake device)", "cpu", 0.0, 20 * GB, 10 * GB,  # memory: host / devices
                   "nominal 10 GB/s between fake devices", 1 << 30, latency_s=50e-6),
 }

@@ -28,9 +28,12 @@ PEAK_FLOPS = {
     "tpu v5e": 197e12,
     "tpu v5p": 459e12,
     "tpu v5": 459e12,
+    "tpu v6 lite": 918e12,
+    "tpu v6e": 918e12,
     "a100": 312e12,
     "h100": 989e12,
     "h200": 989e12,
+    "b200": 2250e12,
     # Nominal: one fake CPU device is about one core; override with peak_tflops_per_device.
     "cpu": 0.1e12,
 }

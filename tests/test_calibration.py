@@ -42,8 +42,17 @@ def test_the_devices_constants_are_the_fits():
 
 
 def test_device_kinds_as_jax_reports_them():
+    """jax's device_kind strings (what a run sees) map to the table's rows, peaks included."""
     assert device_for_kind("TPU v5").title == "TPU v5p"
     assert device_for_kind("TPU v5 lite").title == "TPU v5e"
     assert device_for_kind("TPU v4").title == "TPU v4"
+    assert device_for_kind("TPU v6 lite").title == "TPU v6e"
+    assert device_for_kind("NVIDIA B200").title == "B200"
+    assert device_for_kind("NVIDIA A100-SXM4-80GB").title == "A100 80GB"
     assert device_for_kind("NVIDIA H100 80GB HBM3").title == "H100 80GB"
     assert device_for_kind("an unknown accelerator").title == DEVICES["cpu"].title
+    from planner.flops import peak_flops
+    for kind, peak in (("TPU v5", 459e12), ("TPU v5 lite", 197e12), ("TPU v6 lite", 918e12),
+                       ("TPU v4", 275e12), ("NVIDIA B200", 2250e12)):
+        assert peak_flops(kind) == peak
+        assert peak_flops(device_for_kind(kind).flops_key) == peak
