@@ -18,13 +18,17 @@ AGREES = (0.8, 1.25)  # predicted / measured step time counted as agreeing
 
 
 def format_time(plan: dict, m, run: Run, device) -> list[str]:
-    eff = plan["efficiency"]
-    at = "peak" if eff == 1 else f"{eff:.0%} of peak"
-    lines = [f"Time per step at {at} (efficiency {eff:.2f}"
-             f"{' = at peak' if eff == 1 else ''}: FLOP/s, links and HBM at that share of "
-             "their nominal rates)",
-             f"  compute {plan['peak_flops'] / 1e12:g} TFLOP/s bf16 per device; HBM "
-             f"{device.hbm_bytes_per_s / 1e12:.2f} TB/s; ring hops overlap their step's compute",
+    eff, cal = plan["efficiency"], device.calibration
+    scaled = "" if eff == 1 else f", x {eff:.2f} (--efficiency)"
+    if cal.source:
+        how = (f"calibrated to {cal.source}: matmuls at {cal.matmul_efficiency:.0%} and "
+               f"attention at {cal.attention_efficiency:.0%} of peak, {cal.hop_exposed:.0%} of "
+               f"each ring hop's transfer exposed, {cal.ring_step_s * 1e6:g} us a step{scaled}")
+    else:
+        how = f"uncalibrated: at the nominal rates, transfers hidden behind compute{scaled}"
+    lines = [f"Time per step ({how})",
+             f"  compute {plan['peak_flops'] / 1e12:g} TFLOP/s bf16 per device at peak; HBM "
+             f"{device.hbm_bytes_per_s / 1e12:.2f} TB/s",
              f"  {device.link_note}",
              f"  model FLOPs per step {plan['model_flops_per_step']:.3e} (planner/flops.py"
              f"{'; the remat recompute adds one forward, not counted' if m.remat else ''}"
@@ -54,8 +58,8 @@ def format_time(plan: dict, m, run: Run, device) -> list[str]:
               f"ring step >= {hop['hop_compute_s_min'] * 1e3:.2f} ms of compute; "
               f"{hop['comm_bound_forward_steps']} of {run.seq - 1} forward hops per layer are "
               "link-bound.",
-              "  Not modelled: elementwise work (norms, RoPE, the loss's softmax), loop overheads, "
-              "imperfect overlap."]
+              "  Not modelled: elementwise work (norms, RoPE, the loss's softmax) beyond what a "
+              "calibration absorbs."]
     return lines
 
 
