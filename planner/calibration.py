@@ -60,8 +60,15 @@ class Measurement:
 
 
 def measurements(module: str) -> list[Measurement]:
-    """Every point of configs.<module>'s MEASURED."""
-    mod = importlib.import_module(f"configs.{module}")
+    """Every point of configs.<module>'s MEASURED; ValueError, one line, if there are none."""
+    try:
+        mod = importlib.import_module(f"configs.{module}")
+    except ModuleNotFoundError:
+        raise ValueError(f"no config configs/{module}.py: name a file under configs/ without "
+                         f"'.py', e.g. llama3_8b_v5p") from None
+    if not getattr(mod, "MEASURED", None):
+        raise ValueError(f"configs/{module}.py has no MEASURED step times: choose a config "
+                         f"that carries them (llama3_8b_v5p, llama2_7b_v5p)")
     fit_at = getattr(mod, "MEASURED_FIT", {})
     return [Measurement(module, mod.DEVICE, layout, seq_len, label, seconds,
                         seq_len in fit_at.get(layout, ()), mod.MEASURED_SOURCE)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 
 
 def parse_args(argv=None):
@@ -55,7 +56,11 @@ def main(argv=None):
     args = parse_args(argv)
     from planner import calibration
     from planner.devices import DEVICES
-    points = calibration.measurements(args.config)
+    try:
+        points = calibration.measurements(args.config)
+    except ValueError as e:  # bad input: one line, exit 2, as every script here
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     device = DEVICES[points[0].device]
     print(f"{args.config}: {len(points)} published points on {device.title}; source: "
           f"{points[0].source}")

@@ -56,3 +56,16 @@ def test_device_kinds_as_jax_reports_them():
                        ("TPU v4", 275e12), ("NVIDIA B200", 2250e12)):
         assert peak_flops(kind) == peak
         assert peak_flops(device_for_kind(kind).flops_key) == peak
+
+
+@pytest.mark.parametrize("name,words", [("no_such", "no config configs/no_such.py"),
+                                        ("tiny", "configs/tiny.py has no MEASURED")])
+def test_calibrate_names_a_config_without_measurements_in_one_line(name, words):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "scripts/calibrate.py", "--config", name],
+                            capture_output=True, text=True, timeout=120, cwd=root)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {words}")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
