@@ -128,8 +128,11 @@ def ring_seconds(steps, kv: float, dkv: float, net: Network):
     return forward, backward
 
 
-def step_counts(x: LayerShape, documents=None):
-    """tiles[r, d, s] of the layout's ring (parallel.cost, the rule the kernels run)."""
+def step_counts(x: LayerShape, documents=None, given=None):
+    """tiles[r, d, s] of the layout's ring (parallel.cost, the rule the kernels run); `given`,
+    when the caller counted them already."""
+    if given is not None:
+        return given
     return cost.step_tile_counts(x.layout, x.num_shards, x.block, x.tiles, documents)
 
 

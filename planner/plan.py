@@ -10,7 +10,6 @@ import os
 
 import parallel
 from planner import memory, recommend, time
-from planner.attention import choice_from_config
 from planner.devices import DEVICES, Device
 from planner.documents import describe_documents, sample_documents
 from planner.flops import flops_per_token, keys_per_query, peak_flops
@@ -67,7 +66,7 @@ def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
     passed training.validate_config. The attention (choice, a parallel.AttentionChoice) is the
     run's, 'auto' resolved as the run would."""
     device, run = plan_device(device_name, devices), make_run(config, devices)
-    choice = resolved_choice(config, run, device)
+    choice = recommend.resolve_on_device(config, (run.data, run.seq), device.platform, device)
     segment_ids = sample_documents(config, documents, document_rows, workdir)
     plan = analytic_plan(config, device, run, choice, efficiency, segment_ids)
     plan.update(device=device_name, device_spec=dataclasses.asdict(device),
@@ -76,13 +75,6 @@ def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
     plan["sizes"] = ([] if device_name == "cpu" else  # the model-size table: accelerators only
                      size_rows(config, device, run, choice))
     return plan, device, run, choice
-
-
-def resolved_choice(config, run: Run, device: Device):
-    """The AttentionChoice a run of this config would resolve to on `device`."""
-    if config.parallel.strategy == "auto":
-        return recommend.auto_choice(config, (run.data, run.seq), device.platform, device)
-    return choice_from_config(config, run.seq, device.platform)
 
 
 def measured_times(filename: str, layout: str, seq_len: int) -> dict | None:

@@ -66,9 +66,15 @@ def resolve_attention(config, mesh_shape, platform: str,
                       device_kind: str) -> parallel.AttentionChoice:
     """The attention a run uses on a (data, seq) mesh of `device_kind` devices (jax's name):
     the configured choice, or for parallel.strategy='auto' the recommendation."""
+    return resolve_on_device(config, mesh_shape, platform, device_for_kind(device_kind))
+
+
+def resolve_on_device(config, mesh_shape, platform: str,
+                      device: Device) -> parallel.AttentionChoice:
+    """resolve_attention for a device of the table (the planner plans for one by name)."""
     if config.parallel.strategy != "auto":
         return choice_from_config(config, mesh_shape[1], platform)
-    return auto_choice(config, mesh_shape, platform, device_for_kind(device_kind))
+    return auto_choice(config, mesh_shape, platform, device)
 
 
 def auto_choice(config, mesh_shape, platform: str, device: Device) -> parallel.AttentionChoice:

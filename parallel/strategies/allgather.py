@@ -98,8 +98,7 @@ class AllGather(base.Strategy):
         """Nothing to wait for once gathered: the busiest device's whole work, its own block
         overlapping the all-gather; dK/dV reduce-scattered after the backward."""
         _, kv, dkv = strategy_cost.block_bytes(shape, shape.kv_heads)
-        counts = (strategy_cost.step_counts(shape, documents) if step_counts is None
-                  else step_counts)
+        counts = strategy_cost.step_counts(shape, documents, given=step_counts)
         tile_s, n = strategy_cost.tile_seconds(shape, net), shape.num_shards
         work = counts.sum(axis=2).max(axis=1).mean() * tile_s
         own = counts[:, :, 0].max(axis=1).mean() * tile_s

@@ -118,8 +118,7 @@ class Ring(base.Strategy):
     def cost(self, shape, net, degree, documents=None, step_counts=None):
         """Devices wait at every hop: step s costs the busiest device's tiles on it."""
         _, kv, dkv = strategy_cost.block_bytes(shape, shape.kv_heads)
-        counts = (strategy_cost.step_counts(shape, documents) if step_counts is None
-                  else step_counts)
+        counts = strategy_cost.step_counts(shape, documents, given=step_counts)
         steps = (counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net))
         forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
         n = shape.num_shards

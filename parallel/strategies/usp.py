@@ -21,7 +21,6 @@ from parallel.strategies.ulysses import Ulysses, check_heads
 
 class Usp(Ulysses):
     name = "usp"
-
     options = ("ulysses_degree",)
 
     def configured(self, num_shards, q_heads, ulysses_degree=None, **options):
@@ -35,7 +34,6 @@ class Usp(Ulysses):
         Strategy.configured(self, num_shards, q_heads, **options)
         check_heads(ulysses_degree, q_heads, num_shards)
         return dataclasses.replace(self, degree=ulysses_degree)
-
 
     def degrees(self, num_shards, q_heads):
         """Strictly between the ring (u = 1) and ulysses (u = N), which price themselves."""
