@@ -81,7 +81,9 @@ def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     import jax
+    from training.cli import skip_absent_tpu
 
+    skip_absent_tpu()
     jax.config.update("jax_num_cpu_devices", max(FLAGS.devices, 1))
     import numpy as np
 

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 # Importable as in Flax's examples: `from train import train_and_evaluate`. (Importing JAX here
 # starts no backend, so main() can still set the fake CPU device count first.)
 from training import train_and_evaluate  # noqa: E402
-from training.cli import parse_flags
+from training.cli import parse_flags, skip_absent_tpu
 
 config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/*.py).",
                                  lock_config=True)
@@ -35,6 +35,7 @@ def start_jax(config):
     processes if this is a multi-process run."""
     import jax
 
+    skip_absent_tpu()
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
     if FLAGS.coordinator_address:
         jax.distributed.initialize(FLAGS.coordinator_address, num_processes=FLAGS.num_processes,

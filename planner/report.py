@@ -103,6 +103,8 @@ def format_notes(plan: dict, unit, scan_layers: bool = False) -> list[str]:
 def format_compiled(plan: dict, run: Run, unit, scan_layers: bool = False) -> list[str]:
     name, size = unit
     c = plan["compiled"]
+    if c.get("topology"):
+        return _format_tpu_compiled(plan, unit)
     head = f"Compiled train step (XLA:CPU, {run.devices} fake devices, per device): "
     if "total" not in c:
         return [head + c["status"]]
@@ -114,6 +116,23 @@ def format_compiled(plan: dict, run: Run, unit, scan_layers: bool = False) -> li
             f"  analytic (design) / compiled = {ratio:.2f}; XLA:CPU's schedule "
             + ("holds one layer at a time only under scan_layers" if scan_layers else
                "ignores remat") + " (note 2): a cross-check, not the accelerator's figure"]
+
+
+def _format_tpu_compiled(plan: dict, unit) -> list[str]:
+    name, size = unit
+    c, hbm = plan["compiled"], plan["fit"]["device_bytes"]
+    host = (f"; host memory {c['host_total'] / size:.2f} {name} (temporaries "
+            f"{c['host_temp'] / size:.2f})" if c["host_total"] else "; no host memory")
+    verdict = "FITS" if c["fits"] else "DOES NOT FIT"
+    return [f"TPU compiler (XLA:TPU + Mosaic) for {c['topology']}, per chip: compiled in "
+            f"{c['step_compile_s']:.0f} s ({c['compile_s']:.0f} s with the state)",
+            f"  arguments {c['argument'] / size:.2f} {name}, outputs {c['output'] / size:.2f} "
+            f"(aliased with the donated state {c['alias'] / size:.2f}), temporaries "
+            f"{c['temp'] / size:.2f}{host}",
+            f"  total {c['total'] / size:.2f} of {hbm / size:.2f} {name} HBM "
+            f"({c['total'] / hbm:.0%}): {verdict}; the planner's analytic figure "
+            f"{plan['fit']['total_bytes'] / size:.2f} {name} "
+            f"(analytic / compiled = {plan['fit']['total_bytes'] / c['total']:.2f})"]
 
 
 def format_plan(plan: dict, config, choice, device, run: Run) -> str:

@@ -7,12 +7,22 @@ which strategy should it use?
     python scripts/plan.py --config configs/tiny.py --device cpu --compile yes --json /tmp/plan.json
     python scripts/plan.py --config configs/default.py --compile yes --config.parallel.strategy=auto
     python scripts/plan.py --config configs/default.py --documents data      # its own documents
+    python scripts/plan.py --config configs/paper_tpuv4_786k.py --compile tpu  # XLA:TPU's bytes
+    python scripts/plan.py --config configs/tiny.py --compile tpu --topology v4-8 \
+        --config.mesh.data=1 --config.mesh.seq=4 --config.model.tile_q=128 ...
     python scripts/plan.py --config configs/llama_1b.py --documents lognormal:7.5:1.5
 
 Needs no accelerator. Config overrides (--config.FIELD=VALUE) work as in train.py. --device
 defaults to the config file's module-level DEVICE (e.g. "a100-80gb"), else "cpu". The device
 count is the mesh's (mesh.data x mesh.seq); where the mesh has a -1, --devices (default: 8 on an
 accelerator, config.cpu_devices on cpu). Every figure is per device unless it says otherwise.
+
+--compile tpu compiles the whole train step with the TPU compiler (XLA:TPU and Mosaic, from the
+libtpu package; no TPU needed) for a TPU slice: --topology (e.g. v4-32; default: the slice of
+the config's DEVICE with the mesh's chips) and --num_slices; it prints the compiler's per-chip
+bytes against the chip's HBM, FITS or DOES NOT FIT (exit 1), or, where the compiler refuses the
+program, one line naming the piece (exit 1). scripts/tpu_pod.py runs it before it pays for a
+slice.
 
 This file reads the flags and prints. The model is the package planner/ (its README derives
 every formula); the compile check is training/aot.py; strategy='auto' is resolved here as a run
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -33,8 +44,14 @@ config_flags.DEFINE_config_file("config", None, "Path to a config file (configs/
                                  lock_config=True)
 flags.DEFINE_string("device", None, "Accelerator to plan for: a key of planner.DEVICES (default: "
                     "the config file's DEVICE, else cpu).")
-flags.DEFINE_enum("compile", "auto", ["auto", "yes", "no"], "Ahead-of-time compile the train step "
-                  "on fake CPU devices for XLA's memory figures (auto: only small problems).")
+flags.DEFINE_enum("compile", "auto", ["auto", "yes", "no", "tpu"], "Ahead-of-time compile the "
+                  "train step for XLA's memory figures: on fake CPU devices (auto: only small "
+                  "problems; yes; no), or by the TPU compiler for a TPU slice (tpu).")
+flags.DEFINE_string("topology", None, "With --compile tpu: the TPU slice, as Cloud TPU names it "
+                    "(v4-32, v5p-64, v5litepod-16, v6e-16; default: the config's DEVICE with "
+                    "the mesh's chip count).")
+flags.DEFINE_integer("num_slices", 1, "With --compile tpu: slices joined over the data-centre "
+                     "network (multi-slice); the mesh spans all their chips.")
 flags.DEFINE_string("json", None, "Write every figure to this JSON file.")
 flags.DEFINE_integer("devices", 0, "Device count where the mesh has a -1 (0: 8 on accelerators, "
                      "config.cpu_devices on cpu).")
@@ -51,15 +68,20 @@ flags.mark_flags_as_required(["config"])
 FLAGS = flags.FLAGS
 
 
-def build(config, device_name: str, devices: int) -> tuple:
+def build(config, device_name: str, devices: int, tpu_slice=None) -> tuple:
     """(plan, device, run, choice): the analytic plan, the state as built and the compile."""
-    from planner import plan as planner_plan
+    from planner import plan as planner_plan, topology
     from training import aot
     plan, device, run, choice = planner_plan.make_plan(
         config, device_name, devices, FLAGS.efficiency, FLAGS.documents, FLAGS.document_rows,
         FLAGS.workdir)
     plan["as_built"] = aot.state_as_built(config, run, choice)
     plan["today"] = planner_plan.today_scenarios(plan, config, choice, device, plan["as_built"])
+    if tpu_slice is not None:
+        plan["compiled"] = aot.compiled_memory(config, run, choice, topology.devices(tpu_slice))
+        plan["compiled"].update(topology=tpu_slice.label(),
+                                fits=plan["compiled"]["total"] <= device.memory_bytes)
+        return plan, device, run, choice
     go, why = aot.compile_decision(FLAGS.compile, plan["params"]["total"], run)
     plan["compiled"] = aot.compiled_memory(config, run, choice) if go else {"status": why}
     return plan, device, run, choice
@@ -77,22 +99,49 @@ def main(argv):
         fail(f"--device={device_name!r} is not a known device: choose one of "
               f"{', '.join(DEVICES)}")
     devices = device_count(config, device_name, FLAGS.devices)
+    tpu_slice = None
+    if FLAGS.compile == "tpu":
+        device_name, devices, tpu_slice = _tpu_slice(device_name, devices)
     use_fake_devices(devices)  # the compile check runs on the host, whatever is attached
     from data import DataError
     from planner import plan as planner_plan, report
     from planner.documents import PlanError
+    from planner.run import process_count
+    from planner.topology import TopologyError
+    from training.aot import CompileRefused
     from training.validate import ConfigError, validate_config
     try:
-        validate_config(config, devices, 1, platform=DEVICES[device_name].platform)
-        plan, device, run, choice = build(config, device_name, devices)
-    except (ConfigError, DataError, PlanError) as e:
+        validate_config(config, devices, process_count(DEVICES[device_name], devices),
+                        platform=DEVICES[device_name].platform)
+        plan, device, run, choice = build(config, device_name, devices, tpu_slice)
+    except (ConfigError, DataError, PlanError, TopologyError) as e:
         fail(str(e))
+    except CompileRefused as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
     plan["measured"] = planner_plan.measured_times(filename, run.layout, run.seq_len)
     print(report.format_plan(plan, config, choice, device, run))
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:
             json.dump(dict(plan, config=config.to_dict()), f, indent=1, default=float)
+    if tpu_slice is not None and not plan["compiled"]["fits"]:
+        sys.exit(1)  # the launcher's compile check stops here
+
+
+def _tpu_slice(device_name: str, devices: int):
+    """(device name, chips, slice) for --compile tpu: --topology, else the config's DEVICE with
+    the mesh's chips; one line and exit 2 where they disagree or name no TPU slice."""
+    from planner.topology import TopologyError, slice_for
+    from training.cli import fail
+    try:
+        tpu_slice = slice_for(FLAGS.topology, device_name, devices, FLAGS.num_slices)
+    except TopologyError as e:
+        fail(str(e))
+    if FLAGS.device and FLAGS.device != tpu_slice.device:
+        fail(f"--device={FLAGS.device} but --topology={tpu_slice.name} is a {tpu_slice.device} "
+             f"slice: drop --device")
+    return tpu_slice.device, tpu_slice.chips, tpu_slice
 
 
 def _config_device(filename: str) -> str:

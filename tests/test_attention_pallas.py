@@ -32,6 +32,23 @@ def test_matches_dense_reference(kernel, layout, num_shards, causal, segments, h
     assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
 
 
+@pytest.mark.parametrize("layout", ["striped", "zigzag"])
+def test_tpu_backward_splits_large_tiles_exactly(layout, monkeypatch):
+    """Tiles larger than BACKWARD_TILE (1024 on a v4: too much VMEM) are split for dQ, dK, dV;
+    here 16 x 8 tiles backward in 4 x 4 steps, against float64."""
+    monkeypatch.setattr(pallas_tpu, "BACKWARD_TILE", 4)
+    assert pallas_tpu._backward_side(16) == 4
+    q, k, v, dout, seg = make_inputs(13, 2, 4, 2, segments="packed")
+    out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(2, data=2), layout=layout,
+                            causal=True, tile_q=16, tile_k=8, kernel="pallas_tpu")
+    assert_matches_reference(out, grads, q, k, v, seg, True, dout)
+
+
+def test_tpu_backward_tile_fills_the_lanes():
+    assert [pallas_tpu._backward_side(t) for t in (256, 512, 768, 1024, 2048)] == [
+        256, 512, 384, 512, 512]
+
+
 @pytest.mark.parametrize("layout", parallel.LAYOUTS)
 def test_counts_the_same_tiles_as_the_xla_kernel(layout):
     x = np.zeros((1, 64, 1, 8), np.float32)

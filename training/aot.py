@@ -1,12 +1,17 @@
 """The train step compiled ahead of time from abstract inputs, and XLA's own memory figures for
-it: the planner's second opinion (scripts/plan.py --compile), on fake CPU devices. The state is
-training/state.py's, abstract: nothing is allocated.
+it: the planner's second opinion (scripts/plan.py --compile), on fake CPU devices or, with
+--compile tpu, by the TPU compiler for a TPU slice's devices (planner/topology.py; no TPU
+needed). The state is training/state.py's, abstract: nothing is allocated.
 
     state_as_built(config, run, choice) -> bytes per device of parameters and optimizer state
     compiled_memory(config, run, choice) -> XLA's memory_analysis() of the jitted step
+    compiled_memory(config, run, choice, devices=topology.devices(slice_for("v4-32")))
+        -> the same from XLA:TPU and Mosaic, per chip, host memory included
 """
 
 from __future__ import annotations
+
+import re
 
 from planner.run import Run
 
@@ -16,6 +21,39 @@ from planner.run import Run
 # program (layers), not with tensor sizes, so --compile yes is affordable for every config here;
 # the limit keeps the default run to seconds.
 COMPILE_AUTO_LIMIT = 1e11
+
+
+class CompileRefused(Exception):
+    """The TPU compiler refused the program (out of HBM or VMEM, a Mosaic kernel it cannot
+    lower): one line that names the piece and the fix."""
+
+
+# What to change when the compiler runs out of a memory space.
+_FIXES = {"vmem": "smaller attention tiles (--config.model.tile_q/tile_k, e.g. 512)",
+          "hbm": "remat (model.remat, remat_policy 'offload'), smaller model.loss_chunk/"
+                 "mlp_chunk, a shorter seq_len or more chips"}
+
+
+def refusal(error: Exception) -> CompileRefused:
+    """The compiler's error as one line: what it ran out of (or its first line) and the piece
+    whose allocation is largest, named by the jax operation it came from."""
+    text = str(error)
+    first = next((ln for ln in text.splitlines() if ln.strip()), text).strip()
+    first = re.sub(r"^[A-Z_]+: XLA:TPU compile permanent error\. ", "", first)
+    space = re.search(r"memory space (\w+)", first)
+    op = re.search(r'op_name="([^"]+)"', text)
+    piece = f"; largest allocation from {_piece(op.group(1))}" if op else ""
+    fix = f": use {_FIXES[space.group(1)]}" if space and space.group(1) in _FIXES else ""
+    return CompileRefused(f"the TPU compiler refused the train step: {first}{piece}{fix}")
+
+
+def _piece(op_name: str) -> str:
+    """'jit(train_step)/transpose(jvp())/.../jit(_backward)/shard_map/.../pallas_call' ->
+    'the attention kernel (pallas_call) in the backward pass'."""
+    where = "backward pass" if "transpose(" in op_name else "forward pass"
+    leaf = op_name.rsplit("/", 1)[-1]
+    what = f"the attention kernel ({leaf})" if leaf == "pallas_call" else leaf
+    return f"{what} in the {where}"
 
 
 # ------------------------------------------------------------------------------ XLA's view
@@ -49,11 +87,11 @@ def abstract_batch(config, mesh):
                         mesh, jax.P("data", "seq")) for f in FIELDS}
 
 
-def run_mesh(run: Run):
-    """The run's ('data', 'seq') mesh over the first run.devices (fake) devices."""
+def run_mesh(run: Run, devices=None):
+    """The run's ('data', 'seq') mesh over `devices`, else the first run.devices (fake) ones."""
     import jax
     import parallel
-    return parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:run.devices])
+    return parallel.make_mesh(run.data, run.seq, devices=devices or jax.devices()[:run.devices])
 
 
 def state_as_built(config, run: Run, choice) -> dict:
@@ -64,14 +102,23 @@ def state_as_built(config, run: Run, choice) -> dict:
             "optimizer_state": bytes_per_device(state["opt_state"])}
 
 
-def compiled_memory(config, run: Run, choice) -> dict:
-    """XLA's memory_analysis() of the train step compiled for run.devices fake CPU devices."""
+def compiled_memory(config, run: Run, choice, devices=None) -> dict:
+    """XLA's memory_analysis() of the train step compiled for `devices` (TPU topology devices),
+    else for run.devices fake CPU devices. Bytes per device; host_* where the program keeps
+    values in host memory (remat offload)."""
+    figures, _ = compile_train_step(config, run, choice, devices)
+    return figures
+
+
+def compile_train_step(config, run: Run, choice, devices=None):
+    """(figures, compiled): compiled_memory's figures and the jax Compiled (its .as_text() is the
+    optimized HLO)."""
     import time
     import jax
     from training import step as step_lib
 
     start = time.perf_counter()
-    mesh = run_mesh(run)
+    mesh = run_mesh(run, devices)
     state, graphdef, tx, schedule = abstract_train_state(config, mesh, choice)
     train_step = step_lib.make_train_step(
         graphdef, tx, schedule, mask_documents=config.data.mask_documents,
@@ -81,17 +128,28 @@ def compiled_memory(config, run: Run, choice) -> dict:
     with jax.set_mesh(mesh):
         jitted = jax.jit(train_step, donate_argnums=0, out_shardings=(shardings, None))
         step_start = time.perf_counter()
-        compiled = jitted.lower(state, abstract_batch(config, mesh)).compile()
+        lowered = jitted.lower(state, abstract_batch(config, mesh))
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as e:
+            if mesh.devices.flat[0].platform != "tpu":
+                raise
+            raise refusal(e) from None
         step_compile_s = time.perf_counter() - step_start
         stats = compiled.memory_analysis()
     figures = {k: int(getattr(stats, f"{k}_size_in_bytes")) for k in
                ("argument", "output", "alias", "temp", "generated_code")}
     figures["total"] = (figures["argument"] + figures["output"] - figures["alias"]
                         + figures["temp"])
+    host = {k: int(getattr(stats, f"host_{k}_size_in_bytes", 0) or 0) for k in
+            ("argument", "output", "alias", "temp")}
+    figures["host_total"] = host["argument"] + host["output"] - host["alias"] + host["temp"]
+    figures["host_temp"] = host["temp"]
     figures["compile_s"] = time.perf_counter() - start  # state, optimizer init and the step
     figures["step_compile_s"] = step_compile_s  # the train step's lower + compile alone
     figures["hlo_lines"] = compiled.as_text().count("\n")  # program size, after optimisation
-    return figures
+    figures["platform"] = mesh.devices.flat[0].platform
+    return figures, compiled
 
 
 def compile_decision(mode: str, params: int, run: Run) -> tuple[bool, str]:

@@ -3,6 +3,7 @@ so that a config mistake reads the same in both, one line on stderr and exit 2."
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import flags
@@ -35,6 +36,26 @@ def use_fake_devices(count: int) -> None:
     import jax
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", count)
+
+
+def skip_absent_tpu() -> None:
+    """Tell JAX the platform is the CPU where no TPU chip and no GPU is visible (before it starts).
+
+    libtpu comes with the test extra, for the TPU compile check (planner/topology.py). Where it
+    is installed JAX probes a TPU at start even on a machine without one, and libtpu prints
+    warnings about TPU metadata it cannot find; a run on such a machine runs on the CPU anyway.
+    JAX_PLATFORMS, when set, is left as it is."""
+    if os.environ.get("JAX_PLATFORMS"):
+        return
+    import jax
+    try:
+        from jax._src import hardware_utils  # the PCI scan JAX itself starts with
+        tpu_chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
+        gpus = hardware_utils.has_visible_nvidia_gpu() or hardware_utils.num_available_amd_gpus(1)
+    except (ImportError, AttributeError, OSError):  # another jax: let it probe as it does
+        return
+    if not tpu_chips and not gpus:
+        jax.config.update("jax_platforms", "cpu")
 
 
 def fail(message: str):

@@ -20,6 +20,7 @@ delta broadcast as rows.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -35,6 +36,11 @@ from parallel.kernels.base import (InterpretableKernel, softmax_fold, softmax_re
 F32 = jnp.float32
 LANES = 128  # on a TPU, tiles are multiples of the vector lane width (checked by check_tiles)
 _REDUCE_LAST = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+# The backward kernels' largest tile side. They hold three [tq, tk] float32 values at once
+# (scores, probabilities, dP); at 1024 x 1024 the masked path needs 18.3 MB of VMEM, more than
+# a TPU v4 core's 16 MiB (the TPU compiler's figure, tests/test_tpu_compile.py). Larger forward
+# tiles are split for the backward: the same pairs, the same FLOPs, in finer steps.
+BACKWARD_TILE = 512
 
 
 def _f32_like(x, shape):
@@ -326,7 +332,17 @@ def _dq(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, interp
     return dq.reshape(q.shape)
 
 
+def _backward_side(tile: int) -> int:
+    """The largest divisor of `tile` up to BACKWARD_TILE, a multiple of the lanes if `tile` is."""
+    if tile <= BACKWARD_TILE:
+        return tile
+    return max(t for t in range(1, BACKWARD_TILE + 1)
+               if tile % t == 0 and (t % LANES == 0 or tile % LANES))
+
+
 def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
+    tiles = dataclasses.replace(tiles, tile_q=_backward_side(tiles.tile_q),
+                                tile_k=_backward_side(tiles.tile_k))
     plan = _Plan(q_pos, k_pos, q_seg, k_seg, q.shape[0], tiles)
     args = (q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, interpret)
     return (_dq(*args), *_dkdv(*args))
