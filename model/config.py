@@ -9,9 +9,13 @@ import jax.numpy as jnp
 
 # What a rematerialised block saves for its backward (jax.checkpoint policies): 'nothing' (all of
 # it is recomputed: least memory) or 'dots' (the outputs of its projections and MLP matmuls are
-# kept, so the backward recomputes only the cheap elementwise work and the attention kernel).
+# kept, so the backward recomputes only the cheap elementwise work and the attention kernel), or
+# 'offload': as 'nothing', but each block's input is kept in host memory (memory kind
+# 'pinned_host') instead of HBM and copied back for the block's backward (TPU, GPU).
 REMAT_POLICIES = {"nothing": "nothing_saveable",  # name -> jax.checkpoint_policies.<attribute>
-                  "dots": "dots_with_no_batch_dims_saveable"}
+                  "dots": "dots_with_no_batch_dims_saveable",
+                  "offload": "save_and_offload_only_these_names"}
+BLOCK_INPUT = "block_input"  # the checkpoint name of a block's input (what 'offload' moves)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
-from model.config import REMAT_POLICIES, ModelConfig
+from model.config import BLOCK_INPUT, REMAT_POLICIES, ModelConfig
 from model.layers import ACTIVATIONS, FSDP, Attention, RMSNorm, SwiGLU, dense
 
 
@@ -32,7 +33,11 @@ class Block(nnx.Module):
 
 
 def _remat_policy(name: str):
-    return getattr(jax.checkpoint_policies, REMAT_POLICIES[name])
+    policy = getattr(jax.checkpoint_policies, REMAT_POLICIES[name])
+    if name == "offload":  # the named block input goes to host memory; nothing else is kept
+        return policy(names_which_can_be_saved=[], names_which_can_be_offloaded=[BLOCK_INPUT],
+                      offload_src="device", offload_dst="pinned_host")
+    return policy
 
 
 def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
@@ -96,7 +101,8 @@ class Transformer(nnx.Module):
         x = jax.lax.with_sharding_constraint(self.embed(tokens), ACTIVATIONS)
 
         def run(block, x):
-            return block(x, positions, segment_ids, order)
+            # Named so that remat_policy 'offload' keeps it in host memory; else a no-op.
+            return block(checkpoint_name(x, BLOCK_INPUT), positions, segment_ids, order)
 
         if self.cfg.remat:
             run = nnx.remat(run, policy=_remat_policy(self.cfg.remat_policy))

@@ -56,8 +56,11 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
     kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
     tokens = b * n
     mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk  # loss: chunk <= n
+    offload = m.remat and m.remat_policy == "offload"
     return {
-        "block_inputs": (m.num_layers * tokens * d * c) if m.remat else 0,
+        # remat: every layer's input is kept; 'offload' keeps them in host memory
+        # (host_offload_bytes) and HBM holds the one being copied back, and the next.
+        "block_inputs": ((2 if offload else m.num_layers) * tokens * d * c) if m.remat else 0,
         "norms": kept * tokens * 2 * (2 * c * d + f32),
         # Whole: 6 [b, n, F] saved per layer. Chunked: nothing saved (the MLP's input is the
         # norm's output, counted there); one chunk's 6 [b, k, F] while it is recomputed.
@@ -77,6 +80,13 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "logits": (2 * f32 * tokens * v if not loss_chunk
                    else tokens * c * d + f32 * d * v + b * loss_chunk * v * (4 * f32 + c)),
     }
+
+
+def host_offload_bytes(m, run: Run) -> float:
+    """Host memory per device under remat_policy 'offload': every layer's block input."""
+    if not (m.remat and m.remat_policy == "offload"):
+        return 0.0
+    return m.num_layers * run.rows * run.block * m.d_model * dtype_bytes(m.dtype)
 
 
 def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:

@@ -52,6 +52,7 @@ def analytic_plan(config, device: Device, run: Run, choice, efficiency: float = 
              for layout in _layouts_for(run)}
     return {"params": memory.param_counts(m), "state_bytes": state, "activation_bytes": acts,
             "fit": memory.fit(total, device), "tiles": list(choice.tiles),
+            "host_offload_bytes": memory.host_offload_bytes(m, run),
             "model_flops_per_step": model_flops, "peak_flops": peak_flops(device.flops_key),
             "efficiency": efficiency, "time": times,
             "strategies": recommend.strategy_table(config, run, choice, device, efficiency,

@@ -28,8 +28,10 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
     b, n = run.rows, run.block
     every = "one layer" if m.remat else f"{m.num_layers} layers"
     act_labels = {
-        "block_inputs": f"block inputs (remat): {m.num_layers} x [{b}, {n:,}, {m.d_model}] "
-                        f"{m.dtype}",
+        "block_inputs": (f"block inputs (remat): {m.num_layers} x [{b}, {n:,}, {m.d_model}] "
+                         f"{m.dtype}" if m.remat_policy != "offload" else
+                         f"block inputs (offloaded to host): 2 x [{b}, {n:,}, {m.d_model}] in "
+                         f"HBM"),
         "norms": f"RMSNorm input, output, fp32 1/rms ({every})",
         "swiglu": (f"SwiGLU gate, up, silu, product ({every})" if not m.mlp_chunk else
                    f"SwiGLU: one chunk of {m.mlp_chunk:,} tokens recomputed"),
@@ -59,6 +61,9 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
     lines.append(row("total (design: FSDP, one layer gathered at a time)", f["total_bytes"])
                  + f"  of {f['device_bytes'] / size:,.0f} {name}: {f['verdict'].upper()} "
                  f"({f['share']:.0%} of it; headroom {f['headroom_bytes'] / size:,.1f} {name})")
+    if plan["host_offload_bytes"]:
+        lines.append(f"  host memory (remat_policy 'offload': {m.num_layers} block inputs)"
+                     f"{plan['host_offload_bytes'] / size:>14.2f}  per device")
     return lines + dominant_lines(plan, m, run)
 
 

@@ -121,6 +121,9 @@ def devices(tpu_slice: TpuSlice) -> list:
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", tpu_slice.name)
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    # libtpu takes a machine-wide lock for the chips it would drive; a compile drives none, so
+    # two compiles (two test workers) may run at once.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         from jax.experimental import topologies
         desc = topologies.get_topology_desc(

@@ -5,8 +5,9 @@ head-major, with its segment ids and original positions) that started on device
 (d - s) mod N. The next hop is issued before the step's compute so that the transfer can overlap
 it; the forward's last step sends nothing.
 
-The backward is a second ring pass: dK and dV accumulate in float32, travel with their K and V
-blocks and arrive home after N hops; dQ stays local. Residuals are the local q, k, v, the output
+The backward is a second ring pass: dK and dV accumulate in float32 and follow their K and V
+blocks one step behind (so that both transfers overlap the step's kernel), arriving home after
+N hops; dQ stays local. Residuals are the local q, k, v, the output
 and the float32 log-sum-exp: O(S / N) per device whatever N.
 
 `ring_forward` and `ring_backward` are the two passes on head-major blocks over any ring of
@@ -42,10 +43,21 @@ class Hops:
         return [(i, (i + self.stride) % n) for i in range(n)]
 
     def send(self, tree):
-        """Moves every array in `tree` one hop along the ring."""
+        """Moves every array in `tree` one hop along the ring: arrays of one shape and dtype
+        (K and V; positions and segment ids; dK and dV) stacked into one transfer, as the TPU
+        compiler keeps only a few transfers in flight across a kernel call."""
         if self.steps == 1:
             return tree
-        return jax.tree.map(lambda x: lax.ppermute(x, SEQ, self.pairs), tree)
+        leaves, treedef = jax.tree.flatten(tree)
+        groups = {}
+        for i, x in enumerate(leaves):
+            groups.setdefault((x.shape, x.dtype), []).append(i)
+        moved = [None] * len(leaves)
+        for members in groups.values():
+            both = lax.ppermute(jnp.stack([leaves[i] for i in members]), SEQ, self.pairs)
+            for j, i in enumerate(members):
+                moved[i] = both[j]
+        return jax.tree.unflatten(treedef, moved)
 
 
 def _hidden(steps):
@@ -78,21 +90,27 @@ def ring_forward(spec, hops, qh, q_pos, q_seg, block):
 
 
 def ring_backward(spec, hops, qh, doh, lse, delta, q_pos, q_seg, block):
-    """The second pass: (dq, dk, dv) float32 head-major, dk/dv those of this device's block."""
+    """The second pass: (dq, dk, dv) float32 head-major, dk/dv those of this device's block.
+
+    dK and dV run one step behind their K and V so that both transfers overlap a kernel: step
+    s sends the K/V block on, and the dK/dV sums of the block this device held at step s - 1
+    (every earlier device's share plus its own) to the device that holds that block now, which
+    adds its share at the end of step s. A last hop after the loop brings each block's sums
+    home: N hops, as many as if they travelled with K and V, N - 1 of them hidden."""
     def body(s, carry):
-        block, dq, dkv = carry
-        arriving = hops.send(block)
+        block, dq, pending = carry
+        arriving, partial = hops.send((block, pending))  # both issued first: overlap the kernel
         k_s, v_s, seg_s, k_pos = block
         ddq, ddk, ddv = base.pair_backward(spec, qh, k_s, v_s, doh, lse, delta, q_pos, k_pos,
                                            q_seg, seg_s)
-        return arriving, dq + ddq, hops.send((dkv[0] + ddk, dkv[1] + ddv))
+        return arriving, dq + ddq, (partial[0] + ddk, partial[1] + ddv)
 
     dq = varying(jnp.zeros(qh.shape, jnp.float32), spec.tiles)
-    dkv = varying((jnp.zeros(block[0].shape, jnp.float32),) * 2, spec.tiles)
-    # `steps` identical steps: the last one also sends its K/V (nobody reads them; the hop
-    # overlaps its compute, as every hop does), so the backward kernel is traced and compiled
-    # once, not twice. After `steps` hops dK and dV are back on the device that owns the block.
-    _, dq, (dk, dv) = lax.fori_loop(0, _hidden(hops.steps), body, (block, dq, dkv))
+    zeros = varying((jnp.zeros(block[0].shape, jnp.float32),) * 2, spec.tiles)
+    # `steps` identical steps: step 0 sends zeros as its 'pending' sums and the last step sends
+    # K/V nobody reads, so the backward kernel is traced and compiled once, not twice.
+    _, dq, pending = lax.fori_loop(0, _hidden(hops.steps), body, (block, dq, zeros))
+    dk, dv = hops.send(pending)  # the sums of the block that started here, home
     return dq, dk, dv
 
 
