@@ -125,8 +125,13 @@ def main(argv):
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:
             json.dump(dict(plan, config=config.to_dict()), f, indent=1, default=float)
-    if tpu_slice is not None and not plan["compiled"]["fits"]:
-        sys.exit(1)  # the launcher's compile check stops here
+    compiled = plan["compiled"]
+    if tpu_slice is not None and not compiled["fits"]:  # the launcher's compile check stops here
+        print(f"error: the train step needs {compiled['total'] / 1e9:.2f} GB per chip, a "
+              f"{device.title} has {device.memory_bytes / 1e9:.2f} GB ({tpu_slice.label()}): use "
+              f"remat (model.remat_policy='offload' keeps block inputs in host memory), smaller "
+              f"model.loss_chunk/mlp_chunk, a shorter seq_len or more chips", file=sys.stderr)
+        sys.exit(1)
 
 
 def _tpu_slice(device_name: str, devices: int):

@@ -5,6 +5,9 @@
 
 Subcommands (each can be run on its own; `all` runs create, setup, run, logs, then delete):
 
+  (check) before `run` and `all` touch a slice, scripts/plan.py --compile tpu --topology
+          ACCELERATOR_TYPE compiles the train step with the TPU compiler on this machine and
+          stops, one line, if it does not compile or fit the chips (--skip-compile-check)
   create  gcloud compute tpus tpu-vm create (default v4-32, tpu-ubuntu2204-base)
   setup   tar the working tree, scp it to every worker, and run an idempotent bootstrap there:
           the venv is made only if missing, and `pip install -c constraints.txt -e . jax[tpu]`
@@ -115,6 +118,42 @@ def setup_commands(args) -> list[list[str]]:
     if args.bucket:
         commands.append(ssh(args, "all", mount_script(args.bucket)))
     return commands
+
+
+def compile_check_command(args) -> list[str]:
+    """scripts/plan.py --compile tpu for the slice: the TPU compiler, on this machine, says
+    whether the train step compiles and fits the chips before a slice is paid for. Runs with
+    the project's .venv when there is one (this file itself needs only the standard library)."""
+    venv = REPO / ".venv" / "bin" / "python"
+    python = str(venv) if venv.exists() else sys.executable
+    return [python, str(REPO / "scripts" / "plan.py"), f"--config={args.config}",
+            "--compile=tpu", f"--topology={args.accelerator_type}", *args.overrides]
+
+
+def check_compiles(args) -> None:
+    """Runs the compile check (printed as `+ COMMAND` like every command); CommandFailed with
+    plan.py's one-line reason when the step does not compile or does not fit."""
+    if args.skip_compile_check:
+        return
+    cmd = compile_check_command(args)
+    print(f"+ {shlex.join(cmd)}", flush=True)
+    if args.dry_run:
+        return
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    except OSError as e:
+        raise CommandFailed(f"the compile check could not start: {e}") from None
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith(("TPU compiler", "  "))]
+    report = [ln for i, ln in enumerate(lines) if ln.startswith("TPU compiler")
+              or (i and lines[i - 1].startswith("TPU compiler")) or "HBM (" in ln]
+    if report:
+        print("\n".join(report), flush=True)
+    if result.returncode:
+        errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
+        reason = errors[-1][len("error: "):] if errors else (
+            result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
+        raise CommandFailed(f"compile check for {args.accelerator_type}: {reason} (nothing was "
+                            f"created or started; --skip-compile-check launches anyway)")
 
 
 def run_commands(args) -> list[list[str]]:
@@ -246,8 +285,10 @@ def execute(commands: list[list[str]], dry_run: bool) -> None:
 
 
 def run_all(args) -> None:
-    """create, setup, run, logs, delete (unless --keep). If anything after create fails or is
-    interrupted, the TPU is left up for inspection and the way to delete it is printed."""
+    """The compile check, then create, setup, run, logs, delete (unless --keep). If anything
+    after create fails or is interrupted, the TPU is left up for inspection and the way to
+    delete it is printed."""
+    check_compiles(args)
     execute(create_commands(args), args.dry_run)
     delete_hint = (f"; the TPU {args.name} is still up, delete it with: "
                    f"{shlex.join(delete_commands(args)[0])}")
@@ -307,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "gs://BUCKET/runs/NAME, run as /mnt/BUCKET/runs/NAME where "
                             "`setup --bucket BUCKET` mounts it: every worker shares it and it "
                             "outlives the TPU (a local path is each worker's own disk)")
+    train.add_argument("--skip-compile-check", action="store_true",
+                       help="do not compile the train step for the slice first (scripts/plan.py "
+                            "--compile tpu: seconds here against an out-of-memory on the pod)")
 
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -354,6 +398,9 @@ def main(argv: list[str] | None = None) -> None:
             print(note, file=sys.stderr)
         if args.command == "all":
             run_all(args)
+        elif args.command == "run":
+            check_compiles(args)
+            execute(run_commands(args), args.dry_run)
         else:
             execute(PLANS[args.command](args), args.dry_run)
     except InputError as e:

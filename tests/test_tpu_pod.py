@@ -153,7 +153,8 @@ def test_run_rewrites_a_bucket_workdir_to_its_mount():
     result = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
                       "--workdir", "gs://b/runs/x")
     assert result.returncode == 0, result.stderr
-    (ssh,) = [shlex.split(line[2:]) for line in result.stdout.splitlines()]
+    (check, ssh) = [shlex.split(line[2:]) for line in result.stdout.splitlines()]
+    assert verb(check) == "compile-check"
     assert train_workdir(ssh) == "/mnt/b/runs/x"
     assert ".venv/bin/python train.py --config configs/tiny.py --workdir /mnt/b/runs/x " \
            "--distributed" in remote_script(ssh)
@@ -268,7 +269,7 @@ def test_stops_at_the_first_failing_command(tmp_path):
 
 def test_all_stops_after_a_failure_and_says_how_to_delete(tmp_path):
     env, log = fake_gcloud(tmp_path, fail_on="scp")
-    result = launcher("all", *POD, *TRAIN, env=env)
+    result = launcher("all", *POD, *TRAIN, "--skip-compile-check", env=env)
     assert result.returncode == 1
     assert [line.split()[3] for line in log.read_text().splitlines()] == ["create", "scp"]
     # The warning that nothing mounts the workdir's bucket (no --bucket), then the failure.
@@ -276,3 +277,30 @@ def test_all_stops_after_a_failure_and_says_how_to_delete(tmp_path):
     assert warning.startswith("warning: ") and "add --bucket my-bucket" in warning
     assert "exited with code 7" in line
     assert "gcloud compute tpus tpu-vm delete rs-v4 --quiet --zone=us-central2-b" in line
+
+
+def test_run_and_all_check_the_compile_for_the_slice_first():
+    (check, *_) = dry_run("all", *POD, *TRAIN, "--accelerator-type", "v4-8", "--",
+                          "--config.mesh.seq=4", compile_check=True)
+    assert check[1:] == [str(REPO / "scripts" / "plan.py"), "--config=configs/tiny.py",
+                         "--compile=tpu", "--topology=v4-8", "--config.mesh.seq=4"]
+    assert verb(dry_run("run", *POD, *TRAIN, compile_check=True)[0]) == "compile-check"
+    assert dry_run("all", *POD, *TRAIN, "--skip-compile-check", compile_check=True)[0][4] == (
+        "create")
+
+
+@pytest.mark.slow
+def test_all_stops_before_creating_a_slice_the_step_does_not_fit(tmp_path):
+    """The TPU compiler, here, refuses tiny.py with 4,096 rows per step on a v4-8: one line,
+    exit 1, and gcloud is never called."""
+    env, log = fake_gcloud(tmp_path, fail_on="nothing")
+    result = launcher("all", *POD, *TRAIN, "--bucket", "my-bucket", "--accelerator-type", "v4-8",
+                      "--", "--config.mesh.data=1", "--config.mesh.seq=4", "--config.seq_len=4096",
+                      "--config.data.eval_fraction=0.05", "--config.global_batch_size=4096",
+                      env=env, timeout=300)
+    assert result.returncode == 1, result.stderr
+    *notes, line = result.stderr.strip().splitlines()
+    assert all(n.startswith("note: ") for n in notes)  # where the bucket is mounted
+    assert line.startswith("error: compile check for v4-8: the TPU compiler refused") and (
+        "HBM" in line and "--skip-compile-check" in line)
+    assert not log.exists()  # no slice created, nothing started

@@ -44,14 +44,19 @@ def launcher(*args, env=None, timeout=60):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def dry_run(command, *args, env=None):
+def dry_run(command, *args, env=None, compile_check=False):
     """The commands `COMMAND --dry-run ARGS` prints, as argv lists (checks the `+ ` one per line
-    format). --dry-run goes first: after `--` it would be an override for train.py."""
+    format). --dry-run goes first: after `--` it would be an override for train.py. The compile
+    check that run and all print first is checked there and left out unless compile_check."""
     result = launcher(command, "--dry-run", *args, env=env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines and all(line.startswith("+ ") for line in lines), result.stdout
-    return [shlex.split(line[2:]) for line in lines]
+    commands = [shlex.split(line[2:]) for line in lines]
+    checks = [i for i, c in enumerate(commands) if verb(c) == "compile-check"]
+    assert checks == ([0] if command in ("run", "all") and "--skip-compile-check" not in args
+                      else []), commands
+    return commands if compile_check else [c for c in commands if verb(c) != "compile-check"]
 
 
 def with_tmpdir(tmp_path):
@@ -60,7 +65,10 @@ def with_tmpdir(tmp_path):
 
 
 def verb(cmd):
-    """create/scp/ssh/delete for a gcloud tpu-vm command, else the program name."""
+    """create/scp/ssh/delete for a gcloud tpu-vm command, compile-check for scripts/plan.py
+    --compile=tpu, else the program name."""
+    if len(cmd) > 1 and cmd[1].endswith("scripts/plan.py"):
+        return "compile-check"
     return cmd[4] if cmd[:4] == GCLOUD_TPU else cmd[0]
 
 

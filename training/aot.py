@@ -40,11 +40,13 @@ def refusal(error: Exception) -> CompileRefused:
     text = str(error)
     first = next((ln for ln in text.splitlines() if ln.strip()), text).strip()
     first = re.sub(r"^[A-Z_]+: XLA:TPU compile permanent error\. ", "", first)
-    space = re.search(r"memory space (\w+)", first)
+    space = re.search(r"memory space (\w+)|memory on (HBM)", first)
     op = re.search(r'op_name="([^"]+)"', text)
     piece = f"; largest allocation from {_piece(op.group(1))}" if op else ""
-    fix = f": use {_FIXES[space.group(1)]}" if space and space.group(1) in _FIXES else ""
-    return CompileRefused(f"the TPU compiler refused the train step: {first}{piece}{fix}")
+    kind = space and (space.group(1) or space.group(2)).lower()
+    fix = f": use {_FIXES[kind]}" if kind in _FIXES else ""
+    return CompileRefused(f"the TPU compiler refused the train step: {first.rstrip('.')}{piece}"
+                          f"{fix}")
 
 
 def _piece(op_name: str) -> str:
