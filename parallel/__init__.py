@@ -33,10 +33,11 @@ from parallel.layouts import (LAYOUTS, block_positions, check_divisible, get_lay
 from parallel.mesh import DATA, SEQ, make_mesh, mesh_shape
 from parallel.choice import AttentionChoice, choose, default_tile
 from parallel.strategies import STRATEGIES, get_strategy
+from parallel.xla_options import compiler_options
 
 __all__ = [
     "AttentionChoice", "DATA", "KERNELS", "LAYOUTS", "SEQ", "STRATEGIES", "attention",
     "attention_with_stats", "block_positions", "check_divisible", "choose", "cost",
-    "default_tile", "get_layout", "get_strategy", "inverse_permutation", "make_mesh",
-    "mesh_shape", "permutation", "resolve_kernel", "row_order", "strategy_cost",
+    "compiler_options", "default_tile", "get_layout", "get_strategy", "inverse_permutation",
+    "make_mesh", "mesh_shape", "permutation", "resolve_kernel", "row_order", "strategy_cost",
 ]

@@ -137,7 +137,9 @@ def _format_tpu_compiled(plan: dict, unit) -> list[str]:
             f"  total {c['total'] / size:.2f} of {hbm / size:.2f} {name} HBM "
             f"({c['total'] / hbm:.0%}): {verdict}; the planner's analytic figure "
             f"{plan['fit']['total_bytes'] / size:.2f} {name} "
-            f"(analytic / compiled = {plan['fit']['total_bytes'] / c['total']:.2f})"]
+            f"(analytic / compiled = {plan['fit']['total_bytes'] / c['total']:.2f})"] + [
+        f"  ring loop transfers, {pass_}: {text} (behind the step's kernel call or not, in "
+        f"the compiler's schedule)" for pass_, text in c.get("transfers", {}).items()]
 
 
 def format_plan(plan: dict, config, choice, device, run: Run) -> str:

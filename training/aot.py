@@ -117,6 +117,7 @@ def compile_train_step(config, run: Run, choice, devices=None):
     optimized HLO)."""
     import time
     import jax
+    import parallel
     from training import step as step_lib
 
     start = time.perf_counter()
@@ -128,7 +129,9 @@ def compile_train_step(config, run: Run, choice, devices=None):
         skip_nonfinite=config.optim.skip_nonfinite)
     shardings = jax.tree.map(lambda x: x.sharding, state)
     with jax.set_mesh(mesh):
-        jitted = jax.jit(train_step, donate_argnums=0, out_shardings=(shardings, None))
+        jitted = jax.jit(train_step, donate_argnums=0, out_shardings=(shardings, None),
+                         compiler_options=parallel.compiler_options(
+                             mesh.devices.flat[0].platform))
         step_start = time.perf_counter()
         lowered = jitted.lower(state, abstract_batch(config, mesh))
         try:
@@ -151,6 +154,9 @@ def compile_train_step(config, run: Run, choice, devices=None):
     figures["step_compile_s"] = step_compile_s  # the train step's lower + compile alone
     figures["hlo_lines"] = compiled.as_text().count("\n")  # program size, after optimisation
     figures["platform"] = mesh.devices.flat[0].platform
+    if figures["platform"] == "tpu":
+        from training.hlo_overlap import loop_overlaps, summary
+        figures["transfers"] = summary(loop_overlaps(compiled.as_text()))
     return figures, compiled
 
 

@@ -22,7 +22,9 @@ _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$")
 _NAME = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = ")
 _ASYNC = re.compile(r"= [^=]*? ([a-z\-]+)-start\(")
 _DONE = re.compile(r" ([a-z\-]+)-done\(%([\w.\-]+)")
-_CALLS = re.compile(r"(?:calls|to_apply|body|condition|branch_computations|true_computation|"
+# Computations an instruction runs as part of itself (a fusion, a call, a conditional's
+# branches); a nested while loop is a loop of its own, not this step's kernel call.
+_CALLS = re.compile(r"(?:calls|to_apply|branch_computations|true_computation|"
                     r"false_computation)=\{?%?([\w.\-, %]+)\}?")
 _WHILE = re.compile(r" while\(.*body=%([\w.\-]+)")
 
@@ -32,6 +34,7 @@ class Transfer:
     kind: str  # collective-permute, all-gather, ...
     start: str  # the start instruction's name
     shape: str  # what it sends, e.g. 'bf16[2,1,2,4096,128]' (K and V stacked)
+    source: str  # the jax operation it came from: 'ppermute' for a ring hop
     overlapped: bool  # a kernel call runs between start and done
     copies_before: int  # copy instructions of the sent operand's shape before the start
 
@@ -42,6 +45,7 @@ class Loop:
     pass_: str  # "forward" or "backward"
     kernels: int  # kernel calls in the body
     transfers: tuple[Transfer, ...]
+    nested: bool  # the body runs loops of its own (a layer loop around the ring loops)
 
 
 def computations(hlo: str) -> dict[str, list[str]]:
@@ -71,6 +75,8 @@ def _runs_kernel(line: str, comps: dict, seen: set) -> bool:
     """The instruction is a kernel call, or calls a computation that makes one."""
     if KERNEL in line:
         return True
+    if " while(" in line:
+        return False
     for callee in _called(line):
         if callee in comps and callee not in seen:
             seen.add(callee)
@@ -99,14 +105,17 @@ def loop_overlaps(hlo: str) -> list[Loop]:
             if done and done.group(2) in starts:
                 i, kind = starts[done.group(2)]
                 shape = re.search(r"-start(?:\.\d+)? = \(?(\w+\[[\d,]*\])", lines[i])
+                op = re.search(r'op_name="([^"]*)"', lines[i])
+                source = op.group(1).rsplit("/", 1)[-1] if op else ""
                 transfers.append(Transfer(kind, done.group(2), shape.group(1) if shape else "?",
+                                          source,
                                           any(i < k < j for k in kernel_at),
                                           _copies_of_operand(lines, i)))
         transfers = [t for t in transfers if t.kind != "copy"]  # copy-start: memory moves
         if transfers:
             backward = any("transpose(" in ln for ln in lines if "op_name" in ln)
             loops.append(Loop(body, "backward" if backward else "forward", len(kernel_at),
-                              tuple(transfers)))
+                              tuple(transfers), any(" while(" in ln for ln in lines)))
     return loops
 
 
@@ -117,3 +126,17 @@ def _copies_of_operand(lines: list[str], start: int) -> int:
         return 0
     pattern = re.compile(rf"^\s*%{re.escape(operand.group(1))} = \S+ copy\(")
     return int(any(pattern.match(ln) for ln in lines[:start]))
+
+
+def summary(loops: list[Loop]) -> dict[str, str]:
+    """{pass: 'bf16[...] hidden, s32[...] exposed, ...'}: the ring loops' transfers (K/V, dK/dV,
+    positions with segment ids: lax.ppermute hops in a loop that calls the kernel) and
+    whether a kernel call hides them."""
+    out = {}
+    for loop in loops:
+        ring = [t for t in loop.transfers if t.source == "ppermute"]
+        if not loop.kernels or not ring or loop.nested:
+            continue
+        text = ", ".join(f"{t.shape} {'hidden' if t.overlapped else 'exposed'}" for t in ring)
+        out[loop.pass_] = "; ".join(filter(None, [out.get(loop.pass_), text]))
+    return out

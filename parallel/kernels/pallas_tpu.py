@@ -12,10 +12,12 @@ scalar-prefetched SMEM arrays and decides, per grid step:
     FULL                                      no mask is built
     MASKED                                    mask from positions and segment ids
 
-Every value stays 2-D (TPU vector registers are [8, 128] tiles): the online-softmax state and
-lse are [rows, 1] columns, positions and segment ids come as a column on the query side and a
+Every value stays 2-D (TPU vector registers are [8, 128] tiles): the online-softmax state is
+[rows, 1] columns in VMEM, positions and segment ids come as a column on the query side and a
 row on the key side, and the dK/dV kernel computes the transposed scores k q^T so that lse and
-delta broadcast as rows.
+delta broadcast as rows. lse and delta live in HBM as rows [heads, 1, n]: a float32 [n, 1]
+column there is tiled to 128 lanes, 128 times its size (805 MB per layer for 32 heads at
+49,152 tokens); the kernels turn a tile's row into a column, or back, in VMEM.
 """
 
 from __future__ import annotations
@@ -123,6 +125,16 @@ def _read(ref):
     return None if ref is None else ref[...]
 
 
+def _column_to_row(column):
+    """[t, 1] -> [1, t] in VMEM (broadcast to the lanes, transpose, keep one row)."""
+    return jnp.broadcast_to(column, (column.shape[0], LANES)).T[:1, :]
+
+
+def _row_to_column(row):
+    """[1, t] -> [t, 1] in VMEM."""
+    return jnp.broadcast_to(row, (LANES, row.shape[1])).T[:, :1]
+
+
 def _forward_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, plan, tiles,
                     heads, with_segments):
     """Grid step (query head r, query tile qt, key tile kt): folds one key tile into the
@@ -150,8 +162,8 @@ def _forward_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest
 
     @pl.when(kt == plan.num_k - 1)
     def _():
-        o_ref[...], lse_ref[...] = softmax_result(o_acc[...], m_acc[...], l_acc[...],
-                                                  tiles.scale)
+        o_ref[...], lse = softmax_result(o_acc[...], m_acc[...], l_acc[...], tiles.scale)
+        lse_ref[...] = _column_to_row(lse)
 
 
 def _flat(x):
@@ -174,7 +186,7 @@ class _KeyWalk:
         key = lambda r, qt, kt, hi: plan.key_tile(hi, row(r), qt, kt)
         self.grid = (b * heads, plan.num_q, plan.num_k)
         self.q_tile = pl.BlockSpec((None, plan.tq, d), lambda r, qt, kt, *_: (r, qt, 0))
-        self.q_column = pl.BlockSpec((None, plan.tq, 1), lambda r, qt, kt, *_: (r, qt, 0))
+        self.q_row = pl.BlockSpec((None, 1, plan.tq), lambda r, qt, kt, *_: (r, 0, qt))
         self.kv_tile = pl.BlockSpec((None, plan.tk, d),
                                     lambda r, qt, kt, hi, _: (_div(r, g), key(r, qt, kt, hi), 0))
         # Positions and segment ids of the batch row: a column of the query tile, a row of the
@@ -200,14 +212,14 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
     grid = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2, grid=walk.grid,
         in_specs=[walk.q_tile, walk.kv_tile, walk.kv_tile, *mask_specs],
-        out_specs=[walk.q_tile, walk.q_column],
+        out_specs=[walk.q_tile, walk.q_row],
         scratch_shapes=[pltpu.VMEM((tq, d), F32), pltpu.VMEM((tq, 1), F32),
                         pltpu.VMEM((tq, 1), F32)])
     kernel = functools.partial(_forward_kernel, plan=plan, tiles=tiles, heads=heads,
                                with_segments=q_seg is not None)
     out, lse = pl.pallas_call(
         kernel, grid_spec=grid, compiler_params=_REDUCE_LAST, interpret=interpret,
-        out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, n, 1))],
+        out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, 1, n))],
     )(*varying([plan.hi, plan.plan, _flat(q), _flat(k), _flat(v), *masks], tiles))
     return out.reshape(q.shape), lse.reshape(b, heads, n), varying(plan.count, tiles)
 
@@ -253,18 +265,21 @@ def _dkdv_kernel(lo_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_r
 def _dq_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref,
                kp_ref, *rest, plan, tiles, heads, with_segments):
     """Grid step (query head r, query tile qt, key tile kt): adds one key tile's share to dQ."""
-    (qs_ref, ks_ref), (dq_ref,), (dq_acc,) = _segment_refs(rest, with_segments, 1)
+    (qs_ref, ks_ref), (dq_ref,), (dq_acc, lse_col, delta_col) = _segment_refs(
+        rest, with_segments, 1)
     r, qt, kt = pl.program_id(0), pl.program_id(1), pl.program_id(2)
 
     @pl.when(kt == 0)
     def _():
         dq_acc[...] = jnp.zeros(dq_acc.shape, F32)
+        lse_col[...] = _row_to_column(lse_ref[...])  # the query tile's, for its whole walk
+        delta_col[...] = _row_to_column(delta_ref[...])
 
     def compute(masked):
         k = k_ref[...]
-        p = _probabilities(_dot(q_ref[...], k, 1, 1, tiles), lse_ref[...], masked, qp_ref[...],
+        p = _probabilities(_dot(q_ref[...], k, 1, 1, tiles), lse_col[...], masked, qp_ref[...],
                            kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
-        ds = p * (_dot(do_ref[...], v_ref[...], 1, 1, tiles) - delta_ref[...])
+        ds = p * (_dot(do_ref[...], v_ref[...], 1, 1, tiles) - delta_col[...])
         dq_acc[...] += _dot(ds.astype(k.dtype), k, 1, 0, tiles)
 
     row = _div(r, heads)
@@ -316,13 +331,15 @@ def _dq(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, interp
     b, heads, n, d = q.shape
     walk = _KeyWalk(plan, q, k)
     masks, mask_specs = walk.mask_inputs(q_pos, k_pos, q_seg, k_seg)
-    arrays = [_flat(q), _flat(k), _flat(v), _flat(do), _flat(lse)[:, :, None],
-              _flat(delta)[:, :, None], *masks]
+    arrays = [_flat(q), _flat(k), _flat(v), _flat(do), _flat(lse)[:, None, :],
+              _flat(delta)[:, None, :], *masks]
     grid = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2, grid=walk.grid,
-        in_specs=[walk.q_tile, walk.kv_tile, walk.kv_tile, walk.q_tile, walk.q_column,
-                  walk.q_column, *mask_specs],
-        out_specs=walk.q_tile, scratch_shapes=[pltpu.VMEM((plan.tq, d), F32)])
+        in_specs=[walk.q_tile, walk.kv_tile, walk.kv_tile, walk.q_tile, walk.q_row,
+                  walk.q_row, *mask_specs],
+        out_specs=walk.q_tile, scratch_shapes=[pltpu.VMEM((plan.tq, d), F32),
+                                               pltpu.VMEM((plan.tq, 1), F32),
+                                               pltpu.VMEM((plan.tq, 1), F32)])
     kernel = functools.partial(_dq_kernel, plan=plan, tiles=tiles, heads=heads,
                                with_segments=q_seg is not None)
     dq = pl.pallas_call(

@@ -46,18 +46,27 @@ class Hops:
         """Moves every array in `tree` one hop along the ring: arrays of one shape and dtype
         (K and V; positions and segment ids; dK and dV) stacked into one transfer, as the TPU
         compiler keeps only a few transfers in flight across a kernel call."""
+        return self.send_before(tree, None)[0]
+
+    def send_before(self, tree, inputs):
+        """(tree one hop on, inputs): the transfer's operands are built before anything that
+        reads `inputs` (the step's kernel) may run, so that the compiler can start the hop
+        first and hide it behind the kernel; its schedule otherwise may build and send them
+        after the kernel, exposing the hop (seen in XLA:TPU's schedule of the forward)."""
         if self.steps == 1:
-            return tree
+            return tree, inputs
         leaves, treedef = jax.tree.flatten(tree)
         groups = {}
         for i, x in enumerate(leaves):
             groups.setdefault((x.shape, x.dtype), []).append(i)
+        stacks = [jnp.stack([leaves[i] for i in members]) for members in groups.values()]
+        stacks, inputs = lax.optimization_barrier((stacks, inputs))
         moved = [None] * len(leaves)
-        for members in groups.values():
-            both = lax.ppermute(jnp.stack([leaves[i] for i in members]), SEQ, self.pairs)
+        for members, stack in zip(groups.values(), stacks):
+            both = lax.ppermute(stack, SEQ, self.pairs)
             for j, i in enumerate(members):
                 moved[i] = both[j]
-        return jax.tree.unflatten(treedef, moved)
+        return jax.tree.unflatten(treedef, moved), inputs
 
 
 def _hidden(steps):
@@ -76,7 +85,7 @@ def ring_forward(spec, hops, qh, q_pos, q_seg, block):
 
     def body(s, carry):
         block, acc, counts = carry
-        arriving = hops.send(block)  # issued first: overlaps this step
+        arriving, block = hops.send_before(block, block)  # issued first: overlaps this step
         acc, count = step(block, acc)
         return arriving, acc, counts.at[s].set(count)
 
@@ -99,7 +108,8 @@ def ring_backward(spec, hops, qh, doh, lse, delta, q_pos, q_seg, block):
     home: N hops, as many as if they travelled with K and V, N - 1 of them hidden."""
     def body(s, carry):
         block, dq, pending = carry
-        arriving, partial = hops.send((block, pending))  # both issued first: overlap the kernel
+        # Both issued first: they overlap the kernel.
+        (arriving, partial), block = hops.send_before((block, pending), block)
         k_s, v_s, seg_s, k_pos = block
         ddq, ddk, ddv = base.pair_backward(spec, qh, k_s, v_s, doh, lse, delta, q_pos, k_pos,
                                            q_seg, seg_s)
