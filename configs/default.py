@@ -63,7 +63,7 @@ def get_config():
     config.model.norm_eps = 1e-5  # RMSNorm epsilon
     config.model.tie_embeddings = False  # output projection = embedding transposed
     config.model.remat = False  # recompute each block in the backward pass
-    config.model.remat_policy = "nothing"  # with remat, a block keeps: 'nothing' | 'dots' (matmuls)
+    config.model.remat_policy = "nothing"  # with remat, a block keeps: 'nothing' | 'dots' (matmuls) | 'offload' (input on host)
     config.model.scan_layers = False  # one lax.scan over stacked blocks: compile time flat in depth
     # Per-token work a chunk of each device's tokens at a time (0 = all at once): the output
     # projection + loss never makes [B, S, vocab] logits; the MLP never makes [B, S, mlp_dim].

@@ -15,9 +15,11 @@ logits [1, 49,152, 32,000] and their gradient alone would take 12.6 GB of a v4 c
 with the loss computed 2,048 tokens at a time (model.loss_chunk), the MLP 4,096 at a time
 (model.mlp_chunk) and the blocks under one lax.scan (model.scan_layers), scripts/plan.py puts the
 1.1B at about 11 GB per chip and the 3.4B OpenLLaMA-3B shapes at about 23 GB (they fit now;
-without the chunks, 38 GB: they did not), while the 6.7B LLaMA-7B shapes, at about 34 GB, still
-do not: the 32 layers' block inputs kept for remat are their largest term (38%). The plan's
-model-size table prints all three; for the 3B:
+without the chunks, 38 GB: they did not), while the 6.7B LLaMA-7B shapes, at about 34 GB, do
+not while the 32 layers' block inputs kept for remat, their largest term (38%), stay in HBM:
+configs/paper_tpuv4_786k_7b.py keeps them in host memory and fits (the TPU compiler: 28.2 GB
+per chip; `--compile tpu` compiles this config's step for the v4-32 the same way, 14.8 GB).
+The plan's model-size table prints all three; for the 3B:
 
     python scripts/plan.py --config configs/paper_tpuv4_786k.py --config.model.d_model=3200 \
         --config.model.num_layers=26 --config.model.num_kv_heads=32 \

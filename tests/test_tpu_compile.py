@@ -4,6 +4,7 @@ ring's transfers hidden behind its kernel in the compiled schedule, host offload
 steps of the TPU configs through scripts/plan.py --compile tpu."""
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -134,8 +135,30 @@ def test_plan_refuses_a_topology_that_is_not_a_slice():
     assert result.stderr.strip().splitlines()[-1].startswith("error: --topology=v4-7")
 
 
-def test_paper_config_compiles_and_fits_a_v4_32():
-    """configs/paper_tpuv4_786k.py at its real size: 786,432 tokens on 16 v4 chips."""
-    result = plan("--config=configs/paper_tpuv4_786k.py")
+@pytest.mark.parametrize("config", ["paper_tpuv4_786k", "paper_tpuv4_786k_7b"])
+def test_paper_configs_compile_and_fit_a_v4_32(config, tmp_path):
+    """The v4 configs at their real size: 786,432 tokens on 16 v4 chips, the 1.1B and the 7B
+    (whose block inputs live in host memory)."""
+    result = plan(f"--config=configs/{config}.py", f"--json={tmp_path / 'plan.json'}")
     assert result.returncode == 0, result.stderr
     assert "for v4-32, per chip" in result.stdout and ": FITS;" in result.stdout
+    compiled = json.loads((tmp_path / "plan.json").read_text())["compiled"]
+    assert compiled["total"] <= 32e9 and (compiled["host_total"] > 10e9) == config.endswith("7b")
+
+
+def test_offload_moves_block_inputs_to_host_memory(tmp_path):
+    """remat_policy 'offload' against 'nothing' on the same step: the TPU compiler's host bytes
+    appear (every layer's block input) and the chip's temporaries fall by as much."""
+    figures = {}
+    for policy in ("nothing", "offload"):
+        out = tmp_path / f"{policy}.json"
+        result = plan(*TINY_V4_8, "--config.model.remat=True", "--config.global_batch_size=64",
+                      f"--config.model.remat_policy={policy}", f"--json={out}")
+        assert result.returncode == 0, result.stderr
+        figures[policy] = json.loads(out.read_text())
+    host = figures["offload"]["host_offload_bytes"]  # the planner's: layers x tokens x d x 4
+    assert host > 0 and figures["nothing"]["host_offload_bytes"] == 0
+    assert figures["offload"]["compiled"]["host_total"] == pytest.approx(host, rel=0.01)
+    assert figures["nothing"]["compiled"]["host_total"] == 0
+    fall = figures["nothing"]["compiled"]["temp"] - figures["offload"]["compiled"]["temp"]
+    assert fall > 0.5 * host
