@@ -43,7 +43,9 @@ def prepare_data(config, workdir: str, num_seq_shards: int, choice):
     cache = build_token_cache(tokenizer, config.data.source, cache_dir,
                               eval_fraction=config.data.eval_fraction,
                               max_bytes=config.data.max_bytes,
-                              options=source_options(config.data), **kw)
+                              options=source_options(config.data),
+                              min_eval_tokens=config.global_batch_size * config.seq_len + 1,
+                              **kw)
     if len(cache.train) < config.seq_len + 1:
         raise DataError(
             f"the training split has {len(cache.train):,} tokens, smaller than one sequence of "

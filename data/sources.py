@@ -90,9 +90,11 @@ def take_bytes(documents: Iterator[str], max_bytes: int) -> Iterator[str]:
 
 class _SourceKind:
     def __init__(self, iter_documents: Callable[[str, SourceOptions], Iterator[str]],
-                 describe: Callable[[str, SourceOptions], str]):
+                 describe: Callable[[str, SourceOptions], str],
+                 files: Callable[[str], list[str]] | None = None):
         self.iter_documents = iter_documents
         self.describe = describe
+        self.files = files  # the files it reads, where it reads files (their size bounds it)
 
 
 def _kind(source: str) -> _SourceKind:
@@ -204,8 +206,23 @@ def _describe_stdlib(source: str, options: SourceOptions) -> str:
     return f"stdlib:python {sys.version.split()[0]} at {root}, {len(paths)} files, {total} bytes"
 
 
+def most_tokens(source: str, max_bytes: int = 0) -> int | None:
+    """An upper bound on the tokens any tokenizer makes of `source` (None where it is not
+    cheap to know: TFDS), from file sizes alone, before anything is read: a piece covers at
+    least one character and a character at least one byte, except where an undecodable byte
+    becomes U+FFFD, three byte-fallback pieces at most; plus an EOS per document."""
+    kind = _kind(source)
+    if kind.files is None:
+        return None
+    paths = kind.files(source)
+    total = sum(os.path.getsize(p) for p in paths)
+    if max_bytes:
+        total = min(total, max_bytes)
+    return 3 * total + len(paths)
+
+
 SOURCE_KINDS: dict[str, _SourceKind] = {
-    "stdlib": _SourceKind(_iter_stdlib_documents, _describe_stdlib),
-    "files": _SourceKind(_iter_file_documents, _describe_files),
+    "stdlib": _SourceKind(_iter_stdlib_documents, _describe_stdlib, lambda _: _stdlib_files()),
+    "files": _SourceKind(_iter_file_documents, _describe_files, _list_files),
     "tfds": _SourceKind(tfds_source.iter_documents, tfds_source.describe),
 }

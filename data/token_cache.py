@@ -57,7 +57,8 @@ class TokenCache:
     """The token stream, split into a train head and an eval tail (disjoint token ranges)."""
     path: str
     train: np.ndarray       # [num_tokens - num_eval] read-only memmap
-    eval: np.ndarray        # [num_eval] read-only memmap, the last eval_fraction of the stream
+    eval: np.ndarray        # [num_eval] read-only memmap: the last eval_fraction of the stream,
+                            # or min_eval_tokens if that is more
     eos_id: int
     num_tokens: int
     num_documents: int
@@ -67,9 +68,13 @@ def build_token_cache(tokenizer: Tokenizer, source: str, cache_dir: str, *,
                       eval_fraction: float, process_index: int = 0,
                       barrier: Callable[[], None] = lambda: None,
                       max_bytes: int = 0, options: SourceOptions | None = None,
-                      workers: int | None = None) -> TokenCache:
+                      workers: int | None = None, min_eval_tokens: int = 0) -> TokenCache:
     """Tokenizes `source` once (process 0) and opens the cache (every process).
 
+    min_eval_tokens: the eval split holds at least this many tokens (one eval batch of a run:
+        global_batch x seq_len + 1), taken from the end of the stream when eval_fraction gives
+        fewer, so that a long-sequence config works with the default fraction; DataError if
+        the training split would then not hold as many.
     max_bytes: tokenize only the first max_bytes of text (0: all of it).
     options: what TFDS sources read besides the string, `data.source_options(config.data)`.
     workers: tokenizing processes; 0 = this process only (sentencepiece still uses every core);
@@ -91,7 +96,7 @@ def build_token_cache(tokenizer: Tokenizer, source: str, cache_dir: str, *,
         _write_cache(tokenizer, take_bytes(iter_documents(source, options), max_bytes),
                      npy_path, json_path, meta, workers)
     barrier()
-    return _open_cache(npy_path, json_path, tokenizer, eval_fraction)
+    return _open_cache(npy_path, json_path, tokenizer, eval_fraction, min_eval_tokens)
 
 
 def _token_dtype(vocab_size: int) -> np.dtype:
@@ -307,7 +312,7 @@ def _raw_to_npy(raw_path: str, npy_path: str, num_tokens: int, dtype: np.dtype) 
 
 
 def _open_cache(npy_path: str, json_path: str, tokenizer: Tokenizer,
-                eval_fraction: float) -> TokenCache:
+                eval_fraction: float, min_eval_tokens: int = 0) -> TokenCache:
     try:
         with open(json_path) as f:
             meta = json.load(f)
@@ -324,6 +329,12 @@ def _open_cache(npy_path: str, json_path: str, tokenizer: Tokenizer,
         raise DataError(f"token cache {npy_path!r} does not match its .json: "
                         f"delete both to rebuild")
     num_eval = int(len(tokens) * eval_fraction)
+    if eval_fraction > 0 and num_eval < min_eval_tokens:
+        if 2 * min_eval_tokens > len(tokens):
+            raise DataError(f"the corpus has {len(tokens):,} tokens: one eval batch and one "
+                            f"training batch need {min_eval_tokens:,} each: bring a larger "
+                            f"corpus (data.source) or lower seq_len or global_batch_size")
+        num_eval = min_eval_tokens
     split = len(tokens) - num_eval
     return TokenCache(path=npy_path, train=tokens[:split], eval=tokens[split:],
                       eos_id=int(meta["eos_id"]), num_tokens=len(tokens),

@@ -110,8 +110,9 @@ def test_corpus_smaller_than_one_sequence(tmp_path, trained):
     corpus = _write(tmp_path / "small.txt", b"def f():\n    return 1\n")
     result = run_train(tmp_path / "run", f"--config.data.source={corpus}",
                        f"--config.data.tokenizer_path={trained[1]}")
-    assert_user_error(result, "smaller than one sequence")
-    assert not read_metrics(tmp_path / "run")
+    # Refused before a token is read: 22 bytes make at most 3 x 22 + 1 tokens.
+    assert_user_error(result, "can make at most 67 tokens", "bring a larger corpus")
+    assert not (tmp_path / "run").exists()
 
 
 def test_tokenizer_missing(tmp_path):
@@ -205,3 +206,18 @@ def test_sample_at_a_step_that_was_not_saved(trained):
     result = _sample("--workdir", str(workdir), "--step", "7", "--prompt", "x")
     assert_user_error(result, "no checkpoint at step 7", "(available: [6, 12])",
                       "choose one of those steps")
+
+
+def test_a_corpus_too_small_for_the_window_is_refused_before_anything_is_built(tmp_path):
+    """No tokenizer trained, no workdir made: the file's size bounds its tokens."""
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("def f(x):\n    return x\n" * 100)  # 2,300 bytes
+    workdir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "train.py", "--config=configs/tiny.py", f"--workdir={workdir}",
+         f"--config.data.source={corpus}", "--config.seq_len=2048", "--config.model.tile_q=0",
+         "--config.model.tile_k=0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "can make at most 6,901 tokens" in line  # 3 per byte, an EOS per file and "bring a larger corpus" in line
+    assert not workdir.exists()

@@ -205,6 +205,25 @@ def test_token_cache_checks(tokenizer, corpus, tmp_path):
         data.build_token_cache(tokenizer, corpus, str(tmp_path), eval_fraction=1.0)
 
 
+def test_eval_split_holds_at_least_one_eval_batch(tokenizer, corpus, tmp_path):
+    """A long window with the default small fraction: the eval split grows to one batch (the
+    fraction's split stands where it is larger); a corpus too small for a batch of each is one
+    DataError."""
+    small = data.build_token_cache(tokenizer, corpus, str(tmp_path), eval_fraction=0.005)
+    n = small.num_tokens
+    need = n // 10
+    grown = data.build_token_cache(tokenizer, corpus, str(tmp_path), eval_fraction=0.005,
+                                   min_eval_tokens=need)
+    assert len(small.eval) == int(n * 0.005) < need == len(grown.eval)
+    assert len(grown.train) + len(grown.eval) == n
+    big = data.build_token_cache(tokenizer, corpus, str(tmp_path), eval_fraction=0.25,
+                                 min_eval_tokens=need)
+    assert len(big.eval) == int(n * 0.25)
+    with pytest.raises(data.DataError, match="bring a larger corpus"):
+        data.build_token_cache(tokenizer, corpus, str(tmp_path), eval_fraction=0.005,
+                               min_eval_tokens=n // 2 + 1)
+
+
 def test_eval_never_overlaps_train(tokenizer, corpus, tmp_path):
     cache = data.build_token_cache(tokenizer, corpus, str(tmp_path), eval_fraction=0.25)
     lo_train, hi_train = np.lib.array_utils.byte_bounds(cache.train)

@@ -95,6 +95,25 @@ def validate_config(config, device_count: int, process_count: int, platform: str
             raise ConfigError(f"global_batch_size={config.global_batch_size} is not divisible "
                               f"by {what} ({count}): use a multiple of {count}")
     _validate_model(config.model, device_count)
+    _validate_corpus_size(config)
+
+
+def _validate_corpus_size(config):
+    """Refuses, before a tokenizer is trained or a token read, a corpus that cannot hold one
+    training and one eval batch even at the most tokens its bytes could make (the eval split
+    grows to one batch by itself, data/token_cache.py; a run needs a batch of each)."""
+    from data import DataError
+    from data.sources import most_tokens
+    try:
+        bound = most_tokens(config.data.source, config.data.get("max_bytes", 0))
+    except DataError:
+        return  # a missing source is the data pipeline's one-line error
+    batch = config.global_batch_size * config.seq_len + 1
+    if bound is not None and bound < 2 * batch:
+        raise ConfigError(f"data.source={config.data.source!r} can make at most "
+                          f"{bound:,} tokens, fewer than one training and one eval batch of "
+                          f"{config.global_batch_size} x {config.seq_len + 1:,} tokens need: "
+                          f"bring a larger corpus, or lower seq_len or global_batch_size")
 
 
 def _validate_attention(config, seq, platform):
