@@ -43,5 +43,21 @@ def make_mesh(data: int = -1, seq: int = -1, *, devices=None) -> Mesh:
     """
     devices = list(jax.devices() if devices is None else devices)
     data, seq = mesh_shape(data, seq, len(devices))
+    slices = len({getattr(d, "slice_index", 0) for d in devices})
+    if slices > 1:
+        return _multi_slice_mesh(data, seq, devices, slices)
     return jax.make_mesh((data, seq), (DATA, SEQ), axis_types=(AxisType.Auto, AxisType.Auto),
                          devices=devices)
+
+
+def _multi_slice_mesh(data: int, seq: int, devices, slices: int) -> Mesh:
+    """TPU slices joined over the data-centre network: 'data' spans the slices, and each
+    'seq' ring stays inside one slice, on its chip-to-chip links (a ring hop over the
+    data-centre network would be an order of magnitude slower)."""
+    from jax.experimental import mesh_utils
+    if data % slices:
+        raise ValueError(f"mesh: data {data} is not a multiple of the {slices} slices: the "
+                         f"sequence ring stays inside a slice, so choose mesh.data = a multiple "
+                         f"of {slices} (mesh.seq at most {len(devices) // slices})")
+    grid = mesh_utils.create_hybrid_device_mesh((data // slices, seq), (slices, 1), devices)
+    return Mesh(grid, (DATA, SEQ), axis_types=(AxisType.Auto, AxisType.Auto))

@@ -143,11 +143,10 @@ def check_compiles(args) -> None:
         result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     except OSError as e:
         raise CommandFailed(f"the compile check could not start: {e}") from None
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith(("TPU compiler", "  "))]
-    report = [ln for i, ln in enumerate(lines) if ln.startswith("TPU compiler")
-              or (i and lines[i - 1].startswith("TPU compiler")) or "HBM (" in ln]
-    if report:
-        print("\n".join(report), flush=True)
+    lines = result.stdout.splitlines()  # the compiler's three lines: bytes, total, verdict
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("TPU compiler")), None)
+    if at is not None:
+        print("\n".join(lines[at:at + 3]), flush=True)
     if result.returncode:
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
         reason = errors[-1][len("error: "):] if errors else (

@@ -297,7 +297,7 @@ def test_all_stops_before_creating_a_slice_the_step_does_not_fit(tmp_path):
     result = launcher("all", *POD, *TRAIN, "--bucket", "my-bucket", "--accelerator-type", "v4-8",
                       "--", "--config.mesh.data=1", "--config.mesh.seq=4", "--config.seq_len=4096",
                       "--config.data.eval_fraction=0.05", "--config.global_batch_size=4096",
-                      env=env, timeout=300)
+                      "--config.data.max_bytes=0", env=env, timeout=300)
     assert result.returncode == 1, result.stderr
     *notes, line = result.stderr.strip().splitlines()
     assert all(n.startswith("note: ") for n in notes)  # where the bucket is mounted

@@ -120,8 +120,12 @@ def compile_train_step(config, run: Run, choice, devices=None):
     import parallel
     from training import step as step_lib
 
+    from training.validate import ConfigError
     start = time.perf_counter()
-    mesh = run_mesh(run, devices)
+    try:  # multi-slice: the mesh's data axis must span the slices
+        mesh = run_mesh(run, devices)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     state, graphdef, tx, schedule = abstract_train_state(config, mesh, choice)
     train_step = step_lib.make_train_step(
         graphdef, tx, schedule, mask_documents=config.data.mask_documents,

@@ -25,7 +25,7 @@ from checkpoints import Checkpointer, StopRequest, abstract_like
 from planner import flops
 from planner import resolve_attention
 from training import resume, state as state_lib, step as step_lib, trackers
-from training.validate import validate_config
+from training.validate import ConfigError, validate_config
 
 
 class NonFiniteError(RuntimeError):
@@ -114,7 +114,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     """Trains (or resumes) up to config.num_train_steps; returns the last logged metrics."""
     validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
     resume.check_inputs(config, workdir)
-    mesh = parallel.make_mesh(config.mesh.data, config.mesh.seq)
+    try:  # multi-slice: the mesh's data axis must span the slices
+        mesh = parallel.make_mesh(config.mesh.data, config.mesh.seq)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     mesh_shape = mesh_shape_of(mesh)
     choice = resolve_attention(config, mesh_shape, jax.default_backend(),
                                mesh.devices.flat[0].device_kind)
