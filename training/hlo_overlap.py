@@ -129,14 +129,17 @@ def _copies_of_operand(lines: list[str], start: int) -> int:
 
 
 def summary(loops: list[Loop]) -> dict[str, str]:
-    """{pass: 'bf16[...] hidden, s32[...] exposed, ...'}: the ring loops' transfers (K/V, dK/dV,
-    positions with segment ids: lax.ppermute hops in a loop that calls the kernel) and
-    whether a kernel call hides them."""
-    out = {}
+    """{pass: 'bf16[...] hidden, s32[...] exposed; ...'}: the ring loops' transfers (K/V, dK/dV,
+    positions with segment ids: lax.ppermute hops in a loop that calls the kernel) and whether
+    a kernel call hides them; loops alike (one per unrolled layer) once, with their count."""
+    counts: dict[str, dict[str, int]] = {}
     for loop in loops:
         ring = [t for t in loop.transfers if t.source == "ppermute"]
         if not loop.kernels or not ring or loop.nested:
             continue
         text = ", ".join(f"{t.shape} {'hidden' if t.overlapped else 'exposed'}" for t in ring)
-        out[loop.pass_] = "; ".join(filter(None, [out.get(loop.pass_), text]))
-    return out
+        alike = counts.setdefault(loop.pass_, {})
+        alike[text] = alike.get(text, 0) + 1
+    return {pass_: "; ".join(text + (f" (x{n} loops)" if n > 1 else "")
+                             for text, n in alike.items())
+            for pass_, alike in counts.items()}
