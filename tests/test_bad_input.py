@@ -221,3 +221,14 @@ def test_a_corpus_too_small_for_the_window_is_refused_before_anything_is_built(t
     (line,) = result.stderr.strip().splitlines()
     assert "can make at most 6,901 tokens" in line  # 3 per byte, an EOS per file and "bring a larger corpus" in line
     assert not workdir.exists()
+
+
+@pytest.mark.parametrize("field", ["checkpoint_every_steps", "checkpoint_keep"])
+def test_checkpoint_cadence_and_count_must_be_positive(field):
+    """0 every steps divided by zero after compiling; keeping 0 checkpoints kept none."""
+    from training.validate import ConfigError, validate_config
+    from configs import tiny
+    config = tiny.get_config()
+    config[field] = 0
+    with pytest.raises(ConfigError, match=f"^{field}=0 must be at least 1$"):
+        validate_config(config, device_count=4, process_count=1)

@@ -70,7 +70,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     if config.tracker not in TRACKERS:
         raise ConfigError(f"tracker={config.tracker!r}: choose one of {', '.join(TRACKERS)}")
     for name in ("seq_len", "global_batch_size", "num_train_steps", "eval_every_steps",
-                 "log_every_steps", "eval_batches"):
+                 "log_every_steps", "eval_batches", "checkpoint_every_steps", "checkpoint_keep"):
         if config[name] < 1:
             raise ConfigError(f"{name}={config[name]} must be at least 1")
     data, seq = _mesh_shape(config, device_count)
