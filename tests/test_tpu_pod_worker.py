@@ -40,10 +40,16 @@ exit 0
 
     def bootstrap(self, **env):
         """Runs the bootstrap once; returns (result, the calls it made)."""
-        before = self.log.read_text().splitlines()
-        result = subprocess.run(["bash", "-c", self.script], env={**self.env, **env},
-                                capture_output=True, text=True, timeout=60)
-        return result, self.log.read_text().splitlines()[len(before):]
+        return run_logged(self, env)
+
+
+def run_logged(stub, env):
+    """Runs `stub.script` with bash in its environment (plus `env`); returns (result, the
+    lines its stubs appended to `stub.log` meanwhile)."""
+    before = stub.log.read_text().splitlines()
+    result = subprocess.run(["bash", "-c", stub.script], env={**stub.env, **env},
+                            capture_output=True, text=True, timeout=60)
+    return result, stub.log.read_text().splitlines()[len(before):]
 
 
 def pip_installs(calls):
@@ -192,10 +198,7 @@ echo "$3" >> "$STUB_STATE/mounts"
         self.script = script
 
     def mount(self, **env):
-        before = self.log.read_text().splitlines()
-        result = subprocess.run(["bash", "-c", self.script], env={**self.env, **env},
-                                capture_output=True, text=True, timeout=60)
-        return result, self.log.read_text().splitlines()[len(before):]
+        return run_logged(self, env)
 
 
 @pytest.fixture
