@@ -20,8 +20,6 @@ import dataclasses
 import math
 import re
 
-from planner.devices import DEVICES
-
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
@@ -138,7 +136,3 @@ def devices(tpu_slice: TpuSlice) -> list:
                             f"{str(e).splitlines()[0]}") from None
     return list(desc.devices)
 
-
-def hbm_bytes(tpu_slice: TpuSlice) -> float:
-    """One chip's HBM (the device table's figure)."""
-    return DEVICES[tpu_slice.device].memory_bytes
