@@ -62,6 +62,11 @@ def main(argv):
     except NonFiniteError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(3)
+    except OSError as e:  # a full disk, a vanished mount: the checkpoints made so far stay
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}: free space or fix the storage, then run the same "
+              f"command again (it resumes from the last complete checkpoint)", file=sys.stderr)
+        sys.exit(4)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ Public API:
   abstract_like(tree)                           restore target with the current shardings
   StopRequest(checkpointer)                     SIGTERM / distributed preemption between steps
   CheckpointError                               user-facing checkpoint problems
+  WorkdirLock(workdir), WorkdirBusy             one trainer per workdir (lock.py)
 """
 
 from checkpoints.manager import Checkpointer, CheckpointError, abstract_like
+from checkpoints.lock import WorkdirBusy, WorkdirLock
 from checkpoints.preemption import StopRequest
 
-__all__ = ["CheckpointError", "Checkpointer", "StopRequest", "abstract_like"]
+__all__ = ["CheckpointError", "Checkpointer", "StopRequest", "WorkdirBusy", "WorkdirLock",
+           "abstract_like"]

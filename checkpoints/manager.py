@@ -5,19 +5,40 @@ Layout on disk (Orbax CheckpointManager):
     WORKDIR/checkpoints/<step>/state/...   params, optimizer state, step (sharded arrays)
     WORKDIR/checkpoints/<step>/meta/...    JSON: config, data position, wandb id, time, tokens
 
-Orbax writes each save into a temporary directory and renames it when complete, so a save that is
-killed halfway never looks like a checkpoint; `cleanup_tmp_directories` removes such leftovers
-when the manager starts. Saves are asynchronous: `save` returns once the arrays are copied off the
-devices, and training continues while files are written.
+WORKDIR is a local directory or gs://BUCKET/PATH (Orbax writes it through tensorstore). Locally
+Orbax writes each save into a temporary directory and renames it when complete; on Cloud Storage,
+where a rename is a copy, it writes a commit marker last instead. Either way a save killed
+halfway never looks like a checkpoint, and `cleanup_tmp_directories` removes such leftovers when a
+trainer starts. Saves are asynchronous: `save` returns once the arrays are copied off the devices,
+and training continues while files are written. A reader (sample.py) opens the directory
+read-only: it never cleans, deletes or writes there, so it can read while a trainer saves.
+
+Restoring tells damage from trouble. A checkpoint with missing, truncated or undecodable files is
+damaged: it is moved to WORKDIR/damaged_checkpoints/<step> (kept for a look, out of the way of the
+step numbers the run will write again) and the previous one is tried. Anything else (the store
+unreachable, out of memory on a smaller slice, no permission) is not the checkpoint's fault: a
+transient error is retried, then every error is one line and nothing is moved. With several
+processes, all take the decision of the one that fared worst.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
+import json
+import time
 from typing import Callable
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+
+import storage
+
+# How a failed read is told apart: tensorstore's status codes begin its messages.
+DAMAGE_MARKS = ("NOT_FOUND:", "DATA_LOSS:", "OUT_OF_RANGE:", "Error decoding", "checksum")
+TRANSIENT_MARKS = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:", "ABORTED:", "Connection", "timed out")
+RETRIES, RETRY_WAIT_S = 3, 2.0
+READ_OK, DAMAGED, FAILED = 0, 1, 2  # ordered: the worst outcome over processes wins
 
 
 class CheckpointError(ValueError):
@@ -27,11 +48,16 @@ class CheckpointError(ValueError):
 class Checkpointer:
     """Every process calls every method (Orbax coordinates the processes)."""
 
-    def __init__(self, directory: str, *, keep: int, async_save: bool = True):
-        self.directory = os.path.abspath(directory)
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=True, cleanup_tmp_directories=True,
-            enable_async_checkpointing=async_save)
+    def __init__(self, directory: str, *, keep: int | None = None, async_save: bool = True,
+                 read_only: bool = False):
+        self.directory = storage.absolute(directory)
+        if read_only:
+            options = ocp.CheckpointManagerOptions(read_only=True, create=False,
+                                                   save_interval_steps=0)
+        else:
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=keep, create=True, cleanup_tmp_directories=True,
+                enable_async_checkpointing=async_save)
         self._manager = ocp.CheckpointManager(self.directory, item_names=("state", "meta"),
                                               options=options)
 
@@ -41,9 +67,11 @@ class Checkpointer:
         return sorted(self._manager.all_steps())
 
     def save(self, step: int, state, meta: dict) -> None:
-        """Starts an asynchronous save of `state` (a pytree of arrays) and `meta` (JSON)."""
-        self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+        """Starts an asynchronous save of `state` (a pytree of arrays) and `meta` (JSON). A
+        failed write (this one, or the previous save's, which ends here) is a CheckpointError."""
+        with self._writing():
+            self._manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
 
     def read_meta(self, step: int) -> dict:
         restored = self._manager.restore(step, args=ocp.args.Composite(
@@ -73,48 +101,111 @@ class Checkpointer:
                        log: Callable[[str], None]):
         """(step, state, meta) of the newest checkpoint that reads back, or None if there is none.
 
-        A damaged checkpoint (truncated, corrupt) is skipped with a message and the previous one
-        is tried. `check_meta(step, meta)` raises CheckpointError when a checkpoint belongs to an
-        incompatible run; that stops the search (nothing is overwritten).
+        A damaged checkpoint is moved aside with a message and the previous one is tried.
+        `check_meta(step, meta)` raises CheckpointError when a checkpoint belongs to an
+        incompatible run; that stops the search (nothing is moved or overwritten). Any other
+        failure raises CheckpointError (after retries, when it looks transient).
         """
         steps = self.steps()
         for step in reversed(steps):
-            try:
-                meta = self.read_meta(step)
-            except Exception as e:  # noqa: BLE001  (any read failure means: damaged)
-                log(f"checkpoint {step} in {self.directory} is damaged ({_short(e)}); "
-                    f"falling back to the previous one")
-                continue
-            check_meta(step, meta)
-            try:
-                state, meta = self.restore(step, abstract_state)
-            except Exception as e:  # noqa: BLE001
-                log(f"checkpoint {step} in {self.directory} is damaged ({_short(e)}); "
-                    f"falling back to the previous one")
-                continue
-            return step, state, meta
+            outcome, result, error = self._read(lambda: self.read_meta(step))
+            if outcome == READ_OK:
+                check_meta(step, result)
+                outcome, result, error = self._read(lambda: self.restore(step, abstract_state))
+            if outcome == READ_OK:
+                return (step, *result)
+            if outcome == FAILED:
+                raise CheckpointError(
+                    f"could not read checkpoint {step} in {self.directory} ({error}); it does "
+                    f"not look damaged, so nothing was moved: fix the cause and start again")
+            log(f"checkpoint {step} in {self.directory} is damaged ({error}); moved to "
+                f"{self._move_aside(step)}, falling back to the previous one")
         if steps:
             raise CheckpointError(
-                f"no readable checkpoint among steps {steps} in {self.directory}: move the "
-                f"directory away to start fresh, or restore it from a backup")
+                f"no readable checkpoint among steps {steps} in {self.directory} (each moved to "
+                f"damaged_checkpoints/): restore them from a backup, or start afresh")
         return None
+
+    def _read(self, read):
+        """(outcome, result, short error) of `read`, retried while the error looks transient,
+        the outcome agreed by every process (the worst one)."""
+        outcome, result, error = FAILED, None, ""
+        for attempt in range(RETRIES + 1):
+            try:
+                outcome, result, error = READ_OK, read(), ""
+                break
+            except Exception as e:  # noqa: BLE001  (sorted below: damage, transient, other)
+                error = _short(e)
+                if _is_damage(e):
+                    outcome = DAMAGED
+                    break
+                outcome = FAILED
+                if not any(mark in str(e) for mark in TRANSIENT_MARKS) or attempt == RETRIES:
+                    break
+                time.sleep(RETRY_WAIT_S * 2 ** attempt)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            everyone = multihost_utils.process_allgather(np.int32(outcome))
+            worst = int(np.max(everyone))
+            if worst != outcome:
+                outcome, error = worst, error or "another process could not read it"
+        return outcome, result, error
+
+    def _move_aside(self, step: int) -> str:
+        """Moves a damaged step out of the checkpoints directory (process 0; the others wait)."""
+        parent = self.directory.rstrip("/").rsplit("/", 1)[0]
+        target = storage.join(parent, "damaged_checkpoints", f"{step}-{int(time.time())}")
+        if jax.process_index() == 0:
+            source = storage.path(storage.join(self.directory, str(step)))
+            storage.path(target).parent.mkdir(parents=True, exist_ok=True)
+            source.rename(target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices(f"moved checkpoint {step}")
+        self._manager.reload()
+        return target
 
     def reached_preemption(self, step: int) -> bool:
         """True when the distributed runtime agreed that every process stops at `step`."""
         return jax.process_count() > 1 and self._manager.reached_preemption(step)
 
     def wait(self) -> None:
-        self._manager.wait_until_finished()
+        with self._writing():
+            self._manager.wait_until_finished()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
+        with self._writing():
+            self._manager.wait_until_finished()
         self._manager.close()
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A full disk, a lost bucket, any failure to write: one line, and the checkpoints that
+        were complete before stay as they are (an unfinished save is never made a step)."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001  (OSError, tensorstore's ValueError, ...)
+            try:
+                kept = self.steps()
+            except Exception:  # noqa: BLE001
+                kept = []
+            raise CheckpointError(
+                f"could not write a checkpoint in {self.directory} ({_short(e)}): free space or "
+                f"fix the storage, then start again; the last complete checkpoint "
+                f"({kept[-1] if kept else 'none'}) is intact") from None
 
 
 def abstract_like(tree):
     """ShapeDtypeStructs with the shardings of `tree`'s arrays (the restore target)."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                         tree)
+
+
+def _is_damage(error: Exception) -> bool:
+    """Files missing, cut short or not decodable (as opposed to a store, memory or permission
+    problem, which leaves the checkpoint as it is)."""
+    return (isinstance(error, (FileNotFoundError, json.JSONDecodeError))
+            or any(mark in str(error) for mark in DAMAGE_MARKS))
 
 
 def _short(error: Exception) -> str:

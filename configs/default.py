@@ -23,6 +23,10 @@ def get_config():
     config.checkpoint_every_steps = 50  # asynchronous checkpoint every this many steps (and at the end)
     config.checkpoint_keep = 3  # keep the latest this many checkpoints
     config.stop_at_step = 0  # save and exit 0 after this step, as on preemption (0 = never)
+    # A resume refuses a checkpoint whose run was defined otherwise (tokenizer, data, seq_len,
+    # global_batch_size, seed, eval_fraction); name here, comma-separated, what you change on
+    # purpose, e.g. 'seq_len' to continue the weights at a new length.
+    config.resume_accepts = ""
     config.cpu_devices = 4  # fake devices when the platform is CPU (set before JAX starts)
     config.tracker = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
     config.wandb_project = "ringstripe"  # wandb project
@@ -100,4 +104,5 @@ def get_config():
     config.optim.grad_clip = 1.0  # clip gradients to this global norm
     config.optim.grad_accum_steps = 1  # micro-batches per step
     config.optim.skip_nonfinite = False  # skip a batch with NaN/Inf loss (else stop with an error)
+    config.optim.max_skipped_steps = 10  # with skip_nonfinite: stop (exit 3) after this many in a row
     return config

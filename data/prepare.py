@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import jax
 import numpy as np
+
+import storage
 
 from data.batches import BatchSpec, batch_rows
 from data.errors import DataError
@@ -29,11 +32,64 @@ def barrier(name: str):
         multihost_utils.sync_global_devices(name)
 
 
+def cache_location(config, workdir: str) -> str:
+    """Where the run's tokenizer and token cache live: data.cache_dir, else WORKDIR/cache (a
+    local directory, or gs://...)."""
+    return config.data.cache_dir or storage.join(workdir, "cache")
+
+
 def prepare_data(config, workdir: str, num_seq_shards: int, choice):
     """(tokenizer, token cache, BatchSpec); DataError for a corpus or tokenizer that does not
-    fit the config."""
-    cache_dir = config.data.cache_dir or os.path.join(workdir, "cache")
-    kw = dict(process_index=jax.process_index(), barrier=lambda: barrier("data"))
+    fit the config. With the cache in an object store, the files are built (or pulled) in a
+    local mirror, which is what the tokenizer and the memory-mapped cache read."""
+    cache_dir = cache_location(config, workdir)
+    if jax.process_index() == 0:
+        remove_stale_temp_files(storage.mirror(cache_dir) if storage.is_remote(cache_dir)
+                                else cache_dir)
+    if not storage.is_remote(cache_dir):
+        kw = dict(process_index=jax.process_index(), barrier=lambda: barrier("data"))
+        return _prepare(config, cache_dir, num_seq_shards, choice, kw)
+    local = storage.mirror(cache_dir)
+    alone = dict(process_index=0, barrier=lambda: None)  # the mirror is this host's own
+    if jax.process_index() == 0:
+        storage.pull(cache_dir, local)  # what an earlier start (on any machine) built
+        prepared = _prepare(config, local, num_seq_shards, choice, alone)
+        # A cache's .npy and a tokenizer's .vocab go before the file that says it is complete.
+        finished = sorted((n for n in os.listdir(local) if ".tmp-" not in n),
+                          key=lambda n: n.endswith((".json", ".model")))
+        storage.push(local, cache_dir, finished)
+    barrier("data pushed")
+    if jax.process_index() != 0:
+        storage.pull(cache_dir, local)
+        prepared = _prepare(config, local, num_seq_shards, choice, alone)
+    return prepared
+
+
+def remove_stale_temp_files(cache_dir: str) -> list[str]:
+    """Removes what a killed tokenization left (NAME.tmp-PID...): files of processes not running
+    on this host. A cache directory may be shared by runs, so a live writer's files stay."""
+    if not os.path.isdir(cache_dir):
+        return []
+    removed = []
+    for name in os.listdir(cache_dir):
+        match = re.search(r"\.tmp-(\d+)", name)
+        if match and not _running(int(match.group(1))):
+            os.remove(os.path.join(cache_dir, name))
+            removed.append(name)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
     tokenizer = get_tokenizer(config.data, cache_dir, **kw)
     if tokenizer.vocab_size != config.model.vocab_size:
         raise DataError(

@@ -1,7 +1,8 @@
 """train_and_evaluate(config, workdir): the whole run, from config to metrics.
 
-config -> checks (nothing written yet) -> mesh -> tokenizer + token cache -> sharded model and
-optimizer -> restore the latest good checkpoint, if any -> for each step: batch (host numpy,
+config -> checks (nothing written yet) -> mesh -> the workdir's lock -> the latest checkpoint's run
+compared with this one -> tokenizer + token cache -> sharded model and optimizer -> restore the
+latest good checkpoint, if any -> for each step: batch (host numpy,
 permuted into the layout, prefetched) -> jitted step -> metrics every log_every_steps (timed over
 a window that ends in a device sync) -> eval every eval_every_steps -> asynchronous checkpoint
 every checkpoint_every_steps, at the end, and when asked to stop (SIGTERM / preemption).
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 
 import jax
@@ -21,7 +21,8 @@ from flax import nnx
 import data
 import model
 import parallel
-from checkpoints import Checkpointer, StopRequest, abstract_like
+import storage
+from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from planner import flops
 from planner import resolve_attention
 from training import resume, state as state_lib, step as step_lib, trackers
@@ -96,9 +97,18 @@ def evaluate(eval_step, params, eval_batches) -> dict:
     return {"eval/loss": loss, "eval/perplexity": math.exp(min(loss, 80.0))}
 
 
-def _check_finite(step: int, metrics: dict, config, checkpointer) -> None:
-    """Stops the run before a non-finite state can reach a checkpoint."""
+def _check_finite(step: int, metrics: dict, config, checkpointer, skipped_in_a_row: int) -> None:
+    """Stops the run before a non-finite state can reach a checkpoint; with skip_nonfinite,
+    once optim.max_skipped_steps steps in a row were skipped (the run has diverged)."""
     if config.optim.skip_nonfinite:
+        limit = config.optim.get("max_skipped_steps", 10)
+        if skipped_in_a_row >= limit:
+            kept = checkpointer.steps()
+            raise NonFiniteError(
+                f"{skipped_in_a_row} steps in a row up to step {step} had a non-finite loss or "
+                f"gradient and were skipped (optim.max_skipped_steps={limit}); stopped without "
+                f"saving (last good checkpoint: {kept[-1] if kept else 'none'}): lower "
+                f"optim.learning_rate and resume")
         return
     bad = [k for k in ("train/loss", "learning/grad_norm", "learning/param_norm")
            if not math.isfinite(metrics[k])]
@@ -123,23 +133,66 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                mesh.devices.flat[0].device_kind)
     if config.parallel.strategy == "auto":
         _say(f"ringstripe: parallel.strategy {choice.why}")
-    # user errors in the data surface here
-    prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)
-    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
-                                keep=config.checkpoint_keep)
+    lock = WorkdirLock(workdir)
+    _take(lock)  # the first write to the workdir
     try:
-        return _run(config, workdir, mesh, choice, checkpointer, prepared)
+        checkpointer = Checkpointer(storage.join(workdir, "checkpoints"),
+                                    keep=config.checkpoint_keep)
+        try:
+            # Refuse a changed run before its data is built (a changed corpus would train a
+            # new tokenizer first); the tokenizer itself is compared on restore.
+            _check_same_run(config, checkpointer, resume.run_identity(config))
+            prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)  # data errors
+            return _run(config, workdir, mesh, choice, checkpointer, prepared)
+        finally:
+            checkpointer.close()
     finally:
-        checkpointer.close()
+        lock.release()
 
 
-def _restore(config, checkpointer, state):
+def _take(lock) -> None:
+    """Process 0 takes the workdir's lock; every process learns whether it did."""
+    refusal = None
+    if jax.process_index() == 0:
+        try:
+            lock.acquire(log=_say)
+        except CheckpointError as e:
+            refusal = e
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        refused = multihost_utils.broadcast_one_to_all(np.int32(refusal is not None))
+        if refused and refusal is None:
+            refusal = CheckpointError(f"process 0 could not lock {lock.workdir} (see its error)")
+    if refusal is not None:
+        raise refusal
+
+
+def _check_same_run(config, checkpointer, identity) -> None:
+    """The newest checkpoint's run against this one (a checkpoint that does not read is left
+    to the restore, which tells damage from trouble)."""
+    steps = checkpointer.steps()
+    if not steps:
+        return
+    try:
+        meta = checkpointer.read_meta(steps[-1])
+    except Exception:  # noqa: BLE001
+        return
+    resume.check_same_run(config, checkpointer.directory, steps[-1], meta, identity)
+
+
+def _restore(config, checkpointer, state, identity):
     """(start step, state, progress): the latest good checkpoint, or a fresh start."""
-    check = functools.partial(resume.check_compatible, config, checkpointer.directory)
+    def check(step, meta):
+        resume.check_compatible(config, checkpointer.directory, step, meta)
+        resume.check_same_run(config, checkpointer.directory, step, meta, identity)
+
     restored = checkpointer.restore_latest(abstract_like(state), check, log=_say)
     if restored is None:
         return 0, state, resume.Progress()
     step, state, meta = restored
+    if config.stop_at_step and config.stop_at_step <= step:
+        raise ConfigError(f"stop_at_step={config.stop_at_step} is not after step {step}, which "
+                          f"this run resumes from: raise it, or set --config.stop_at_step=0")
     return step, state, resume.Progress.from_meta(meta)
 
 
@@ -175,34 +228,41 @@ def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
 def _run(config, workdir, mesh, choice, checkpointer, prepared) -> dict:
     tokenizer, cache, spec = prepared
     mesh_shape = mesh_shape_of(mesh)
+    identity = resume.run_identity(config, tokenizer)
     state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh, choice)
-    start_step, state, progress = _restore(config, checkpointer, state)
+    start_step, state, progress = _restore(config, checkpointer, state, identity)
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
     eval_batches = _eval_batches(config, cache, spec, mesh)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
     flops_per_token = model_flops_per_token(config, model_cfg, cache, spec)
     track = trackers.make_trackers(config, workdir, mesh_shape, choice,
-                                   jax.process_index() == 0, progress.wandb_run_id)
+                                   jax.process_index() == 0, progress.wandb_run_id, start_step)
     _announce(config, choice, mesh_shape,
               model.count_params(nnx.merge(graphdef, state["params"])), cache)
     if start_step:
         track.event(start_step, "resumed", {"restored_step": start_step, **choice.record(),
                                             "attention": choice.layout, "mesh": list(mesh_shape)})
 
+    tokenizer_path = resume.tokenizer_location(config, workdir, tokenizer)
+
     def save(step):
-        checkpointer.save(step, state, resume.checkpoint_meta(config, step, progress, mesh_shape,
-                                                              tokenizer.path, choice))
+        checkpointer.save(step, state, resume.checkpoint_meta(
+            config, step, progress, mesh_shape, tokenizer_path, choice, identity))
+        track.persist()  # the rows up to this checkpoint outlive a kill
 
     tokens_per_step = config.global_batch_size * config.seq_len
     prefetch = data.make_prefetcher(config.data, cache, mesh, spec, start_step=start_step)
     stop = StopRequest(checkpointer)
     last, window_start, window_steps = {}, None, 0
+    skipped, skipped_in_a_row = [], 0  # with skip_nonfinite: each step's flag, read at logs
     try:
         with jax.set_mesh(mesh):
             for step in range(start_step + 1, config.num_train_steps + 1):
                 batch_step, batch = prefetch.next()
                 assert batch_step == step - 1, (batch_step, step)
                 state, metrics = train_step(state, batch)
+                if config.optim.skip_nonfinite:
+                    skipped.append(metrics["learning/skipped"])
                 window_steps += 1
                 first = window_start is None  # of this start or resume: it compiles
                 if first:  # so its loss is logged, and its time left out of every window
@@ -218,7 +278,10 @@ def _run(config, workdir, mesh, choice, checkpointer, prepared) -> dict:
                     continue
                 host = {k: float(v) for k, v in jax.device_get(metrics).items()}  # ends window
                 now = time.perf_counter()
-                _check_finite(step, host, config, checkpointer)
+                for flag in jax.device_get(skipped):
+                    skipped_in_a_row = skipped_in_a_row + 1 if flag else 0
+                skipped.clear()
+                _check_finite(step, host, config, checkpointer, skipped_in_a_row)
                 last = dict(host)
                 if window_steps:  # throughput over the steps since the last log (none: first)
                     progress.train_time_s += now - window_start

@@ -2,7 +2,8 @@
 
 The JSON record saved with every checkpoint:
 
-    {"config": {...}, "data": {"seed": 0, "step": 120}, "wandb_run_id": "3f9a1c2b",
+    {"config": {...}, "data": {"seed": 0, "step": 120}, "tokenizer_path": "cache/tokenizer-…model",
+     "run": {"tokenizer": "5be0c1d2a3f4e5d6", "data": "0a1b2c3d4e5f6a7b"}, "wandb_run_id": "3f9a1c2b",
      "train_time_s": 812.4, "train_tokens": 983040, "code_version": "ringstripe 0.1.0 (git 1a2b3c4)",
      "mesh": [1, 4], "attention": {"layout": "striped", "strategy": "ring", "ulysses_degree": 1,
      "kernel": "xla", "tile_q": 32, "tile_k": 32}}
@@ -13,12 +14,18 @@ The JSON record saved with every checkpoint:
 the new field name (nothing reads the record's "attention").
 
 The data position is only (seed, step): batches are a pure function of them, so a run resumes on
-any mesh, process count or attention layout and sees the same tokens in the same order.
+any mesh, process count or attention layout and sees the same tokens in the same order. That
+holds while what defines the run stays: the tokenizer (its fingerprint, "run.tokenizer"), the
+corpus (the fingerprint of its files, "run.data"), seq_len, global_batch_size, seed and the eval
+split. A resume compares them (check_same_run) and refuses a change, unless config.resume_accepts
+names it. Paths are stored relative to the workdir, so a copied run resumes and samples.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import secrets
 import subprocess
@@ -26,6 +33,7 @@ import tempfile
 from importlib import metadata
 
 import data
+import storage
 from checkpoints import CheckpointError
 from training.validate import RENAMED_FIELDS, ConfigError
 
@@ -48,12 +56,78 @@ class Progress:
                    meta.get("wandb_run_id") or secrets.token_hex(4))
 
 
+# What defines a run besides the model's shapes: name -> (where the checkpoint has it, the
+# config field a user sets to match it, or None for a fingerprint).
+RUN_FIELDS = {
+    "tokenizer": (("run", "tokenizer"), None),
+    "data": (("run", "data"), None),
+    "seq_len": (("config", "seq_len"), "seq_len"),
+    "global_batch_size": (("config", "global_batch_size"), "global_batch_size"),
+    "seed": (("config", "seed"), "seed"),
+    "eval_fraction": (("config", "data", "eval_fraction"), "data.eval_fraction"),
+}
+
+
+def data_fingerprint(config) -> str:
+    """Changes when the corpus's files (or TFDS split) or the byte budget change."""
+    description = data.describe_source(config.data.source, data.source_options(config.data))
+    key = json.dumps([description, config.data.get("max_bytes", 0)])
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def run_identity(config, tokenizer=None) -> dict:
+    """This run's values of RUN_FIELDS (the tokenizer's only once it exists)."""
+    identity = {"data": data_fingerprint(config), "seq_len": config.seq_len,
+                "global_batch_size": config.global_batch_size, "seed": config.seed,
+                "eval_fraction": config.data.eval_fraction}
+    if tokenizer is not None:
+        identity["tokenizer"] = tokenizer.fingerprint
+    return identity
+
+
+def check_same_run(config, directory: str, step: int, meta: dict, identity: dict) -> None:
+    """Raises CheckpointError naming the first field of RUN_FIELDS whose value differs from the
+    checkpoint's, unless config.resume_accepts lists it. Fields a checkpoint lacks (written
+    before they were recorded) are not compared."""
+    accepted = {name.strip() for name in config.get("resume_accepts", "").split(",")}
+    for name, (where, field) in RUN_FIELDS.items():
+        saved = meta
+        for key in where:
+            saved = saved.get(key, {}) if isinstance(saved, dict) else {}
+        if name not in identity or saved == {} or saved == identity[name] or name in accepted:
+            continue
+        how = (f"set --config.{field}={saved} to continue that run, or "
+               if field else "restore the corpus and tokenizer it was trained on, or ")
+        what = (f"{field}={saved} but this run has {field}={identity[name]}" if field else
+                f"{name} fingerprint {saved} but this run's is {identity[name]} (the "
+                + ("corpus changed: files added, removed or edited, as a Python upgrade does to "
+                   "stdlib, or data.max_bytes)" if name == "data" else "tokenizer changed)"))
+        raise CheckpointError(
+            f"the checkpoint at step {step} in {directory} was trained with {what}: {how}"
+            f"--config.resume_accepts={name} to continue its weights with the change on "
+            f"purpose, or use another --workdir")
+
+
+def tokenizer_location(config, workdir: str, tokenizer) -> str:
+    """Where the run's tokenizer file is, as the checkpoint records it: inside the workdir,
+    relative to it (a copied or moved run still finds it; a bucket run names the bucket's copy,
+    not this host's mirror)."""
+    if config.data.tokenizer_path:
+        return storage.relative_to(config.data.tokenizer_path, workdir)
+    cache_dir = data.cache_location(config, workdir)
+    return storage.relative_to(storage.join(cache_dir, os.path.basename(tokenizer.path)),
+                               workdir)
+
+
 def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
-                    tokenizer_path: str = "", choice=None) -> dict:
-    """The record saved with a checkpoint; choice: the run's parallel.AttentionChoice (what
-    'auto' resolved to: strategy, degree, kernel, tiles)."""
+                    tokenizer_path: str = "", choice=None, identity: dict | None = None) -> dict:
+    """The record saved with a checkpoint; tokenizer_path: tokenizer_location's answer;
+    choice: the run's parallel.AttentionChoice (what 'auto' resolved to: strategy, degree,
+    kernel, tiles); identity: run_identity's fingerprints."""
+    identity = identity or {}
     return {"config": config.to_dict(), "data": {"seed": config.seed, "step": int(step)},
-            "tokenizer_path": os.path.abspath(tokenizer_path) if tokenizer_path else "",
+            "tokenizer_path": tokenizer_path,
+            "run": {k: identity[k] for k in ("tokenizer", "data") if k in identity},
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
             "train_tokens": progress.train_tokens, "code_version": code_version(),
             "mesh": list(mesh_shape),
@@ -100,6 +174,8 @@ def check_inputs(config, workdir: str) -> None:
 
 
 def _check_writable(workdir: str) -> None:
+    if storage.is_remote(workdir):
+        return _check_bucket_writable(workdir)
     path = os.path.abspath(workdir)
     while not os.path.exists(path):  # the nearest existing ancestor must accept new entries
         path = os.path.dirname(path)
@@ -113,6 +189,20 @@ def _check_writable(workdir: str) -> None:
     except OSError as e:
         raise ConfigError(f"workdir {workdir!r} cannot be created ({path}: "
                           f"{e.strerror or e}): choose another --workdir") from None
+
+
+def _check_bucket_writable(workdir: str) -> None:
+    """Writes and removes a probe object: a missing bucket, missing credentials or a read-only
+    role show here, before anything is built."""
+    probe = storage.join(workdir, f".ringstripe-probe-{secrets.token_hex(4)}")
+    try:
+        storage.replace(probe, b"")
+        storage.remove(probe)
+    except Exception as e:  # noqa: BLE001  (the store's errors have many types)
+        text = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        raise ConfigError(f"workdir {workdir!r} cannot be written ({text}): check the bucket's "
+                          f"name and your credentials (gcloud auth application-default login), "
+                          f"or choose another --workdir") from None
 
 
 def code_version() -> str:

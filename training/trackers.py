@@ -1,6 +1,7 @@
 """Where metrics go: metrics.jsonl always, wandb optionally, and the console.
 
-Every tracker has `log(step, metrics)` and `close()`. Only process 0 writes; other processes get
+Every tracker has `log(step, metrics)`, `event(step, message, fields)`, `persist()` (with each
+checkpoint) and `close()`. Only process 0 writes; other processes get
 the no-op tracker.
 """
 
@@ -12,10 +13,15 @@ import os
 import sys
 import time
 
+import storage
+
 
 class NullTracker:
     def log(self, step: int, metrics: dict) -> None:
         pass
+
+    def persist(self) -> None:
+        """Called with each checkpoint: what was logged so far is made durable."""
 
     def event(self, step: int, message: str, fields: dict) -> None:
         pass
@@ -25,23 +31,52 @@ class NullTracker:
 
 
 class JsonlTracker:
-    """Appends one JSON object per logged step to WORKDIR/metrics.jsonl."""
+    """One JSON object per logged step in WORKDIR/metrics.jsonl.
 
-    def __init__(self, path: str):
-        self.path = path
-        _drop_torn_last_line(path)
-        self._file = open(path, "a", buffering=1)
+    On a resume from step N the rows after N (logged before a kill, and about to be logged
+    again) are dropped, so the file keeps one row per step. In an object store, where a file
+    cannot be appended to, rows go to a local copy that is uploaded whole at most every
+    UPLOAD_EVERY_S seconds, with each checkpoint and at close."""
+
+    UPLOAD_EVERY_S = 30.0
+
+    def __init__(self, location: str, resumed_step: int = 0):
+        self.location, self._remote = location, storage.is_remote(location)
+        self.path = storage.mirror(location) if self._remote else location
+        if self._remote:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            remote = storage.path(location)
+            if remote.exists():
+                remote.copy(self.path, overwrite=True)
+            elif os.path.exists(self.path):
+                os.remove(self.path)  # a copy of some earlier run's file
+        _keep_rows_through(self.path, resumed_step)
+        self._file = open(self.path, "a", buffering=1)
+        self._uploaded = time.monotonic()
 
     def log(self, step, metrics):
         row = {"step": int(step), "time": time.time()}
         row.update({k: _plain(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
+        if self._remote and time.monotonic() - self._uploaded > self.UPLOAD_EVERY_S:
+            self._upload()
 
     def event(self, step, message, fields):
         self.log(step, {"event": message, **fields})
 
+    def persist(self):
+        self._upload() if self._remote else self._file.flush()
+
     def close(self):
         self._file.close()
+        if self._remote:
+            self._upload()
+
+    def _upload(self):
+        if not self._file.closed:
+            self._file.flush()
+        storage.path(self.path).copy(self.location, overwrite=True)
+        self._uploaded = time.monotonic()
 
 
 def wandb_names(config, mesh_shape, choice) -> tuple[str, str, list[str]]:
@@ -63,17 +98,29 @@ def wandb_names(config, mesh_shape, choice) -> tuple[str, str, list[str]]:
 
 
 class WandbTracker:
-    """wandb on process 0: offline unless WANDB_MODE (or config.wandb_mode) says online."""
+    """wandb on process 0: offline unless WANDB_MODE (or config.wandb_mode) says online.
 
-    def __init__(self, config, workdir: str, mesh_shape, choice, run_id: str):
+    A resume continues the same wandb run. wandb drops points at steps below the last one it
+    has, so the steps logged between the checkpoint and a kill would hide the ones logged again:
+    online, the run is rewound to the checkpoint's step (resume_from), so the dashboard keeps
+    one curve, from the checkpoint on as this start logs it. Offline runs cannot be rewound (the
+    server does it): they resume and keep the first copy of those steps when synced."""
+
+    def __init__(self, config, workdir: str, mesh_shape, choice, run_id: str,
+                 resumed_step: int = 0):
         import wandb  # imported here: it is slow to import and optional for other trackers
 
         group, name, tags = wandb_names(config, mesh_shape, choice)
+        mode = os.environ.get("WANDB_MODE", config.wandb_mode)
+        where = (dict(resume_from=f"{run_id}?_step={resumed_step}")
+                 if resumed_step and mode == "online" else dict(id=run_id, resume="allow"))
+        # wandb writes its files as they come, so they stay on this machine with a bucket run.
+        directory = storage.mirror(workdir) if storage.is_remote(workdir) else workdir
+        os.makedirs(directory, exist_ok=True)
         self._run = wandb.init(
             project=config.wandb_project, group=group, name=name,
-            config={**config.to_dict(), "attention": choice.record()}, dir=workdir, id=run_id, resume="allow",
-            mode=os.environ.get("WANDB_MODE", config.wandb_mode),
-            tags=tags)
+            config={**config.to_dict(), "attention": choice.record()}, dir=directory,
+            mode=mode, tags=tags, **where)
 
     def log(self, step, metrics):
         # Numbers only: the resolved attention's names are in the run's config (attention.*).
@@ -82,6 +129,9 @@ class WandbTracker:
 
     def event(self, step, message, fields):
         pass  # wandb marks resumed runs itself
+
+    def persist(self):
+        pass  # wandb keeps its own files
 
     def close(self):
         self._run.finish()
@@ -123,6 +173,9 @@ class Console:
         self.stream.write(("\n" if self.tty else "") + f"{message} at step {step}: {details}\n")
         self.stream.flush()
 
+    def persist(self):
+        pass
+
     def close(self):
         pass
 
@@ -141,32 +194,44 @@ class Trackers:
         for t in self.trackers:
             t.event(step, message, fields)
 
+    def persist(self):
+        for t in self.trackers:
+            t.persist()
+
     def close(self):
         for t in self.trackers:
             t.close()
 
 
 def make_trackers(config, workdir: str, mesh_shape, choice, is_main: bool,
-                  run_id: str) -> Trackers:
+                  run_id: str, resumed_step: int = 0) -> Trackers:
     if not is_main:
         return Trackers([NullTracker()])
     trackers = [Console(config.num_train_steps)]
     if config.tracker in ("jsonl", "wandb"):
-        trackers.append(JsonlTracker(os.path.join(workdir, "metrics.jsonl")))
+        trackers.append(JsonlTracker(storage.join(workdir, "metrics.jsonl"), resumed_step))
     if config.tracker == "wandb":
-        trackers.append(WandbTracker(config, workdir, mesh_shape, choice, run_id))
+        trackers.append(WandbTracker(config, workdir, mesh_shape, choice, run_id, resumed_step))
     return Trackers(trackers)
 
 
-def _drop_torn_last_line(path: str) -> None:
-    """A process killed mid-write can leave half a line at the end; cut it so that every line of
-    the file stays one JSON object. Complete lines are never touched."""
+def _keep_rows_through(path: str, last_step: int) -> None:
+    """Cuts what a killed process left past `last_step` (the checkpoint a run resumes from; 0 for
+    a fresh start keeps every row): its rows after that step, and half a line at the end.
+    The file is rewritten aside and renamed, so a kill now loses nothing."""
     if not os.path.exists(path):
         return
-    with open(path, "rb+") as f:
+    with open(path, "rb") as f:
         content = f.read()
-        if content and not content.endswith(b"\n"):
-            f.truncate(content.rfind(b"\n") + 1)
+    lines = content.split(b"\n")
+    complete = lines[:-1]  # the last piece is '' or a torn row
+    if last_step:
+        complete = [line for line in complete if json.loads(line)["step"] <= last_step]
+    kept = b"".join(line + b"\n" for line in complete)
+    if kept != content:
+        with open(path + ".tmp", "wb") as f:
+            f.write(kept)
+        os.replace(path + ".tmp", path)
 
 
 def _plain(value):

@@ -73,6 +73,10 @@ def validate_config(config, device_count: int, process_count: int, platform: str
                  "log_every_steps", "eval_batches", "checkpoint_every_steps", "checkpoint_keep"):
         if config[name] < 1:
             raise ConfigError(f"{name}={config[name]} must be at least 1")
+    if config.optim.get("max_skipped_steps", 1) < 1:
+        raise ConfigError(f"optim.max_skipped_steps={config.optim.max_skipped_steps} must be at "
+                          f"least 1")
+    _validate_resume_accepts(config.get("resume_accepts", ""))
     data, seq = _mesh_shape(config, device_count)
     try:
         parallel.check_divisible(config.parallel.layout, config.seq_len, seq)
@@ -96,6 +100,14 @@ def validate_config(config, device_count: int, process_count: int, platform: str
                               f"by {what} ({count}): use a multiple of {count}")
     _validate_model(config.model, device_count)
     _validate_corpus_size(config)
+
+
+def _validate_resume_accepts(value: str) -> None:
+    from training.resume import RUN_FIELDS
+    unknown = [n.strip() for n in value.split(",") if n.strip() and n.strip() not in RUN_FIELDS]
+    if unknown:
+        raise ConfigError(f"resume_accepts names {unknown[0]!r}: choose among "
+                          f"{', '.join(RUN_FIELDS)} (comma-separated)")
 
 
 def _validate_corpus_size(config):

@@ -1,0 +1,90 @@
+"""A run whose workdir is a Cloud Storage bucket (gs://), against a GCS emulator on 127.0.0.1:
+trained, killed, refused to a second trainer, resumed on a "new machine" (an empty local mirror),
+sampled; the same losses as a run on a local disk."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.gcs_emulator import BUCKET, Emulator
+from tests.train_runs import ROOT, clean_env, command, losses, read_metrics, run_train
+
+SCHEDULE = ["--config.num_train_steps=2000", "--config.checkpoint_every_steps=10",
+            "--config.log_every_steps=1", "--config.eval_every_steps=1000"]
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with Emulator() as emulator:
+        yield emulator
+
+
+def _train(gcs, workdir, mirror, *overrides, **kw):
+    return subprocess.run(command(workdir, *overrides), cwd=ROOT, env=gcs.env(clean_env(), mirror),
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+def _wait_for_checkpoint(gcs, prefix, step, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(s >= step for s in gcs.committed_steps(prefix)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint >= {step} (exit {proc.poll()}): "
+                         f"{proc.communicate(timeout=60)[1][-3000:] if proc.poll() else ''}")
+
+
+def test_bucket_run_killed_and_resumed_elsewhere_matches_a_local_run(gcs, tmp_path):
+    workdir = f"gs://{BUCKET}/killed"
+    first = subprocess.Popen(command(workdir, *SCHEDULE), cwd=ROOT,
+                             env=gcs.env(clean_env(), tmp_path / "host1"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_checkpoint(gcs, "killed/checkpoints/", 20, first)
+        # A second trainer on the same bucket path, from another machine's mirror: refused.
+        second = _train(gcs, workdir, tmp_path / "host2", *SCHEDULE)
+        assert first.poll() is None, "the first trainer ended before the second was refused"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    assert second.returncode == 2, second.stderr[-3000:]
+    (line,) = second.stderr.strip().splitlines()
+    assert f"in use by pid {first.pid}" in line and "use another --workdir" in line
+
+    kept = gcs.committed_steps("killed/checkpoints/")
+    stop = kept[-1] + 5
+    # A new machine: nothing in its mirror (the tokenizer and token cache come from the bucket),
+    # and the dead trainer's lock is taken over.
+    resumed = _train(gcs, workdir, tmp_path / "host3", *SCHEDULE, f"--config.stop_at_step={stop}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "taking over the lock" in resumed.stdout and f"pid {first.pid}" in resumed.stdout
+    assert "data: training" not in resumed.stdout  # the bucket's tokenizer, not a new one
+    assert "killed/LOCK" not in gcs.listing("killed/")  # released at the end
+
+    cache = tmp_path / "host3" / BUCKET / "killed" / "cache"
+    local = run_train(tmp_path / "local", *SCHEDULE, f"--config.stop_at_step={stop}",
+                      f"--config.data.cache_dir={cache}")
+    assert local.returncode == 0, local.stderr[-3000:]
+    rows = [json.loads(line) for line in gcs.read("killed/metrics.jsonl").splitlines()]
+    steps = [r["step"] for r in rows if "train/loss" in r]
+    assert steps == sorted(set(steps)) and steps[-1] == stop  # one row per step, none twice
+    assert losses(rows) == losses(read_metrics(tmp_path / "local"))  # bitwise, every step
+
+    sample = subprocess.run([sys.executable, "sample.py", "--workdir", workdir, "--prompt",
+                             "def ", "--max_new_tokens", "8", "--temperature", "0"], cwd=ROOT,
+                            env=gcs.env(clean_env(), tmp_path / "host4"), capture_output=True,
+                            text=True, timeout=300)
+    assert sample.returncode == 0, sample.stderr[-3000:]
+    assert f"step {stop}" in sample.stderr and sample.stdout.startswith("def ")
+
+
+def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_built(gcs, tmp_path):
+    result = _train(gcs, "gs://no-such-bucket/run", tmp_path / "host")
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert "workdir 'gs://no-such-bucket/run' cannot be written" in line
+    assert not (tmp_path / "host").exists()

@@ -1,0 +1,248 @@
+"""Faults around a run: the workdir lock, restore that tells damage from trouble, stale temp
+files, the consecutive-skip cap, a full disk, a resumed run's metrics."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from checkpoints import Checkpointer, CheckpointError, WorkdirBusy, WorkdirLock
+from checkpoints import manager as manager_lib
+from checkpoints.lock import STALE_AFTER_S
+from tests.train_runs import ROOT, clean_env, completed_checkpoints, read_metrics, run_train
+
+
+def _write_lock(workdir, **holder):
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "since": "then",
+              "heartbeat": time.time(), "token": "someone", **holder}
+    (workdir / "LOCK").write_text(json.dumps(record))
+
+
+def test_a_live_holder_refuses_a_second_lock_and_names_itself(tmp_path):
+    first = WorkdirLock(str(tmp_path))
+    first.acquire()
+    try:
+        with pytest.raises(WorkdirBusy, match=rf"in use by pid {os.getpid()} on "
+                                              rf"{socket.gethostname()} since "):
+            WorkdirLock(str(tmp_path)).acquire()
+    finally:
+        first.release()
+    assert not (tmp_path / "LOCK").exists()
+    WorkdirLock(str(tmp_path)).acquire()  # free again
+
+
+def test_a_dead_holders_lock_is_taken_over(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that was this host's and is no longer running
+    _write_lock(tmp_path, pid=dead.pid)
+    said = []
+    lock = WorkdirLock(str(tmp_path))
+    lock.acquire(log=said.append)
+    assert f"pid {dead.pid} on this host, is not running" in said[0]
+    assert json.loads((tmp_path / "LOCK").read_text())["token"] == lock.token
+    lock.release()
+
+
+def test_another_hosts_lock_is_stale_only_once_its_heartbeat_stops(tmp_path):
+    _write_lock(tmp_path, host="other-host", pid=7, heartbeat=time.time())
+    with pytest.raises(WorkdirBusy, match="pid 7 on other-host"):
+        WorkdirLock(str(tmp_path)).acquire()
+    _write_lock(tmp_path, host="other-host", pid=7, heartbeat=time.time() - STALE_AFTER_S - 1)
+    said = []
+    WorkdirLock(str(tmp_path)).acquire(log=said.append)
+    assert "has not refreshed it for" in said[0]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A checkpoint directory with steps 1 and 2 of a small state."""
+    state = {"w": jnp.arange(8.0), "b": jnp.ones((4, 4))}
+    checkpointer = Checkpointer(str(tmp_path / "checkpoints"), keep=5, async_save=False)
+    for step in (1, 2):
+        checkpointer.save(step, jax.tree.map(lambda x: x * step, state), {"step": step})
+    checkpointer.close()
+    return tmp_path, state
+
+
+class Flaky(Checkpointer):
+    """Reads of the newest step fail with `error` `times` times (then read as usual)."""
+
+    def __init__(self, directory, error, times):
+        super().__init__(directory, keep=5)
+        self.error, self.left, self.calls = error, times, 0
+
+    def restore(self, step, abstract_state):
+        self.calls += 1
+        if self.left:
+            self.left -= 1
+            raise self.error
+        return super().restore(step, abstract_state)
+
+
+def _restore(checkpointer, state, said):
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                            state)
+    return checkpointer.restore_latest(abstract, lambda step, meta: None, log=said.append)
+
+
+def test_a_transient_read_error_is_retried(saved, monkeypatch):
+    monkeypatch.setattr(manager_lib, "RETRY_WAIT_S", 0.01)
+    workdir, state = saved
+    flaky = Flaky(str(workdir / "checkpoints"), ValueError("UNAVAILABLE: connection reset"), 2)
+    said = []
+    step, restored, _ = _restore(flaky, state, said)
+    assert step == 2 and flaky.calls == 3 and not said
+    np.testing.assert_array_equal(restored["w"], np.arange(8.0) * 2)
+
+
+@pytest.mark.parametrize("error,retried", [
+    (ValueError("UNAVAILABLE: the bucket does not answer"), True),
+    (ValueError("RESOURCE_EXHAUSTED: Out of memory allocating 4.00GiB"), False),
+    (PermissionError(13, "Permission denied"), False),
+])
+def test_trouble_that_is_not_damage_is_one_error_and_moves_nothing(saved, monkeypatch, error,
+                                                                   retried):
+    monkeypatch.setattr(manager_lib, "RETRY_WAIT_S", 0.01)
+    workdir, state = saved
+    flaky = Flaky(str(workdir / "checkpoints"), error, 100)
+    with pytest.raises(CheckpointError, match="could not read checkpoint 2 .* it does not look "
+                                              "damaged, so nothing was moved"):
+        _restore(flaky, state, [])
+    assert flaky.calls == (1 + manager_lib.RETRIES if retried else 1)
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["1", "2"]
+    assert not (workdir / "damaged_checkpoints").exists()
+
+
+def test_a_damaged_step_is_moved_aside_and_the_previous_one_restores(saved):
+    workdir, state = saved
+    for root, _, files in os.walk(workdir / "checkpoints" / "2" / "state"):
+        for name in files:
+            if name != "commit_success.txt":
+                os.remove(os.path.join(root, name))
+    said = []
+    step, restored, _ = _restore(Checkpointer(str(workdir / "checkpoints"), keep=5), state, said)
+    assert step == 1 and "checkpoint 2" in said[0] and "is damaged" in said[0]
+    (moved,) = os.listdir(workdir / "damaged_checkpoints")
+    assert moved.startswith("2-") and os.listdir(workdir / "checkpoints") == ["1"]
+
+
+def _snapshot(directory):
+    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+            for d, _, files in os.walk(directory) for f in files}
+
+
+def _one_line(result, code, *fragments):
+    assert result.returncode == code, (result.returncode, result.stderr[-3000:])
+    (line,) = result.stderr.strip().splitlines()
+    for fragment in fragments:
+        assert fragment in line, line
+
+
+@pytest.fixture(scope="module")
+def own_cache_run(tmp_path_factory):
+    """A run whose tokenizer and token cache are inside its workdir, stopped at step 6."""
+    workdir = tmp_path_factory.mktemp("own") / "run"
+    result = run_train(workdir, "--config.stop_at_step=6")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def test_a_moved_run_samples_and_resumes_and_its_stale_temp_files_go(own_cache_run, tmp_path):
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(own_cache_run, moved)
+    os.rename(own_cache_run, own_cache_run.with_name("gone"))  # the original path is no more
+    try:
+        sample = subprocess.run([sys.executable, "sample.py", "--workdir", str(moved),
+                                 "--max_new_tokens", "4"], cwd=ROOT, env=clean_env(),
+                                capture_output=True, text=True, timeout=300)
+        assert sample.returncode == 0, sample.stderr[-3000:]
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        stale = moved / "cache" / f"tokens-0123.npy.tmp-{dead.pid}.raw"  # a killed tokenizer's
+        live = moved / "cache" / f"tokens-4567.npy.tmp-{os.getpid()}.raw"  # a live writer's
+        stale.write_bytes(b"x"), live.write_bytes(b"x")
+        resumed = run_train(moved, "--config.stop_at_step=8")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert not stale.exists() and live.exists()
+        assert "data: training" not in resumed.stdout  # the copied run's own tokenizer
+    finally:
+        os.rename(own_cache_run.with_name("gone"), own_cache_run)
+
+
+@pytest.mark.parametrize("override,fragments", [
+    ("--config.seq_len=256", ["trained with seq_len=128 but this run has seq_len=256",
+                             "--config.resume_accepts=seq_len"]),
+    # one more file's worth of bytes: what a corpus grown by a file looks like to the cache
+    ("--config.data.max_bytes=3000000", ["data fingerprint", "corpus changed",
+                                         "--config.resume_accepts=data"]),
+    ("--config.stop_at_step=4", ["stop_at_step=4 is not after step 6"]),
+])
+def test_a_changed_run_is_refused_before_anything_is_written(own_cache_run, override,
+                                                             fragments):
+    before = _snapshot(own_cache_run)
+    _one_line(run_train(own_cache_run, override), 2, *fragments)
+    assert _snapshot(own_cache_run) == before
+
+
+def test_what_defines_a_run_is_compared_and_a_named_change_accepted():
+    from configs import tiny
+    from training import resume
+    config = tiny.get_config()
+    meta = {"config": config.to_dict(), "run": {"tokenizer": "aaaa", "data": "bbbb"}}
+    identity = dict(resume.run_identity(config), tokenizer="aaaa", data="bbbb")
+    resume.check_same_run(config, "d", 6, meta, identity)  # the same run
+    for field, value in (("seed", 1), ("global_batch_size", 8), ("eval_fraction", 0.5),
+                         ("tokenizer", "cccc")):
+        changed = dict(identity, **{field: value})
+        with pytest.raises(CheckpointError, match=f"resume_accepts={field} "):
+            resume.check_same_run(config, "d", 6, meta, changed)
+        config.resume_accepts = f"seq_len,{field}"
+        resume.check_same_run(config, "d", 6, meta, changed)
+        config.resume_accepts = ""
+
+
+def test_consecutive_skipped_steps_stop_a_diverged_run(tmp_path):
+    result = run_train(tmp_path, "--config.optim.learning_rate=1e30",
+                       "--config.optim.skip_nonfinite=True", "--config.optim.max_skipped_steps=3",
+                       "--config.log_every_steps=1")
+    _one_line(result, 3, "3 steps in a row", "optim.max_skipped_steps=3", "stopped without saving")
+    assert completed_checkpoints(tmp_path) == []
+
+
+def test_a_full_disk_is_one_line_and_the_last_checkpoint_survives(own_cache_run, tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(disk)],
+                      capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        workdir, cache = disk / "run", f"--config.data.cache_dir={own_cache_run / 'cache'}"
+        first = run_train(workdir, cache, "--config.stop_at_step=6")
+        assert first.returncode == 0, first.stderr[-3000:]
+        kept = _snapshot(workdir / "checkpoints")
+        with open(disk / "filler", "wb") as f:  # the disk fills up
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        full = run_train(workdir, cache, "--config.checkpoint_every_steps=2")
+        assert full.returncode != 0 and "Traceback" not in full.stderr, full.stderr[-3000:]
+        _one_line(full, full.returncode, "No space left on device", "free space")
+        assert _snapshot(workdir / "checkpoints") == kept
+        os.remove(disk / "filler")
+        again = run_train(workdir, cache)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert [r for r in read_metrics(workdir) if r.get("event") == "resumed"][-1][
+            "restored_step"] == 6
+    finally:
+        subprocess.run(["umount", str(disk)])
