@@ -51,6 +51,8 @@ class Checkpointer:
     def __init__(self, directory: str, *, keep: int | None = None, async_save: bool = True,
                  read_only: bool = False):
         self.directory = storage.absolute(directory)
+        if storage.is_remote(self.directory) and not read_only:
+            _refuse_unmarked_steps(self.directory)
         if read_only:
             options = ocp.CheckpointManagerOptions(read_only=True, create=False,
                                                    save_interval_steps=0)
@@ -199,6 +201,22 @@ def abstract_like(tree):
     """ShapeDtypeStructs with the shardings of `tree`'s arrays (the restore target)."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                         tree)
+
+
+def _refuse_unmarked_steps(directory: str) -> None:
+    """On Cloud Storage Orbax takes a step without its commit marker for an unfinished save and
+    deletes it at start. A directory whose steps all lack it was written another way (through a
+    gcsfuse mount, where saves were renamed): refused, so that nothing is deleted. (A native run
+    always has a marked step, unless it was killed in its very first save.)"""
+    root = storage.path(directory)
+    if not root.exists():
+        return
+    steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+    if steps and not any((root / str(s) / "commit_success.txt").exists() for s in steps):
+        raise CheckpointError(
+            f"the checkpoints {steps} in {directory} have no commit marker (written through a "
+            f"mounted bucket?), and would be deleted as unfinished: mark each complete one "
+            f"(gcloud storage cp /dev/null {directory}/STEP/commit_success.txt) or move them away")
 
 
 def _is_damage(error: Exception) -> bool:

@@ -75,3 +75,12 @@ class Emulator:
             if step.isdigit() and rest == "commit_success.txt":
                 steps.add(int(step))
         return sorted(steps)
+
+    def write(self, name: str, content: bytes) -> None:
+        """Uploads `content` as gs://BUCKET/name (a simple media upload)."""
+        from urllib.parse import quote
+        url = (f"{self.host}/upload/storage/v1/b/{BUCKET}/o?uploadType=media"
+               f"&name={quote(name, safe='')}")
+        request = urllib.request.Request(url, data=content, method="POST",
+                                         headers={"Content-Type": "application/octet-stream"})
+        urllib.request.urlopen(request, timeout=10).close()

@@ -159,11 +159,16 @@ def test_corrupt_latest_checkpoint_falls_back_to_previous(tmp_path, trained, cac
         if os.path.getsize(path) > 64:
             with open(path, "r+b") as f:
                 f.truncate(16)
-    result = run_train(workdir, f"--config.data.cache_dir={cache}")
+    # Saving every 6 steps, the run reaches step 12 again: the damaged step must be out of its way.
+    result = run_train(workdir, f"--config.data.cache_dir={cache}",
+                       "--config.checkpoint_every_steps=6")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "checkpoint 12" in result.stdout and "damaged" in result.stdout
     resumed = [r for r in read_metrics(workdir) if r.get("event") == "resumed"]
     assert resumed[-1]["restored_step"] == 6
+    assert 12 in completed_checkpoints(workdir)  # written anew
+    (moved,) = os.listdir(workdir / "damaged_checkpoints")  # kept, not deleted
+    assert moved.startswith("12-")
 
 
 def test_workdir_not_writable(tmp_path):

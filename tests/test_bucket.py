@@ -88,3 +88,17 @@ def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_built(gcs, 
     (line,) = result.stderr.strip().splitlines()
     assert "workdir 'gs://no-such-bucket/run' cannot be written" in line
     assert not (tmp_path / "host").exists()
+
+
+def test_checkpoints_written_through_a_mount_are_refused_not_deleted(gcs, tmp_path):
+    """Saves renamed into place through gcsfuse carry no commit marker; Orbax on gs:// would
+    take them for unfinished saves and delete them."""
+    for name in ("mounted/checkpoints/10/state/manifest.ocdbt",
+                 "mounted/checkpoints/20/state/manifest.ocdbt"):
+        gcs.write(name, b"x")
+    result = _train(gcs, f"gs://{BUCKET}/mounted", tmp_path / "host")
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert "checkpoints [10, 20]" in line and "commit_success.txt" in line
+    assert gcs.listing("mounted/") == ["mounted/checkpoints/10/state/manifest.ocdbt",
+                                       "mounted/checkpoints/20/state/manifest.ocdbt"]

@@ -160,10 +160,16 @@ def test_a_moved_run_samples_and_resumes_and_its_stale_temp_files_go(own_cache_r
     shutil.copytree(own_cache_run, moved)
     os.rename(own_cache_run, own_cache_run.with_name("gone"))  # the original path is no more
     try:
+        # A save in flight (a trainer writing now): sampling must leave it, and all else, alone.
+        in_flight = moved / "checkpoints" / "8.orbax-checkpoint-tmp-1795546115"
+        in_flight.mkdir()
+        (in_flight / "part").write_bytes(b"x")
+        before = _snapshot(moved)
         sample = subprocess.run([sys.executable, "sample.py", "--workdir", str(moved),
                                  "--max_new_tokens", "4"], cwd=ROOT, env=clean_env(),
                                 capture_output=True, text=True, timeout=300)
         assert sample.returncode == 0, sample.stderr[-3000:]
+        assert _snapshot(moved) == before
         dead = subprocess.Popen(["true"])
         dead.wait()
         stale = moved / "cache" / f"tokens-0123.npy.tmp-{dead.pid}.raw"  # a killed tokenizer's
@@ -246,3 +252,23 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_survives(own_cache_run,
             "restored_step"] == 6
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def test_wandb_is_rewound_to_the_checkpoint_online_and_continued_offline(tmp_path, monkeypatch):
+    """wandb drops points below its last step: online, a resume rewinds the run (resume_from)."""
+    import types
+
+    from configs import tiny
+    from parallel import AttentionChoice
+    from training import trackers
+    calls = []
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(
+        init=lambda **kw: calls.append(kw) or types.SimpleNamespace(finish=lambda: None)))
+    config, choice = tiny.get_config(), AttentionChoice("striped", "ring", 1, "xla", 64, 64)
+    for mode, resumed in (("online", 12), ("online", 0), ("offline", 12)):
+        monkeypatch.setenv("WANDB_MODE", mode)
+        trackers.WandbTracker(config, str(tmp_path), (2, 2), choice, "3f9a1c2b", resumed)
+    rewound, fresh, offline = calls
+    assert rewound["resume_from"] == "3f9a1c2b?_step=12" and "resume" not in rewound
+    assert (fresh["id"], fresh["resume"]) == ("3f9a1c2b", "allow") and "resume_from" not in fresh
+    assert (offline["id"], offline["resume"]) == ("3f9a1c2b", "allow")
