@@ -205,25 +205,6 @@ def test_nonfinite_batches_can_be_skipped(tmp_path, cache):
     assert completed_checkpoints(tmp_path) == [6]
 
 
-def test_two_processes_match_one_and_their_checkpoint_restores_in_one(tmp_path, cache,
-                                                                      uninterrupted):
-    workdir = tmp_path / "mp"
-    launcher = [sys.executable, "scripts/launch_local.py", "--processes", "2", "--timeout", "400",
-                "--", "train.py", "--config", "configs/tiny.py", "--workdir", str(workdir),
-                "--config.cpu_devices=2", cache, "--config.stop_at_step=10"]
-    result = subprocess.run(launcher, cwd=ROOT, env=clean_env(), capture_output=True, text=True,
-                            timeout=500)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert completed_checkpoints(workdir) == [10]
-    # The two processes wrote one checkpoint; a single process with 4 devices continues it.
-    single = run_train(workdir, cache)
-    assert single.returncode == 0, single.stderr[-3000:]
-    got, want = losses(read_metrics(workdir)), losses(read_metrics(uninterrupted))
-    assert set(got) == set(want) | {11}  # 11: the first step after the resume
-    np.testing.assert_allclose([got[s] for s in sorted(want)], [want[s] for s in sorted(want)],
-                               rtol=1e-4)
-
-
 def _files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files]
 
@@ -252,7 +233,8 @@ def _start_pair(workdir, *overrides):
 
 def test_sigterm_to_both_processes_checkpoints_one_step_and_resumes_exactly(tmp_path, cache):
     """A pod's maintenance event: every host gets SIGTERM at about the same time. The processes
-    agree on one step, both write their part of its checkpoint, and exit 0."""
+    agree on one step, both write their part of its checkpoint, and exit 0; the losses before
+    and after match one process's uninterrupted run."""
     schedule = (cache, "--config.num_train_steps=2000", "--config.checkpoint_every_steps=1000",
                 "--config.log_every_steps=1")
     pair = _start_pair(tmp_path / "pod", *schedule)
@@ -268,9 +250,9 @@ def test_sigterm_to_both_processes_checkpoints_one_step_and_resumes_exactly(tmp_
     (step,) = completed_checkpoints(tmp_path / "pod")
     stopped = [r for r in read_metrics(tmp_path / "pod") if r.get("event") == "stopped on request"]
     assert [r["step"] for r in stopped] == [step]
-    pair = _start_pair(tmp_path / "pod", *schedule, f"--config.stop_at_step={step + 3}")
-    results = [proc.communicate(timeout=300) for proc in pair]
-    assert [p.returncode for p in pair] == [0, 0], [err[-2000:] for _, err in results]
+    # The checkpoint both wrote restores in one process with all 4 devices, and continues.
+    resumed = run_train(tmp_path / "pod", *schedule, f"--config.stop_at_step={step + 3}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     reference = run_train(tmp_path / "one", *schedule, f"--config.stop_at_step={step + 3}")
     assert reference.returncode == 0, reference.stderr[-3000:]
     got, want = losses(read_metrics(tmp_path / "pod")), losses(read_metrics(tmp_path / "one"))
