@@ -224,7 +224,8 @@ def test_a_corpus_too_small_for_the_window_is_refused_before_anything_is_built(t
          "--config.model.tile_k=0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
-    assert "can make at most 6,901 tokens" in line  # 3 per byte, an EOS per file and "bring a larger corpus" in line
+    assert "can make at most 6,901 tokens" in line  # 3 per byte, an EOS per file
+    assert "bring a larger corpus" in line
     assert not workdir.exists()
 
 
@@ -237,3 +238,23 @@ def test_checkpoint_cadence_and_count_must_be_positive(field):
     config[field] = 0
     with pytest.raises(ConfigError, match=f"^{field}=0 must be at least 1$"):
         validate_config(config, device_count=4, process_count=1)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("stop_at_step", -1, "stop_at_step=-1: must be 0 (never) or a step"),
+    ("data.eval_fraction", 1.0, "data.eval_fraction=1.0: must be a fraction in [0, 1), e.g. 0.005"),
+    ("optim.learning_rate", 0.0, "optim.learning_rate=0.0: must be a positive rate"),
+    ("wandb_mode", "onlin", "wandb_mode='onlin': must be online, offline or disabled"),
+    ("optim.max_skipped_steps", 0, "optim.max_skipped_steps=0 must be at least 1"),
+])
+def test_fields_that_would_fail_later_are_refused_first(field, value, message):
+    """A bad eval_fraction was refused only after the tokenizer was trained; the others failed
+    after compiling, or did nothing."""
+    from training.validate import ConfigError, validate_config
+    from configs import tiny
+    config = tiny.get_config()
+    section, _, name = field.rpartition(".")
+    (config[section] if section else config)[name] = value
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, device_count=4, process_count=1)
+    assert str(error.value) == message

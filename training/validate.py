@@ -73,6 +73,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
                  "log_every_steps", "eval_batches", "checkpoint_every_steps", "checkpoint_keep"):
         if config[name] < 1:
             raise ConfigError(f"{name}={config[name]} must be at least 1")
+    _validate_ranges(config)
     if config.optim.get("max_skipped_steps", 1) < 1:
         raise ConfigError(f"optim.max_skipped_steps={config.optim.max_skipped_steps} must be at "
                           f"least 1")
@@ -100,6 +101,27 @@ def validate_config(config, device_count: int, process_count: int, platform: str
                               f"by {what} ({count}): use a multiple of {count}")
     _validate_model(config.model, device_count)
     _validate_corpus_size(config)
+
+
+def _validate_ranges(config) -> None:
+    """Fields that would fail later (after tokenizing or compiling) or silently do nothing."""
+    checks = [
+        ("stop_at_step", config.stop_at_step >= 0, "0 (never) or a step"),
+        ("data.eval_fraction", 0.0 <= config.data.eval_fraction < 1.0,
+         "a fraction in [0, 1), e.g. 0.005"),
+        ("data.max_bytes", config.data.get("max_bytes", 0) >= 0, "0 (all) or a byte count"),
+        ("optim.grad_accum_steps", config.optim.get("grad_accum_steps", 1) >= 1, "at least 1"),
+        ("optim.learning_rate", config.optim.learning_rate > 0, "a positive rate"),
+        ("optim.warmup_steps", config.optim.get("warmup_steps", 0) >= 0, "0 or more"),
+        ("cpu_devices", config.get("cpu_devices", 1) >= 1, "at least 1"),
+        ("wandb_mode", config.get("wandb_mode", "offline") in ("online", "offline", "disabled"),
+         "online, offline or disabled"),
+    ]
+    for field, ok, want in checks:
+        if not ok:
+            section, _, name = field.rpartition(".")
+            value = (config[section] if section else config)[name]
+            raise ConfigError(f"{field}={value!r}: must be {want}")
 
 
 def _validate_resume_accepts(value: str) -> None:
