@@ -1,6 +1,6 @@
 """Striped Attention paper, TPU setting: 16 TPU v4 chips (v4-32), 786,432-token sequences.
 
-    python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b --bucket BUCKET \\
+    python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b \\
         --accelerator-type v4-32 --config configs/paper_tpuv4_786k.py \\
         --workdir gs://BUCKET/ringstripe/paper_tpuv4_786k
     #   add --config.parallel.layout=ring (or zigzag) for the comparison runs

@@ -2,7 +2,7 @@
 16 TPU v4 chips (v4-32), the paper's largest model and longest sequence together.
 
     python scripts/plan.py --config configs/paper_tpuv4_786k_7b.py --compile tpu
-    python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b --bucket BUCKET \\
+    python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b \\
         --accelerator-type v4-32 --config configs/paper_tpuv4_786k_7b.py \\
         --workdir gs://BUCKET/ringstripe/paper_tpuv4_786k_7b
 

@@ -1,7 +1,7 @@
 """Train ringstripe on a Cloud TPU pod slice: create it, copy the code, train, follow, delete.
 
-    python scripts/tpu_pod.py all --name rs-v4 --zone us-central2-b --bucket my-bucket \
-        --config configs/tiny.py --workdir gs://my-bucket/runs/tiny -- --config.num_train_steps=100
+    python scripts/tpu_pod.py all --name rs-v4 --zone us-central2-b --config configs/tiny.py \
+        --workdir gs://my-bucket/runs/tiny -- --config.num_train_steps=100
 
 Subcommands (each can be run on its own; `all` runs create, setup, run, logs, then delete):
 
@@ -12,11 +12,11 @@ Subcommands (each can be run on its own; `all` runs create, setup, run, logs, th
   setup   tar the working tree, scp it to every worker, and run an idempotent bootstrap there:
           the venv is made only if missing, and `pip install -c constraints.txt -e . jax[tpu]`
           runs only when pyproject.toml or constraints.txt changed since the last install (their
-          sha256 is kept inside the venv);
-          with --bucket NAME it then mounts gs://NAME at /mnt/NAME on every worker with gcsfuse
-          (installed from Google's apt repository if missing; mounted only if not mounted yet)
+          sha256 is kept inside the venv)
   run     start train.py --distributed under nohup on every worker (log in ~/train.log); a
-          --workdir gs://NAME/PATH becomes /mnt/NAME/PATH, the mounted bucket
+          --workdir gs://BUCKET/PATH is passed on unchanged: train.py writes the bucket itself
+          with the TPU's service account, nothing is mounted (a local workdir is each worker's
+          own disk, with a warning)
   logs    follow ~/train.log on one worker until its train.py exits
   delete  gcloud compute tpus tpu-vm delete --quiet
 
@@ -39,10 +39,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-# What runs on each worker (the bootstrap, the bucket mount, starting and following train.py):
-# tpu_pod_worker.py, beside this file (a script's own directory is on its import path).
-from tpu_pod_worker import (MOUNT_ROOT, REMOTE_TARBALL, bootstrap_script, logs_script,
-                            mount_script, run_script)
+# What runs on each worker (the bootstrap, starting and following train.py): tpu_pod_worker.py,
+# beside this file (a script's own directory is on its import path).
+from tpu_pod_worker import REMOTE_TARBALL, bootstrap_script, logs_script, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 # Never shipped: local environments and outputs (the .gitignore list) and git's own data.
@@ -51,8 +50,8 @@ EXCLUDES = (".git", ".venv", "runs", "__pycache__", "*.egg-info", ".pytest_cache
 # not ending in a hyphen, at most 63 characters.
 NAME_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 # The characters Cloud Storage allows in bucket names (lowercase letters, digits, -, _ and ., a
-# letter or digit at each end), which also keeps the name one plain word in the worker scripts;
-# the length rules (3 to 63, or 222 with dots) are left to Cloud Storage.
+# letter or digit at each end), so that a mistyped workdir is one line here and not a failure on
+# every worker; the length rules (3 to 63, or 222 with dots) are left to Cloud Storage.
 BUCKET_RE = re.compile(r"[a-z0-9](?:[-_.a-z0-9]{0,220}[a-z0-9])?")
 
 
@@ -108,16 +107,13 @@ def tar_command(tarball: str) -> list[str]:
 
 def setup_commands(args) -> list[list[str]]:
     tarball = local_tarball(args.name)
-    commands = [
+    return [
         tar_command(tarball),
         # --recurse matters only for directories; harmless for the one tarball.
         gcloud_tpu(args, "scp", tarball, f"{args.name}:{REMOTE_TARBALL}", "--worker=all",
                    "--recurse"),
         ssh(args, "all", bootstrap_script(args.python)),
     ]
-    if args.bucket:
-        commands.append(ssh(args, "all", mount_script(args.bucket)))
-    return commands
 
 
 def compile_check_command(args) -> list[str]:
@@ -156,8 +152,7 @@ def check_compiles(args) -> None:
 
 
 def run_commands(args) -> list[list[str]]:
-    return [ssh(args, "all", run_script(args.remote_config, args.remote_workdir,
-                                        args.overrides))]
+    return [ssh(args, "all", run_script(args.remote_config, args.workdir, args.overrides))]
 
 
 def logs_commands(args) -> list[list[str]]:
@@ -197,48 +192,41 @@ def remote_config_path(config: str) -> str:
     return rel.as_posix()
 
 
-def check_bucket(bucket: str) -> str:
-    """The bucket name as gcsfuse takes it (a gs:// prefix or a trailing / is dropped)."""
-    name = bucket.removeprefix("gs://").rstrip("/")
-    if not BUCKET_RE.fullmatch(name) or ".." in name:
-        raise InputError(f"--bucket {bucket!r} is not a bucket name: give the name alone, without "
-                         f"gs:// or a path, e.g. --bucket my-bucket")
-    return name
+def check_no_bucket(args) -> None:
+    """--bucket once mounted the workdir's bucket with gcsfuse; it is refused rather than
+    ignored, so that nobody believes something was mounted."""
+    if getattr(args, "bucket", None) is not None:
+        raise InputError("--bucket is no longer needed: train.py writes --workdir "
+                         "gs://BUCKET/PATH directly, nothing is mounted; drop --bucket")
 
 
-def bucket_of(workdir: str) -> str | None:
-    """The bucket a (rewritten) workdir /mnt/BUCKET/... is in, else None."""
-    parts = workdir.split("/")
-    if workdir.startswith(MOUNT_ROOT + "/") and len(parts) > 2 and parts[2]:
-        return parts[2]
-    return None
-
-
-def remote_workdir(workdir: str, notes: list[str]) -> str:
-    """train.py's --workdir on the workers: gs://BUCKET/PATH becomes /mnt/BUCKET/PATH (where
-    `setup --bucket BUCKET` mounts it), with a one-line note; a path under /mnt/ is kept; any
-    other path is kept with a warning, since it is each worker's own disk."""
+def check_workdir(workdir: str, notes: list[str]) -> None:
+    """train.py's --workdir, passed to every worker unchanged. gs://BUCKET/PATH is what a pod
+    needs (every process shares it, it outlives the TPU, train.py writes it directly); it must be
+    a well-formed bucket path, since `.` and `..` are not resolved in object names. Any other path
+    is each worker's own disk: kept, with a one-line warning in `notes`."""
     if workdir.startswith("gs://"):
         bucket, _, rest = workdir.removeprefix("gs://").partition("/")
-        root = f"{MOUNT_ROOT}/{bucket}"
-        local = posixpath.normpath(posixpath.join(root, rest))
-        if not BUCKET_RE.fullmatch(bucket) or not (local == root or local.startswith(root + "/")):
+        if not BUCKET_RE.fullmatch(bucket) or {".", ".."} & set(rest.split("/")):
             raise InputError(f"--workdir {workdir!r} is not a bucket path: use gs://BUCKET/PATH, "
                              f"e.g. gs://my-bucket/runs/tiny")
-        notes.append(f"note: --workdir {workdir} is {local} on the workers, where "
-                     f"`setup --bucket {bucket}` mounts the bucket")
-        return local
-    if bucket_of(posixpath.normpath(workdir)) is None:
+        return
+    local = posixpath.normpath(workdir)
+    if local.startswith("/mnt/"):
+        # Where the gs:// workdirs of earlier versions ran, through a gcsfuse mount.
+        notes.append(f"warning: --workdir {workdir}: tpu_pod.py no longer mounts buckets, so "
+                     f"this is each worker's own disk; give the run as gs://BUCKET/PATH "
+                     f"(gs://{local.removeprefix('/mnt/')} if it was a bucket's mount), which "
+                     f"train.py writes directly")
+    else:
         notes.append(f"warning: --workdir {workdir} is on each worker's own disk: each worker "
-                     f"keeps only its own part and it is lost with the TPU; use gs://BUCKET/... "
-                     f"with the bucket mounted by `setup --bucket BUCKET`")
-    return workdir
+                     f"keeps only its own part and it is lost with the TPU; use "
+                     f"gs://BUCKET/PATH, which train.py writes directly")
 
 
 def check_run_inputs(args) -> list[str]:
-    """Sets args.remote_config and args.remote_workdir (a gs:// workdir rewritten to its
-    mount). Returns the lines to print once all input is known to be good: the rewrite, or a
-    warning (which does not stop anything) when the workdir is not in a mounted bucket."""
+    """Sets args.remote_config. Returns the lines to print once all input is known to be good:
+    a warning (which does not stop anything) when the workdir is not a bucket."""
     args.remote_config = remote_config_path(args.config)
     if "--dry-run" in args.overrides:
         # After `--` it would go to train.py, and the TPU would really be created.
@@ -250,17 +238,7 @@ def check_run_inputs(args) -> list[str]:
         raise InputError(f"training overrides must be flags such as --config.num_train_steps=100, "
                          f"got {' '.join(map(shlex.quote, bad))}")
     notes = []
-    args.remote_workdir = remote_workdir(args.workdir, notes)
-    if args.command != "all":
-        return notes
-    # `all` starts from a new TPU, so only the bucket it mounts itself can be there.
-    bucket = bucket_of(posixpath.normpath(args.remote_workdir))
-    if args.bucket and bucket and bucket != args.bucket:
-        raise InputError(f"--workdir {args.workdir} is in bucket {bucket}, but --bucket "
-                         f"{args.bucket} is the one mounted: give --bucket {bucket}")
-    if bucket and not args.bucket:
-        notes = [f"warning: --workdir {args.workdir} is {args.remote_workdir} on the workers, "
-                 f"but nothing mounts bucket {bucket} on the new TPU: add --bucket {bucket}"]
+    check_workdir(args.workdir, notes)
     return notes
 
 
@@ -335,18 +313,17 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--python", default="python3.11",
                        help="interpreter for the workers' venv, Python 3.11+; installed with "
                             "apt when missing (default: %(default)s)")
-    setup.add_argument("--bucket", metavar="NAME",
-                       help="Cloud Storage bucket (the name, without gs://) to mount with "
-                            "gcsfuse at /mnt/NAME on every worker, for --workdir gs://NAME/...")
+    # Hidden: it mounted the bucket with gcsfuse, which is gone; given, it is refused in one line.
+    setup.add_argument("--bucket", help=argparse.SUPPRESS)
 
     train = argparse.ArgumentParser(add_help=False)
     train.add_argument("--config", required=True,
                        help="config file inside this repository, e.g. configs/tiny.py")
     train.add_argument("--workdir", required=True,
-                       help="train.py's --workdir; normally a bucket path such as "
-                            "gs://BUCKET/runs/NAME, run as /mnt/BUCKET/runs/NAME where "
-                            "`setup --bucket BUCKET` mounts it: every worker shares it and it "
-                            "outlives the TPU (a local path is each worker's own disk)")
+                       help="train.py's --workdir, passed on unchanged; normally a bucket path "
+                            "such as gs://BUCKET/runs/NAME, which train.py writes directly: "
+                            "every worker shares it and it outlives the TPU (a local path is "
+                            "each worker's own disk)")
     train.add_argument("--skip-compile-check", action="store_true",
                        help="do not compile the train step for the slice first (scripts/plan.py "
                             "--compile tpu: seconds here against an out-of-memory on the pod)")
@@ -381,9 +358,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"training overrides after -- only apply to run and all, not "
                      f"{args.command}")
     try:
+        check_no_bucket(args)
         check_name(args.name)
-        if getattr(args, "bucket", None):
-            args.bucket = check_bucket(args.bucket)
         if args.command in ("run", "all"):
             notes = check_run_inputs(args)
         else:

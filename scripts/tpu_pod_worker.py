@@ -4,10 +4,12 @@ per command), each safe to run any number of times:
 
     bootstrap_script(python)   unpack the code, make the venv if missing, install if
                                pyproject.toml or constraints.txt changed
-    mount_script(bucket)       install gcsfuse if missing, mount gs://BUCKET at /mnt/BUCKET
     run_script(config, workdir, overrides)
                                start train.py under nohup unless one is running
     logs_script()              follow ~/train.log until the trainer exits
+
+Nothing is mounted: a --workdir gs://BUCKET/PATH reaches train.py as it is, and train.py writes
+the bucket itself (see run_script).
 
 Standard library only, like tpu_pod.py.
 """
@@ -22,10 +24,6 @@ REMOTE_TARBALL = "ringstripe.tar.gz"  # scp'd into $HOME, relative paths land th
 # lets `logs` stop following when the trainer exits, which is what lets `all` reach `delete`.
 PID_FILE = "$HOME/train.pid"
 LOG_FILE = "$HOME/train.log"
-# train.py reads and writes its workdir with plain file operations, and every process of a pod
-# must see the same one, so a bucket is mounted with gcsfuse at MOUNT_ROOT/BUCKET on every worker
-# and gs://BUCKET/PATH workdirs are rewritten to MOUNT_ROOT/BUCKET/PATH.
-MOUNT_ROOT = "/mnt"
 
 
 def bootstrap_script(python: str) -> str:
@@ -69,39 +67,14 @@ def bootstrap_script(python: str) -> str:
     return "; ".join(lines)
 
 
-def mount_script(bucket: str) -> str:
-    """Mounts gs://BUCKET at /mnt/BUCKET, safe to run any number of times (one line, like the
-    bootstrap). gcsfuse is installed from Google's apt repository only when it is not on PATH
-    (the commands of https://cloud.google.com/storage/docs/cloud-storage-fuse/install), and the
-    bucket is mounted only when `mountpoint -q` says nothing is mounted there yet, so a second
-    setup neither reinstalls nor mounts twice. --implicit-dirs shows directories that exist
-    only as prefixes of object names (written by gsutil, or by another worker's gcsfuse)."""
-    apt = "sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq"
-    keyring = "/usr/share/keyrings/cloud.google.asc"
-    mount_point = f"{MOUNT_ROOT}/{bucket}"
-    lines = [
-        "set -euo pipefail",
-        f'B={shlex.quote(bucket)}; M={shlex.quote(mount_point)}; W="$(hostname)"',
-        'if command -v gcsfuse >/dev/null; then echo "$W: gcsfuse is installed"; else '
-        'echo "$W: installing gcsfuse"; '
-        f'echo "deb [signed-by={keyring}] https://packages.cloud.google.com/apt '
-        'gcsfuse-$(lsb_release -c -s) main" | sudo tee /etc/apt/sources.list.d/gcsfuse.list '
-        '>/dev/null; '
-        'curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg | '
-        f'sudo tee {keyring} >/dev/null; '
-        f'{apt} update; {apt} install -y gcsfuse; fi',
-        'if mountpoint -q "$M"; then echo "$W: gs://$B is already mounted at $M"; else '
-        'sudo mkdir -p "$M"; sudo chown "$(id -u):$(id -g)" "$M"; '
-        'gcsfuse --implicit-dirs "$B" "$M" || { echo "$W: could not mount gs://$B at $M: is '
-        'there such a bucket, and may the TPU service account read and write it?" >&2; exit 1; }; '
-        'echo "$W: mounted gs://$B at $M"; fi',
-    ]
-    return "; ".join(lines)
-
-
 def run_script(config: str, workdir: str, overrides: list[str]) -> str:
     """Starts train.py in the background so it outlives the ssh session (nohup, stdin from
-    /dev/null so ssh need not wait), unless a trainer from an earlier `run` is still alive."""
+    /dev/null so ssh need not wait), unless a trainer from an earlier `run` is still alive.
+
+    `workdir` is passed as it is, gs:// included: train.py writes a bucket itself (checkpoints
+    through Orbax/tensorstore, which commits a save with a marker object; the rest through
+    gcsfs), so every process of the pod shares it without a mount. A gcsfuse mount would turn
+    Orbax's directory renames into non-atomic copies, and Orbax deletes half-renamed saves."""
     train = [".venv/bin/python", "train.py", "--config", config, "--workdir", workdir,
              "--distributed", *overrides]
     return "; ".join([

@@ -1,14 +1,18 @@
 """The pod commands the documentation gives (scripts/README.md, config docstrings) pass train.py's
-own validation for the slice they name, with its chip count, host count and platform: a user who
-copies one does not find the mistake on a paid slice."""
+own validation for the slice they name, with its chip count, host count and platform, and
+scripts/tpu_pod.py itself takes them; the dry-run output pasted in scripts/README.md is what the
+script prints. A user who copies one does not find the mistake on a paid slice."""
 
 import ast
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.tpu_pod_runs import launcher, tools_path
 from training.validate import validate_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,3 +79,48 @@ def test_a_documented_pod_command_validates_for_its_slice(where, argv):
     devices = chips(accelerator)
     config = load_config(flags["--config"], overrides)
     validate_config(config, devices, max(1, devices // 4), platform="tpu")
+
+
+# What the docs leave to the user, as whole words (gs://BUCKET/PATH, --zone ZONE).
+PLACEHOLDERS = {"BUCKET": "my-bucket", "ZONE": "us-central2-b"}
+# The shell variables the docs set before their commands use them (POD="--name ... --zone ...").
+VARIABLES = dict(re.findall(r'^([A-Z_]+)="([^"]*)"$',
+                            (REPO / "scripts" / "README.md").read_text(), re.M))
+
+
+def dry_run(argv, *flags, env=None):
+    """tpu_pod.py COMMAND --dry-run FLAGS ARGS for a documented argv, placeholders and shell
+    variables filled in."""
+    argv = [word for a in argv for word in (
+        shlex.split(VARIABLES[a[1:]]) if a.startswith("$") else
+        [re.sub(r"\b(BUCKET|ZONE)\b", lambda m: PLACEHOLDERS[m[1]], a)])]
+    return launcher(argv[0], "--dry-run", *flags, *argv[1:], env=env)
+
+
+@pytest.mark.parametrize("where,argv", COMMANDS, ids=[f"{w}:{i}" for i, (w, _) in
+                                                      enumerate(COMMANDS)])
+def test_a_documented_pod_command_is_taken_by_tpu_pod(where, argv):
+    """No retired or misplaced argument (a --bucket, an override before `--`), and a workdir
+    that needs no warning: a gs:// path, which train.py writes directly."""
+    result = dry_run(argv, "--skip-compile-check")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_the_pasted_dry_run_output_is_what_the_script_prints():
+    """The `+ ` block in scripts/README.md against the real --dry-run output of the README's
+    `all` command: line by line, with `...` (and a `... (note)`) standing for any text, the
+    repository as /path/to/ringstripe and the temp dir as /tmp."""
+    text = (REPO / "scripts" / "README.md").read_text()
+    blocks = [b.strip().splitlines() for b in re.findall(r"^```\n(.*?)^```$", text, re.M | re.S)]
+    (pasted,) = [b for b in blocks if b and all(line.startswith("+ ") for line in b)]
+    (argv,) = [argv for where, argv in COMMANDS if where == "README.md" and argv[0] == "all"]
+    result = dry_run(argv, env={**os.environ, "PATH": tools_path(), "TMPDIR": "/tmp"})
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout
+    for python in (str(REPO / ".venv" / "bin" / "python"), sys.executable):
+        printed = printed.replace(python, "/path/to/ringstripe/.venv/bin/python")
+    printed = printed.replace(str(REPO), "/path/to/ringstripe").splitlines()
+    assert len(pasted) == len(printed), "\n".join(printed)
+    for doc, line in zip(pasted, printed):
+        pattern = ".*".join(map(re.escape, re.split(r"\.\.\.(?: \([^)]*\))?", doc)))
+        assert re.fullmatch(pattern, line), f"README.md has\n{doc}\nthe script prints\n{line}"

@@ -234,13 +234,14 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_survives(own_cache_run,
         first = run_train(workdir, cache, "--config.stop_at_step=6")
         assert first.returncode == 0, first.stderr[-3000:]
         kept = _snapshot(workdir / "checkpoints")
-        with open(disk / "filler", "wb") as f:  # the disk fills up
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)  # the disk fills up
+        try:
+            while True:
+                os.write(filler, b"\0" * 65536)
+        except OSError:
+            pass
+        finally:
+            os.close(filler)
         full = run_train(workdir, cache, "--config.checkpoint_every_steps=2")
         assert full.returncode != 0 and "Traceback" not in full.stderr, full.stderr[-3000:]
         _one_line(full, full.returncode, "No space left on device", "free space")

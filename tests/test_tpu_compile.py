@@ -146,15 +146,16 @@ def test_plan_refuses_a_topology_that_is_not_a_slice():
     assert result.stderr.strip().splitlines()[-1].startswith("error: --topology=v4-7")
 
 
-@pytest.mark.parametrize("config", ["paper_tpuv4_786k", "paper_tpuv4_786k_7b"])
-def test_paper_configs_compile_and_fit_a_v4_32(config, tmp_path):
-    """The v4 configs at their real size: 786,432 tokens on 16 v4 chips, the 1.1B and the 7B
-    (whose block inputs live in host memory)."""
-    result = plan(f"--config=configs/{config}.py", f"--json={tmp_path / 'plan.json'}")
+def test_the_7b_paper_config_compiles_and_fits_a_v4_32(tmp_path):
+    """The 7B v4 config at its real size: 786,432 tokens on 16 v4 chips, its block inputs in
+    host memory. (The 1.1B config compiles the same way, in 75 s more of make test: its figures
+    are in BENCHMARKS.md, from `scripts/plan.py --config configs/paper_tpuv4_786k.py --compile
+    tpu`.)"""
+    result = plan("--config=configs/paper_tpuv4_786k_7b.py", f"--json={tmp_path / 'plan.json'}")
     assert result.returncode == 0, result.stderr
     assert "for v4-32, per chip" in result.stdout and ": FITS;" in result.stdout
     compiled = json.loads((tmp_path / "plan.json").read_text())["compiled"]
-    assert compiled["total"] <= 32e9 and (compiled["host_total"] > 10e9) == config.endswith("7b")
+    assert compiled["total"] <= 32e9 and compiled["host_total"] > 10e9
 
 
 def test_offload_moves_block_inputs_to_host_memory(tmp_path):

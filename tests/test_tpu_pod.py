@@ -16,6 +16,7 @@ from tests.tpu_pod_runs import (GCLOUD_TPU, POD, REPO, TRAIN, dry_run, launcher,
                                 write_executable)
 
 
+# --- create, delete, all ----------------------------------------------------------------------
 
 def test_create_names_type_zone_and_version():
     (cmd,) = dry_run("create", *POD)
@@ -41,31 +42,35 @@ def test_all_runs_every_step_in_order_and_ends_with_delete():
     assert commands[-1] == [*GCLOUD_TPU, "delete", "rs-v4", "--quiet", "--zone=us-central2-b"]
     assert "--worker=0" in commands[5] and "tail" in remote_script(commands[5])
     assert "--distributed" in remote_script(commands[4])
+    # Nothing is mounted: the setup ssh is the bootstrap alone.
+    assert "pip install" in remote_script(commands[3])
+    assert not any("mount" in remote_script(c) for c in commands if verb(c) == "ssh")
     # Every gcloud command carries the zone, and the project when one is given.
     with_project = dry_run("all", *POD, *TRAIN, "--project", "p1")
     assert all("--zone=us-central2-b" in c and "--project=p1" in c
                for c in with_project if c[0] == "gcloud")
 
 
-def test_all_with_a_bucket_mounts_it_in_setup_before_training():
-    commands = dry_run("all", *POD, "--bucket", "my-bucket", *TRAIN)
-    assert [verb(c) for c in commands] == ["create", "tar", "scp", "ssh", "ssh", "ssh", "ssh",
-                                           "delete"]
-    assert "gcsfuse --implicit-dirs" in remote_script(commands[4])
-    assert "--worker=all" in commands[4]
-    assert "--workdir /mnt/my-bucket/runs/tiny" in remote_script(commands[5])
-
-
-def test_all_refuses_a_workdir_in_another_bucket():
-    result = launcher("all", *POD, "--bucket", "other", *TRAIN, "--dry-run")
-    assert result.returncode == 2
-    assert "--bucket my-bucket" in result.stderr.strip().splitlines()[-1]
-
-
-def test_all_without_a_bucket_warns_that_the_workdir_is_not_mounted():
+def test_all_passes_a_bucket_workdir_unchanged_without_a_word():
     result = launcher("all", *POD, *TRAIN, "--dry-run")
-    assert result.returncode == 0
-    assert "add --bucket my-bucket" in result.stderr
+    assert result.returncode == 0 and result.stderr == ""
+    run = shlex.split(result.stdout.splitlines()[5][2:])
+    assert "--workdir gs://my-bucket/runs/tiny --distributed" in remote_script(run)
+
+
+@pytest.mark.parametrize("command", ["setup", "all"])
+def test_bucket_is_refused_in_one_line_before_anything_runs(command, tmp_path):
+    """--bucket mounted the bucket with gcsfuse; now it is refused, never silently ignored."""
+    env, log = fake_gcloud(tmp_path, fail_on="nothing")
+    train = TRAIN if command == "all" else []
+    for bucket in ("my-bucket", "gs://my-bucket"):
+        for dry in ([], ["--dry-run"]):
+            result = launcher(command, *dry, *POD, "--bucket", bucket, *train, env=env)
+            assert result.returncode == 2
+            one_line_error(result, "--bucket is no longer needed", "gs://BUCKET/PATH",
+                           "drop --bucket")
+    assert not log.exists()  # gcloud was never called
+    assert "--bucket" not in launcher(command, "--help").stdout  # hidden
 
 
 def test_all_with_keep_does_not_delete():
@@ -125,7 +130,7 @@ for _ in $(seq 200); do [ -f "$HOME/stop" ] && exit 0; sleep 0.05; done
             time.sleep(0.05)
         args = (home / "args").read_text().splitlines()
         assert args == ["train.py", "--config", "configs/tiny.py", "--workdir",
-                        "/mnt/my-bucket/runs/tiny", "--distributed", *OVERRIDES]
+                        "gs://my-bucket/runs/tiny", "--distributed", *OVERRIDES]
         assert (home / "train.log").exists()
 
         again = run_remote()  # a second trainer would fight the first for the TPU
@@ -149,31 +154,38 @@ def train_workdir(ssh):
     return words[words.index("--workdir") + 1]
 
 
-def test_run_rewrites_a_bucket_workdir_to_its_mount():
+def run_workdir(workdir):
+    """`run --dry-run` with --workdir `workdir`: (the result, the train.py --workdir value on the
+    workers)."""
     result = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
-                      "--workdir", "gs://b/runs/x")
+                      "--workdir", workdir)
     assert result.returncode == 0, result.stderr
     (check, ssh) = [shlex.split(line[2:]) for line in result.stdout.splitlines()]
     assert verb(check) == "compile-check"
-    assert train_workdir(ssh) == "/mnt/b/runs/x"
-    assert ".venv/bin/python train.py --config configs/tiny.py --workdir /mnt/b/runs/x " \
-           "--distributed" in remote_script(ssh)
-    (note,) = result.stderr.strip().splitlines()
-    assert "gs://b/runs/x" in note and "/mnt/b/runs/x" in note
+    return result, train_workdir(ssh)
 
-    # A path in the mount is kept as it is, without a word.
-    mounted = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
-                       "--workdir", "/mnt/b/runs/x")
-    assert mounted.returncode == 0 and mounted.stderr == ""
-    assert train_workdir(shlex.split(mounted.stdout[2:])) == "/mnt/b/runs/x"
+
+def test_run_passes_a_bucket_workdir_unchanged():
+    result, workdir = run_workdir("gs://b/runs/x")
+    assert workdir == "gs://b/runs/x" and result.stderr == ""  # train.py writes the bucket
+    assert ".venv/bin/python train.py --config configs/tiny.py --workdir gs://b/runs/x " \
+           "--distributed" in result.stdout
+
+    # A path under /mnt/, where earlier versions mounted the bucket: kept, with a warning that
+    # nothing mounts it any more and what to give instead.
+    mounted, workdir = run_workdir("/mnt/b/runs/x")
+    assert workdir == "/mnt/b/runs/x"
+    (warning,) = mounted.stderr.strip().splitlines()
+    assert warning.startswith("warning: ") and "no longer mounts buckets" in warning
+    assert "gs://BUCKET/PATH" in warning and "gs://b/runs/x" in warning
 
     # A local path is kept, with the warning that it is each worker's own disk.
-    local = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
-                     "--workdir", "runs/x")
-    assert local.returncode == 0 and "each worker's own disk" in local.stderr
-    assert train_workdir(shlex.split(local.stdout[2:])) == "runs/x"
+    local, workdir = run_workdir("runs/x")
+    assert workdir == "runs/x"
+    (warning,) = local.stderr.strip().splitlines()
+    assert warning.startswith("warning: ") and "each worker's own disk" in warning
 
-    for bad in ("gs://", "gs:///runs/x", "gs://b/../../etc"):
+    for bad in ("gs://", "gs:///runs/x", "gs://b/../../etc", "gs://b/runs/../x", "gs://B/x"):
         result = launcher("run", "--dry-run", *POD, "--config", "configs/tiny.py",
                           "--workdir", bad)
         assert result.returncode == 2
@@ -272,9 +284,7 @@ def test_all_stops_after_a_failure_and_says_how_to_delete(tmp_path):
     result = launcher("all", *POD, *TRAIN, "--skip-compile-check", env=env)
     assert result.returncode == 1
     assert [line.split()[3] for line in log.read_text().splitlines()] == ["create", "scp"]
-    # The warning that nothing mounts the workdir's bucket (no --bucket), then the failure.
-    warning, line = result.stderr.strip().splitlines()
-    assert warning.startswith("warning: ") and "add --bucket my-bucket" in warning
+    (line,) = result.stderr.strip().splitlines()  # a gs:// workdir: no warning, the failure only
     assert "exited with code 7" in line
     assert "gcloud compute tpus tpu-vm delete rs-v4 --quiet --zone=us-central2-b" in line
 
@@ -294,13 +304,12 @@ def test_all_stops_before_creating_a_slice_the_step_does_not_fit(tmp_path):
     """The TPU compiler, here, refuses tiny.py with 4,096 rows per step on a v4-8: one line,
     exit 1, and gcloud is never called."""
     env, log = fake_gcloud(tmp_path, fail_on="nothing")
-    result = launcher("all", *POD, *TRAIN, "--bucket", "my-bucket", "--accelerator-type", "v4-8",
+    result = launcher("all", *POD, *TRAIN, "--accelerator-type", "v4-8",
                       "--", "--config.mesh.data=1", "--config.mesh.seq=4", "--config.seq_len=4096",
                       "--config.data.eval_fraction=0.05", "--config.global_batch_size=4096",
                       "--config.data.max_bytes=0", env=env, timeout=300)
     assert result.returncode == 1, result.stderr
-    *notes, line = result.stderr.strip().splitlines()
-    assert all(n.startswith("note: ") for n in notes)  # where the bucket is mounted
+    (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: compile check for v4-8: the TPU compiler refused") and (
         "HBM" in line and "--skip-compile-check" in line)
     assert not log.exists()  # no slice created, nothing started

@@ -20,7 +20,7 @@ GCLOUD_TPU = ["gcloud", "compute", "tpus", "tpu-vm"]
 # Tools the launcher and the scripts it prints need, and no gcloud: a test can never reach a
 # real gcloud (one may be installed here), even by a mistake in the test.
 TOOLS = ("bash", "tar", "gzip", "ps", "grep", "cat", "sha256sum", "cut", "mkdir", "cp", "mv",
-         "rm", "sleep", "seq", "tail", "hostname", "printf", "echo", "nohup", "id")
+         "rm", "sleep", "seq", "tail", "hostname", "printf", "echo", "nohup")
 _TOOLS_DIR = None
 
 
@@ -96,5 +96,3 @@ def write_executable(path: Path, text: str) -> Path:
     path.chmod(0o755)
     return path
 
-
-# --- create, delete, all ----------------------------------------------------------------------
