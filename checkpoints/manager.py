@@ -158,9 +158,7 @@ class Checkpointer:
         parent = self.directory.rstrip("/").rsplit("/", 1)[0]
         target = storage.join(parent, "damaged_checkpoints", f"{step}-{int(time.time())}")
         if jax.process_index() == 0:
-            source = storage.path(storage.join(self.directory, str(step)))
-            storage.path(target).parent.mkdir(parents=True, exist_ok=True)
-            source.rename(target)
+            storage.move(storage.join(self.directory, str(step)), target)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
             multihost_utils.sync_global_devices(f"moved checkpoint {step}")

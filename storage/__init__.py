@@ -190,6 +190,20 @@ def remove(location: str) -> None:
         pass
 
 
+def move(source: str, target: str) -> None:
+    """Moves a directory (a whole prefix, in a bucket: each object copied, then deleted; only
+    for rare moves such as a damaged checkpoint put aside)."""
+    if is_remote(source):
+        # Copy, then delete: Cloud Storage has no directories to rename (and its per-object
+        # move is not offered everywhere, emulators included).
+        fs = _object_store(source)
+        fs.copy(source, target, recursive=True)
+        fs.rm(source, recursive=True)
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    os.rename(source, target)
+
+
 def _object_store(location: str):
     """The fsspec filesystem of a remote location, its listing cache dropped (another process
     may have written since)."""

@@ -84,3 +84,8 @@ class Emulator:
         request = urllib.request.Request(url, data=content, method="POST",
                                          headers={"Content-Type": "application/octet-stream"})
         urllib.request.urlopen(request, timeout=10).close()
+
+    def delete(self, name: str) -> None:
+        from urllib.parse import quote
+        url = f"{self.host}/storage/v1/b/{BUCKET}/o/{quote(name, safe='')}"
+        urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10).close()

@@ -74,12 +74,23 @@ def test_bucket_run_killed_and_resumed_elsewhere_matches_a_local_run(gcs, tmp_pa
     assert steps == sorted(set(steps)) and steps[-1] == stop  # one row per step, none twice
     assert losses(rows) == losses(read_metrics(tmp_path / "local"))  # bitwise, every step
 
+    # The newest checkpoint loses its arrays' data: it is moved aside within the bucket, and the
+    # one before it restores.
+    for name in gcs.listing(f"killed/checkpoints/{stop}/state/"):
+        if "/d/" in name:
+            gcs.delete(name)
+    again = _train(gcs, workdir, tmp_path / "host3", *SCHEDULE, f"--config.stop_at_step={stop + 2}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"checkpoint {stop} in gs://{BUCKET}/killed/checkpoints is damaged" in again.stdout
+    assert any(n.startswith(f"killed/damaged_checkpoints/{stop}-") for n in gcs.listing("killed/"))
+    assert gcs.committed_steps("killed/checkpoints/")[-2:] == [kept[-1], stop + 2]
+
     sample = subprocess.run([sys.executable, "sample.py", "--workdir", workdir, "--prompt",
                              "def ", "--max_new_tokens", "8", "--temperature", "0"], cwd=ROOT,
                             env=gcs.env(clean_env(), tmp_path / "host4"), capture_output=True,
                             text=True, timeout=300)
     assert sample.returncode == 0, sample.stderr[-3000:]
-    assert f"step {stop}" in sample.stderr and sample.stdout.startswith("def ")
+    assert f"step {stop + 2}" in sample.stderr and sample.stdout.startswith("def ")
 
 
 def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_built(gcs, tmp_path):

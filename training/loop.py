@@ -141,7 +141,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         try:
             # Refuse a changed run before its data is built (a changed corpus would train a
             # new tokenizer first); the tokenizer itself is compared on restore.
-            _check_same_run(config, checkpointer, resume.run_identity(config))
+            _check_against_latest(config, checkpointer, resume.run_identity(config))
             prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)  # data errors
             return _run(config, workdir, mesh, choice, checkpointer, prepared)
         finally:
@@ -167,12 +167,17 @@ def _take(lock) -> None:
         raise refusal
 
 
-def _check_same_run(config, checkpointer, identity) -> None:
-    """The newest checkpoint's run against this one (a checkpoint that does not read is left
-    to the restore, which tells damage from trouble)."""
+def _check_against_latest(config, checkpointer, identity) -> None:
+    """The newest checkpoint's run against this one, and stop_at_step after its step (a
+    checkpoint that does not read is left to the restore, which tells damage from trouble;
+    falling back to an older one only moves the start earlier)."""
     steps = checkpointer.steps()
     if not steps:
         return
+    if config.stop_at_step and config.stop_at_step <= steps[-1]:
+        raise ConfigError(f"stop_at_step={config.stop_at_step} is not after step {steps[-1]}, "
+                          f"which this run resumes from: raise it, or set "
+                          f"--config.stop_at_step=0")
     try:
         meta = checkpointer.read_meta(steps[-1])
     except Exception:  # noqa: BLE001
@@ -190,9 +195,6 @@ def _restore(config, checkpointer, state, identity):
     if restored is None:
         return 0, state, resume.Progress()
     step, state, meta = restored
-    if config.stop_at_step and config.stop_at_step <= step:
-        raise ConfigError(f"stop_at_step={config.stop_at_step} is not after step {step}, which "
-                          f"this run resumes from: raise it, or set --config.stop_at_step=0")
     return step, state, resume.Progress.from_meta(meta)
 
 

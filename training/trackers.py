@@ -217,16 +217,16 @@ def make_trackers(config, workdir: str, mesh_shape, choice, is_main: bool,
 
 def _keep_rows_through(path: str, last_step: int) -> None:
     """Cuts what a killed process left past `last_step` (the checkpoint a run resumes from; 0 for
-    a fresh start keeps every row): its rows after that step, and half a line at the end.
+    a start with no checkpoint, whose earlier rows are all logged again): its rows after that
+    step, and half a line at the end.
     The file is rewritten aside and renamed, so a kill now loses nothing."""
     if not os.path.exists(path):
         return
     with open(path, "rb") as f:
         content = f.read()
     lines = content.split(b"\n")
-    complete = lines[:-1]  # the last piece is '' or a torn row
-    if last_step:
-        complete = [line for line in complete if json.loads(line)["step"] <= last_step]
+    complete = [line for line in lines[:-1]  # the last piece is '' or a torn row
+                if json.loads(line)["step"] <= last_step]
     kept = b"".join(line + b"\n" for line in complete)
     if kept != content:
         with open(path + ".tmp", "wb") as f:
