@@ -17,7 +17,7 @@ import pytest
 from checkpoints import Checkpointer, CheckpointError, WorkdirBusy, WorkdirLock
 from checkpoints import manager as manager_lib
 from checkpoints.lock import STALE_AFTER_S
-from tests.train_runs import ROOT, clean_env, completed_checkpoints, read_metrics, run_train
+from tests.train_runs import ROOT, clean_env, completed_checkpoints, run_train
 
 
 def _write_lock(workdir, **holder):
