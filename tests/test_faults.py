@@ -268,3 +268,19 @@ def test_wandb_is_rewound_to_the_checkpoint_online_and_continued_offline(tmp_pat
     assert rewound["resume_from"] == "3f9a1c2b?_step=12" and "resume" not in rewound
     assert (fresh["id"], fresh["resume"]) == ("3f9a1c2b", "allow") and "resume_from" not in fresh
     assert (offline["id"], offline["resume"]) == ("3f9a1c2b", "allow")
+
+
+@pytest.mark.parametrize("fault,outcome,left", [("damage", "restored 1", ["1"]),
+                                                ("trouble", "refused", ["1", "2"])])
+def test_processes_take_the_decision_of_the_one_that_fared_worst(tmp_path, fault, outcome, left):
+    """Only process 1 of 2 finds step 2 wrong (tests/two_process_restore.py); deciding alone,
+    process 0 would resume from step 2 while process 1 moved it away or stopped."""
+    directory = tmp_path / "checkpoints"
+    cmd = [sys.executable, "scripts/launch_local.py", "--processes", "2", "--timeout", "200",
+           "--", "tests/two_process_restore.py", str(directory), fault]
+    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    for p in (0, 1):
+        assert f"[{p}] ok: {outcome}" in result.stdout, result.stdout[-3000:]
+    assert sorted(os.listdir(directory)) == left
