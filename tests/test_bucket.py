@@ -1,6 +1,7 @@
 """A run whose workdir is a Cloud Storage bucket (gs://), against a GCS emulator on 127.0.0.1:
 trained, killed, refused to a second trainer, resumed on a "new machine" (an empty local mirror),
-sampled; the same losses as a run on a local disk."""
+its damaged step moved aside, sampled; two processes stopped by SIGTERM as a pod is; the same
+losses as a run on a local disk."""
 
 import json
 import signal
@@ -8,10 +9,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
-from tests.gcs_emulator import BUCKET, Emulator
-from tests.train_runs import ROOT, clean_env, command, losses, read_metrics, run_train
+from tests.gcs_emulator import BUCKET, Emulator, free_port
+from tests.train_runs import (ROOT, clean_env, command, losses, read_metrics, run_train,
+                              wait_for_step)
 
 SCHEDULE = ["--config.num_train_steps=2000", "--config.checkpoint_every_steps=10",
             "--config.log_every_steps=1", "--config.eval_every_steps=1000"]
@@ -91,6 +94,49 @@ def test_bucket_run_killed_and_resumed_elsewhere_matches_a_local_run(gcs, tmp_pa
                             text=True, timeout=300)
     assert sample.returncode == 0, sample.stderr[-3000:]
     assert f"step {stop + 2}" in sample.stderr and sample.stdout.startswith("def ")
+
+
+def _bucket_metrics(gcs, prefix):
+    return [json.loads(line) for line in gcs.read(f"{prefix}/metrics.jsonl").splitlines()]
+
+
+def test_sigterm_to_both_processes_of_a_bucket_run_checkpoints_one_step(gcs, tmp_path):
+    """A pod's maintenance event: both hosts (two processes on 127.0.0.1, each with its own
+    local mirror) get SIGTERM. They agree on one step, both write their part of its checkpoint
+    into the bucket, and exit 0; it restores in one process on a third machine, and the losses
+    match one process's uninterrupted run."""
+    workdir, address = f"gs://{BUCKET}/pod", f"127.0.0.1:{free_port()}"
+    schedule = ("--config.num_train_steps=2000", "--config.checkpoint_every_steps=1000",
+                "--config.log_every_steps=1")
+    pair = [subprocess.Popen(
+        [*command(workdir, "--config.cpu_devices=2", *schedule), "--coordinator_address",
+         address, "--num_processes", "2", "--process_id", str(i)], cwd=ROOT,
+        env=gcs.env(clean_env(), tmp_path / f"host{i}"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:  # process 0 writes its rows to its mirror as it goes
+        wait_for_step(tmp_path / "host0" / BUCKET / "pod", 6, pair[0])
+        for proc in pair:
+            proc.send_signal(signal.SIGTERM)
+        results = [proc.communicate(timeout=300) for proc in pair]
+    finally:
+        for proc in pair:
+            proc.kill() if proc.poll() is None else None
+    assert [p.returncode for p in pair] == [0, 0], [err[-2000:] for _, err in results]
+    (step,) = gcs.committed_steps("pod/checkpoints/")
+    stopped = [r for r in _bucket_metrics(gcs, "pod") if r.get("event") == "stopped on request"]
+    assert [r["step"] for r in stopped] == [step]
+
+    resumed = _train(gcs, workdir, tmp_path / "host2", *schedule,
+                     f"--config.stop_at_step={step + 3}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    cache = tmp_path / "host2" / BUCKET / "pod" / "cache"  # the bucket's, as host 2 pulled it
+    reference = run_train(tmp_path / "one", *schedule, f"--config.stop_at_step={step + 3}",
+                          f"--config.data.cache_dir={cache}")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    got, want = losses(_bucket_metrics(gcs, "pod")), losses(read_metrics(tmp_path / "one"))
+    assert sorted(got) == list(range(1, step + 4))  # one row per step across the restart
+    np.testing.assert_allclose([got[s] for s in sorted(want)], [want[s] for s in sorted(want)],
+                               rtol=1e-4)  # two processes' reductions against one's
 
 
 def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_built(gcs, tmp_path):
