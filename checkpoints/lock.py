@@ -55,8 +55,8 @@ class WorkdirLock:
             if why is None:
                 raise WorkdirBusy(
                     f"workdir {self.workdir} is in use by pid {holder.get('pid')} on "
-                    f"{holder.get('host')} since {holder.get('since')}: wait for that run to end "
-                    f"or stop it, or use another --workdir")
+                    f"{holder.get('host')} since {holder.get('since')}{_elsewhere(holder)}: wait "
+                    f"for that run to end or stop it, or use another --workdir")
             log(f"ringstripe: taking over the lock of {self.workdir}: {why}")
             storage.remove(self.location)
         raise WorkdirBusy(f"workdir {self.workdir}: could not take its lock (other processes "
@@ -100,6 +100,16 @@ class WorkdirLock:
                 storage.replace(self.location, self._content())
             except OSError:  # a storage hiccup: the next beat tries again
                 continue
+
+
+def _elsewhere(holder: dict) -> str:
+    """For a holder on another host (whose pid cannot be checked from here): when its lock
+    will count as abandoned (a slice that was killed outright, without releasing it)."""
+    if holder.get("host") == socket.gethostname():
+        return ""
+    age = time.time() - float(holder.get("heartbeat") or 0.0)
+    return (f" (last heartbeat {age:.0f} s ago; taken over once it is {STALE_AFTER_S:.0f} s "
+            f"old, if that host is gone)")
 
 
 def _stale(holder: dict) -> str | None:
