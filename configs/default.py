@@ -64,6 +64,18 @@ def get_config():
     config.model.head_dim = 32  # per-head width
     config.model.mlp_dim = 384  # SwiGLU hidden width
     config.model.rope_theta = 10_000.0  # RoPE base
+    # RoPE scaling, to extend a (pretrained) model's context: Hugging Face's rope_type and its
+    # parameters (model/rope.py). 'default' = none; 'linear' divides every frequency by factor;
+    # 'llama3' (Llama 3.1) and 'yarn' rescale by wavelength and need the pretrained length.
+    config.model.rope_scaling = ml_collections.ConfigDict(dict(
+        rope_type="default",  # 'default' | 'linear' | 'llama3' | 'yarn'
+        factor=1.0,  # how many times longer the context becomes
+        original_max_position_embeddings=0,  # llama3, yarn: the pretrained context length
+        low_freq_factor=1.0, high_freq_factor=4.0,  # llama3's wavelength limits
+        beta_fast=32.0, beta_slow=1.0,  # yarn's ramp, in rotations over the pretrained length
+        attention_factor=0.0,  # yarn: cos/sin multiplier; 0 = 0.1 ln(factor) + 1
+        mscale=0.0, mscale_all_dim=0.0,  # yarn (DeepSeek style) alternative to that factor
+        truncate=True))  # yarn: ramp ends at whole dimensions
     config.model.norm_eps = 1e-5  # RMSNorm epsilon
     config.model.tie_embeddings = False  # output projection = embedding transposed
     config.model.remat = False  # recompute each block in the backward pass

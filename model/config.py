@@ -6,6 +6,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from model.rope import RopeScaling
+
 
 # What a rematerialised block saves for its backward (jax.checkpoint policies): 'nothing' (all of
 # it is recomputed: least memory) or 'dots' (the outputs of its projections and MLP matmuls are
@@ -28,6 +30,7 @@ class ModelConfig:
     head_dim: int
     mlp_dim: int  # SwiGLU hidden width
     rope_theta: float = 10_000.0
+    rope_scaling: RopeScaling = RopeScaling()  # model/rope.py: none, linear, llama3, yarn
     norm_eps: float = 1e-5
     tie_embeddings: bool = False  # output projection = embedding matrix transposed
     remat: bool = False  # recompute each block in the backward pass (saves activations)
@@ -50,6 +53,7 @@ class ModelConfig:
         resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles)."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
+        values["rope_scaling"] = RopeScaling.from_config(values.get("rope_scaling"))
         if attention is not None:
             values.update(attention_layout=attention.layout,
                           attention_strategy=attention.strategy,

@@ -19,6 +19,7 @@ import parallel
 from model.chunks import map_chunks
 from model.config import ModelConfig
 from model.kv_cache import attend_cached
+from model.rope import RopeScaling, frequencies
 
 FSDP = (parallel.DATA, parallel.SEQ)  # parameter shards span the whole mesh
 ACTIVATIONS = jax.P(parallel.DATA, parallel.SEQ)  # [B, S, ...]: batch over data, seq over seq
@@ -75,16 +76,18 @@ def _rms_norm_bwd(eps, dtype, residuals, dy):
 rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
 
 
-def rope(x, positions, theta: float):
+def rope(x, positions, theta: float, scaling: RopeScaling = RopeScaling()):
     """Rotary embedding by ORIGINAL token positions (never local offsets).
 
     x [B, S, heads, Dh]; positions [B, S] int, in the same (permuted) order as x. Pairs dimension
-    i with i + Dh/2 and rotates it by positions * theta^(-2i/Dh).
+    i with i + Dh/2 and rotates it by positions * inv_freq[i]: theta^(-2i/Dh), or as `scaling`
+    rescales it (model/rope.py), which may also scale cos and sin (YaRN's attention factor).
     """
-    half = x.shape[-1] // 2
-    freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)  # [Dh/2]
-    angle = positions.astype(jnp.float32)[..., None, None] * freq  # [B, S, 1, Dh/2]
+    inv_freq, factor = frequencies(x.shape[-1], float(theta), scaling)
+    angle = positions.astype(jnp.float32)[..., None, None] * jnp.asarray(inv_freq)  # [B,S,1,Dh/2]
     sin, cos = jnp.sin(angle), jnp.cos(angle)
+    if factor != 1.0:
+        sin, cos = sin * factor, cos * factor
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
@@ -112,7 +115,8 @@ class Attention(nnx.Module):
         q = self.q(x).reshape(b, s, cfg.num_heads, cfg.head_dim)
         k = self.k(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
-        q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
+        q = rope(q, positions, cfg.rope_theta, cfg.rope_scaling)
+        k = rope(k, positions, cfg.rope_theta, cfg.rope_scaling)
         if cache is None:
             out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
                                      strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import parallel
 from model.config import REMAT_POLICIES
+from model.rope import RopeScaling
 from planner.attention import choice_from_config
 
 TRACKERS = ("wandb", "jsonl", "none")
@@ -182,6 +183,9 @@ def _validate_model(m, device_count):
             raise ConfigError(f"model.{name}={size} is not divisible by the {device_count} "
                               f"devices its parameters are sharded over: use a multiple of "
                               f"{device_count}")
+    scaling = RopeScaling.from_config(m.get("rope_scaling"))
+    if scaling.problem():
+        raise ConfigError(f"model.rope_scaling: {scaling.problem()}")
     policy = m.get("remat_policy", "nothing")
     if policy not in REMAT_POLICIES:
         raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
