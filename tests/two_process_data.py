@@ -10,18 +10,13 @@ to every process, equal the whole row built in one place. Prints "ok: 32 of 64 c
 
 import argparse
 
+import process_group  # beside this file
+
 S = 64
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    for flag in ("--coordinator_address", "--num_processes", "--process_id"):
-        parser.add_argument(flag, required=True)
-    args = parser.parse_args()
-    import jax
-    jax.config.update("jax_num_cpu_devices", 2)
-    jax.distributed.initialize(args.coordinator_address, num_processes=int(args.num_processes),
-                               process_id=int(args.process_id))
+    process_group.join(argparse.ArgumentParser(), devices_per_process=2)
     import numpy as np
     from jax.experimental import multihost_utils
 

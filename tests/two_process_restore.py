@@ -13,18 +13,15 @@ CheckpointError and move nothing (trouble). Each prints what it did: "ok: restor
 
 import argparse
 
+import process_group  # beside this file
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("directory")
     parser.add_argument("fault", choices=["damage", "trouble"])
-    for flag in ("--coordinator_address", "--num_processes", "--process_id"):
-        parser.add_argument(flag, required=True)
-    args = parser.parse_args()
+    args = process_group.join(parser, devices_per_process=1)
     import jax
-    jax.config.update("jax_num_cpu_devices", 1)
-    jax.distributed.initialize(args.coordinator_address, num_processes=int(args.num_processes),
-                               process_id=int(args.process_id))
     import jax.numpy as jnp
     import numpy as np
 
