@@ -126,8 +126,9 @@ def push(local: str, remote: str, names) -> list[str]:
 
 
 def create_exclusive(location: str, content: bytes) -> bool:
-    """Writes a new file; False when one is there already. Atomic locally (O_EXCL) and on Cloud
-    Storage (the write carries the precondition "no object of this name yet")."""
+    """Writes a new file; False when one is there already. Atomic locally (a link to a file
+    written aside) and on Cloud Storage (the write carries the precondition "no object of this
+    name yet"; a store that ignores it, as emulators do, is why the lock reads its token back)."""
     if is_remote(location):
         fs = _object_store(location)
         if fs.exists(location):
