@@ -118,12 +118,8 @@ def _stale(holder: dict) -> str | None:
         return "the lock file names no holder"
     age = time.time() - float(holder.get("heartbeat") or 0.0)
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        try:
-            os.kill(holder["pid"], 0)
-        except ProcessLookupError:
+        if not storage.process_running(holder["pid"]):
             return f"its holder, pid {holder['pid']} on this host, is not running"
-        except PermissionError:
-            pass  # alive, another user's
         return None
     if age > STALE_AFTER_S:
         return (f"its holder, pid {holder.get('pid')} on {holder.get('host')}, has not "

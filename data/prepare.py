@@ -73,20 +73,10 @@ def remove_stale_temp_files(cache_dir: str) -> list[str]:
     removed = []
     for name in os.listdir(cache_dir):
         match = re.search(r"\.tmp-(\d+)", name)
-        if match and not _running(int(match.group(1))):
+        if match and not storage.process_running(int(match.group(1))):
             os.remove(os.path.join(cache_dir, name))
             removed.append(name)
     return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):

@@ -125,6 +125,18 @@ def push(local: str, remote: str, names) -> list[str]:
 # Small files that several processes race for (the workdir lock): written whole, read fresh.
 
 
+def process_running(pid: int) -> bool:
+    """Whether `pid` is a live process on this host: the writer of a temporary file or a lock
+    may still be at work (another user's process counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def create_exclusive(location: str, content: bytes) -> bool:
     """Writes a new file; False when one is there already. Atomic locally (a link to a file
     written aside) and on Cloud Storage (the write carries the precondition "no object of this
