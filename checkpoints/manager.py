@@ -137,7 +137,7 @@ class Checkpointer:
                 outcome, result, error = READ_OK, read(), ""
                 break
             except Exception as e:  # noqa: BLE001  (sorted below: damage, transient, other)
-                error = _short(e)
+                error = short_error(e)
                 if _is_damage(e):
                     outcome = DAMAGED
                     break
@@ -190,7 +190,7 @@ class Checkpointer:
             except Exception:  # noqa: BLE001
                 kept = []
             raise CheckpointError(
-                f"could not write a checkpoint in {self.directory} ({_short(e)}): free space or "
+                f"could not write a checkpoint in {self.directory} ({short_error(e)}): free space or "
                 f"fix the storage, then start again; the last complete checkpoint "
                 f"({kept[-1] if kept else 'none'}) is intact") from None
 
@@ -224,6 +224,7 @@ def _is_damage(error: Exception) -> bool:
             or any(mark in str(error) for mark in DAMAGE_MARKS))
 
 
-def _short(error: Exception) -> str:
+def short_error(error: Exception) -> str:
+    """An error as one line of at most 200 characters, its type first (for one-line errors)."""
     text = f"{type(error).__name__}: {error}".splitlines()[0]
     return text[:200]

@@ -35,6 +35,7 @@ from importlib import metadata
 import data
 import storage
 from checkpoints import CheckpointError
+from checkpoints.manager import short_error
 from training.validate import RENAMED_FIELDS, ConfigError
 
 # Fields that fix the shapes of the parameters: a checkpoint with other values cannot be restored.
@@ -199,8 +200,7 @@ def _check_bucket_writable(workdir: str) -> None:
         storage.replace(probe, b"")
         storage.remove(probe)
     except Exception as e:  # noqa: BLE001  (the store's errors have many types)
-        text = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-        raise ConfigError(f"workdir {workdir!r} cannot be written ({text}): check the bucket's "
+        raise ConfigError(f"workdir {workdir!r} cannot be written ({short_error(e)}): check the bucket's "
                           f"name and your credentials (gcloud auth application-default login), "
                           f"or choose another --workdir") from None
 
