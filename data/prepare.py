@@ -43,13 +43,13 @@ def prepare_data(config, workdir: str, num_seq_shards: int, choice):
     fit the config. With the cache in an object store, the files are built (or pulled) in a
     local mirror, which is what the tokenizer and the memory-mapped cache read."""
     cache_dir = cache_location(config, workdir)
-    if jax.process_index() == 0:
-        remove_stale_temp_files(storage.mirror(cache_dir) if storage.is_remote(cache_dir)
-                                else cache_dir)
     if not storage.is_remote(cache_dir):
+        if jax.process_index() == 0:  # the directory every process shares
+            remove_stale_temp_files(cache_dir)
         kw = dict(process_index=jax.process_index(), barrier=lambda: barrier("data"))
         return _prepare(config, cache_dir, num_seq_shards, choice, kw)
     local = storage.mirror(cache_dir)
+    remove_stale_temp_files(local)  # each host its own mirror (live writers' files stay)
     alone = dict(process_index=0, barrier=lambda: None)  # the mirror is this host's own
     if jax.process_index() == 0:
         storage.pull(cache_dir, local)  # what an earlier start (on any machine) built
