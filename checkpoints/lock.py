@@ -45,7 +45,7 @@ class WorkdirLock:
         """Takes the lock, or raises WorkdirBusy naming the live holder."""
         for _ in range(3):  # a stale lock taken over by someone else between our steps: again
             if storage.create_exclusive(self.location, self._content()):
-                if (self._holder() or {}).get("token") == self.token:  # the store may not check
+                if self._ours():  # the store may not have checked
                     self._start_heartbeat()
                     return
             holder = self._holder()
@@ -67,11 +67,14 @@ class WorkdirLock:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-            if (self._holder() or {}).get("token") == self.token:
+            if self._ours():
                 storage.remove(self.location)
 
     def _content(self) -> bytes:
         return json.dumps({**self._record, "heartbeat": time.time()}).encode()
+
+    def _ours(self) -> bool:
+        return (self._holder() or {}).get("token") == self.token
 
     def _holder(self) -> dict | None:
         """The lock's record; None when there is no lock; {} when it does not read as one (a
@@ -93,7 +96,7 @@ class WorkdirLock:
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_EVERY_S):
             try:
-                if (self._holder() or {}).get("token") != self.token:
+                if not self._ours():
                     print(f"warning: the lock of {self.workdir} was taken by another process",
                           flush=True)
                     return

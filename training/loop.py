@@ -141,9 +141,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
         try:
             # Refuse a changed run before its data is built (a changed corpus would train a
             # new tokenizer first); the tokenizer itself is compared on restore.
-            _check_against_latest(config, checkpointer, resume.run_identity(config))
+            identity = resume.run_identity(config)  # the corpus's fingerprint stats its files
+            _check_against_latest(config, checkpointer, identity)
             prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)  # data errors
-            return _run(config, workdir, mesh, choice, checkpointer, prepared)
+            return _run(config, workdir, mesh, choice, checkpointer, prepared, identity)
         finally:
             checkpointer.close()
     finally:
@@ -227,10 +228,10 @@ def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
          f"{config.global_batch_size * config.seq_len:,} tokens per step")
 
 
-def _run(config, workdir, mesh, choice, checkpointer, prepared) -> dict:
+def _run(config, workdir, mesh, choice, checkpointer, prepared, identity) -> dict:
     tokenizer, cache, spec = prepared
     mesh_shape = mesh_shape_of(mesh)
-    identity = resume.run_identity(config, tokenizer)
+    identity = {**identity, "tokenizer": tokenizer.fingerprint}
     state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh, choice)
     start_step, state, progress = _restore(config, checkpointer, state, identity)
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)

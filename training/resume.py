@@ -76,14 +76,12 @@ def data_fingerprint(config) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def run_identity(config, tokenizer=None) -> dict:
-    """This run's values of RUN_FIELDS (the tokenizer's only once it exists)."""
-    identity = {"data": data_fingerprint(config), "seq_len": config.seq_len,
-                "global_batch_size": config.global_batch_size, "seed": config.seed,
-                "eval_fraction": config.data.eval_fraction}
-    if tokenizer is not None:
-        identity["tokenizer"] = tokenizer.fingerprint
-    return identity
+def run_identity(config) -> dict:
+    """This run's values of RUN_FIELDS but the tokenizer's, which exists only once the data is
+    prepared (the train loop adds it: {"tokenizer": tokenizer.fingerprint})."""
+    return {"data": data_fingerprint(config), "seq_len": config.seq_len,
+            "global_batch_size": config.global_batch_size, "seed": config.seed,
+            "eval_fraction": config.data.eval_fraction}
 
 
 def check_same_run(config, directory: str, step: int, meta: dict, identity: dict) -> None:
