@@ -5,6 +5,7 @@ Public API:
   Transformer(cfg, mesh, rngs)    tokens, positions, segment_ids [B, S] -> logits [B, S, V]
   create(cfg, mesh, seed)         a Transformer with parameters created sharded (FSDP)
   count_params(model)
+  hf.load(path) / hf.save(model, path)   Hugging Face Llama checkpoints in and out (model/hf.py)
 """
 
 from model.config import ModelConfig

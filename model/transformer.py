@@ -15,6 +15,7 @@ class Block(nnx.Module):
     """x + attention(norm(x)), then + mlp(norm(x))."""
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+        self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
         self.attention = Attention(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
@@ -29,7 +30,7 @@ class Block(nnx.Module):
         x = x + self.mlp(self.mlp_norm(x))
         if cache is not None:  # decoding: natural order, not sharded like training's tokens
             return x, cache
-        return jax.lax.with_sharding_constraint(x, ACTIVATIONS)
+        return jax.lax.with_sharding_constraint(x, self.activations)
 
 
 def _remat_policy(name: str):
@@ -84,13 +85,16 @@ class Transformer(nnx.Module):
         if not cfg.tie_embeddings:
             self.lm_head = dense(cfg, cfg.d_model, cfg.vocab_size, rngs)
 
-    def __call__(self, tokens, positions, segment_ids=None, order=None, cache=None):
-        """order: the original index of each token as it sits ([B, S]; the batch's 'order'),
+    def __call__(self, tokens, positions=None, segment_ids=None, order=None, cache=None):
+        """positions default to 0 .. S-1 in every row (one document per row in natural
+        order, as `model(tokens)` on one device is called). order: the original index of each token as it sits ([B, S]; the batch's 'order'),
         required by the 'balanced' layout, optional for the others.
 
         Decoding: with cache (a list of one KVCache per layer, model/kv_cache.py), tokens
         [B, T] in natural order at positions [B, T] attend densely to the cache and to each
         other; returns (logits, the updated cache)."""
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
         if cache is not None:
             x, cache = self.decode_hidden(tokens, positions, cache)
             return self.logits(x), cache
@@ -98,7 +102,10 @@ class Transformer(nnx.Module):
 
     def hidden(self, tokens, positions, segment_ids=None, order=None):
         """[B, S] -> the final norm's output [B, S, d_model] in the compute dtype."""
-        x = jax.lax.with_sharding_constraint(self.embed(tokens), ACTIVATIONS)
+        # A sharding on the model's own mesh (not a bare spec), so that the model is also
+        # callable outside `jax.set_mesh`, as `hf.load(path)(tokens)` is in a notebook.
+        x = jax.lax.with_sharding_constraint(self.embed(tokens),
+                                             jax.NamedSharding(self.mesh, ACTIVATIONS))
 
         def run(block, x):
             # Named so that remat_policy 'offload' keeps it in host memory; else a no-op.

@@ -1,0 +1,314 @@
+"""Hugging Face Llama checkpoints in and out: `config.json` + safetensors (one file or sharded).
+
+    from model import hf
+    m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up
+    logits = m(tokens)                        # [B, S] int -> [B, S, vocab] float32
+    hf.save(m, "/tmp/out")                    # a directory transformers' LlamaForCausalLM loads
+
+What maps to what (our NNX parameter: Hugging Face tensor; kernels are stored transposed, as
+torch's Linear keeps [out, in]; the rotate-half RoPE pairing is the same in both):
+
+    embed.embedding                   model.embed_tokens.weight
+    blocks[i].attention_norm.scale    model.layers.i.input_layernorm.weight
+    blocks[i].attention.{q,k,v,o}     model.layers.i.self_attn.{q,k,v,o}_proj.weight
+    blocks[i].mlp_norm.scale          model.layers.i.post_attention_layernorm.weight
+    blocks[i].mlp.{gate,up,down}      model.layers.i.mlp.{gate,up,down}_proj.weight
+    final_norm.scale                  model.norm.weight
+    lm_head.kernel                    lm_head.weight (absent when tie_word_embeddings)
+
+Loading is tensor by tensor onto the target shardings (`load_params`): each device's shard is
+read from the memory-mapped files, so no host ever holds the whole model, and a training run
+(`--config.init_from=hf:PATH`) loads straight onto its mesh, layers stacked or not. Everything a
+checkpoint says is checked before a byte is loaded: HFError, one line, for a missing directory, an
+architecture other than Llama, options Llama models here do not have (biases, another
+activation), and tensors whose names or shapes contradict config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+from flax import nnx
+
+from model.config import ModelConfig
+from model.rope import RopeScaling
+from model.safetensors_dir import SafetensorsDir, write
+from model.transformer import Transformer
+
+ARCHITECTURE, MODEL_TYPE = "LlamaForCausalLM", "llama"
+_TOP = {("embed", "embedding"): "model.embed_tokens.weight",
+        ("final_norm", "scale"): "model.norm.weight",
+        ("lm_head", "kernel"): "lm_head.weight"}
+_LAYER = {("attention_norm", "scale"): "input_layernorm.weight",
+          ("attention", "q", "kernel"): "self_attn.q_proj.weight",
+          ("attention", "k", "kernel"): "self_attn.k_proj.weight",
+          ("attention", "v", "kernel"): "self_attn.v_proj.weight",
+          ("attention", "o", "kernel"): "self_attn.o_proj.weight",
+          ("mlp_norm", "scale"): "post_attention_layernorm.weight",
+          ("mlp", "gate", "kernel"): "mlp.gate_proj.weight",
+          ("mlp", "up", "kernel"): "mlp.up_proj.weight",
+          ("mlp", "down", "kernel"): "mlp.down_proj.weight"}
+# Tensors some checkpoints carry that the model computes instead (older Llama files).
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+class HFError(ValueError):
+    """A Hugging Face checkpoint that cannot be read as this model: a one-line message."""
+
+
+def read_config(path: str) -> tuple[dict, str]:
+    """(ModelConfig fields, the stored dtype) from PATH/config.json, in either layout of the RoPE
+    settings (transformers 5's `rope_parameters`, or 4's `rope_theta` + `rope_scaling`)."""
+    file = os.path.join(path, "config.json")
+    if not os.path.isdir(path):
+        raise HFError(f"{path!r} is not a directory: point at a Hugging Face model directory "
+                      f"(config.json and *.safetensors)")
+    try:
+        with open(file) as f:
+            c = json.load(f)
+    except OSError as e:
+        raise HFError(f"cannot read {file} ({e.strerror}): a Hugging Face model directory "
+                      f"has config.json beside its *.safetensors") from None
+    except json.JSONDecodeError as e:
+        raise HFError(f"{file} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    architectures = c.get("architectures") or [ARCHITECTURE]
+    if c.get("model_type") != MODEL_TYPE or architectures != [ARCHITECTURE]:
+        raise HFError(f"{path}: {'/'.join(architectures)} (model_type {c.get('model_type')!r}) "
+                      f"is not a Llama checkpoint: model.hf reads {ARCHITECTURE} "
+                      f"(model_type 'llama')")
+    for key, supported in (("hidden_act", "silu"), ("attention_bias", False),
+                           ("mlp_bias", False)):
+        if c.get(key, supported) != supported:
+            raise HFError(f"{file}: {key}={c[key]!r} is not supported (this model has "
+                          f"{key}={supported!r})")
+    heads = c["num_attention_heads"]
+    fields = dict(vocab_size=c["vocab_size"], d_model=c["hidden_size"],
+                  num_layers=c["num_hidden_layers"], num_heads=heads,
+                  num_kv_heads=c.get("num_key_value_heads") or heads,
+                  head_dim=c.get("head_dim") or c["hidden_size"] // heads,
+                  mlp_dim=c["intermediate_size"], norm_eps=c.get("rms_norm_eps", 1e-6),
+                  tie_embeddings=bool(c.get("tie_word_embeddings", False)))
+    fields.update(_read_rope(c, file))
+    dtype = c.get("dtype") or c.get("torch_dtype") or "float32"
+    return fields, _DTYPES.get(dtype, "float32")
+
+
+def _read_rope(c: dict, file: str) -> dict:
+    """rope_theta and rope_scaling (a dict of RopeScaling's fields) from a config.json. Where both
+    layouts are present transformers reads the older one, and so do we."""
+    if "rope_scaling" in c or "rope_theta" in c or not c.get("rope_parameters"):
+        params = dict(c.get("rope_scaling") or {})
+        theta = c.get("rope_theta", 10_000.0)
+    else:
+        params = dict(c["rope_parameters"])
+        theta = params.pop("rope_theta", 10_000.0)
+    rope_type = params.pop("rope_type", params.pop("type", "default"))
+    if rope_type in ("llama3", "yarn") and not params.get("original_max_position_embeddings"):
+        params["original_max_position_embeddings"] = c.get("max_position_embeddings")
+    if rope_type == "yarn" and params.get("factor") is None:
+        params["factor"] = c["max_position_embeddings"] / params["original_max_position_embeddings"]
+    known = {f for f in RopeScaling.__dataclass_fields__}
+    scaling = {"rope_type": rope_type, **{k: v for k, v in params.items()
+                                          if k in known and v is not None}}
+    problem = RopeScaling.from_config(scaling).problem()
+    if problem:
+        raise HFError(f"{file}: rope {problem}")
+    return {"rope_theta": float(theta), "rope_scaling": scaling}
+
+
+def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0) -> dict:
+    """What `save` writes as config.json: transformers 5's layout, with the RoPE settings also
+    in transformers 4's keys (which 5 reads first) so that either version loads them."""
+    scaling = {k: v for k, v in vars(cfg.rope_scaling).items() if v != _ROPE_DEFAULTS[k]}
+    scaling["rope_type"] = cfg.rope_scaling.rope_type
+    out = {"architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": cfg.vocab_size,
+           "hidden_size": cfg.d_model, "intermediate_size": cfg.mlp_dim,
+           "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+           "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+           "hidden_act": "silu", "rms_norm_eps": cfg.norm_eps, "attention_bias": False,
+           "mlp_bias": False, "tie_word_embeddings": cfg.tie_embeddings, "dtype": dtype,
+           "rope_parameters": {**scaling, "rope_theta": cfg.rope_theta},
+           "rope_theta": cfg.rope_theta,
+           "rope_scaling": None if scaling["rope_type"] == "default" else scaling}
+    if max_position_embeddings:
+        out["max_position_embeddings"] = int(max_position_embeddings)
+    return out
+
+
+_ROPE_DEFAULTS = vars(RopeScaling())
+
+
+def _source(path: tuple, num_layers: int) -> tuple[list[str], bool, bool]:
+    """Our parameter's path -> (the Hugging Face tensor of each layer it holds, stored
+    transposed?, stacked over layers?)."""
+    transposed = path[-1] == "kernel"
+    if path[0] != "blocks":
+        return [_TOP[path]], transposed, False
+    if isinstance(path[1], int):  # blocks[i]...
+        return [f"model.layers.{path[1]}.{_LAYER[path[2:]]}"], transposed, False
+    return [f"model.layers.{i}.{_LAYER[path[1:]]}" for i in range(num_layers)], transposed, True
+
+
+def _key_path(path) -> tuple:
+    return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
+
+
+def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Each Hugging Face tensor name of a model with this config, with its shape."""
+    q, kv, d, f = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.d_model, \
+        cfg.mlp_dim
+    layer = {"input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,),
+             "self_attn.q_proj.weight": (q, d), "self_attn.k_proj.weight": (kv, d),
+             "self_attn.v_proj.weight": (kv, d), "self_attn.o_proj.weight": (d, q),
+             "mlp.gate_proj.weight": (f, d), "mlp.up_proj.weight": (f, d),
+             "mlp.down_proj.weight": (d, f)}
+    out = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,)}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = (cfg.vocab_size, d)
+    for i in range(cfg.num_layers):
+        out.update({f"model.layers.{i}.{name}": shape for name, shape in layer.items()})
+    return out
+
+
+def open_weights(path: str, cfg: ModelConfig) -> SafetensorsDir:
+    """The checkpoint's tensors, checked against the model config: every tensor present with
+    its shape, none the model would ignore. HFError otherwise."""
+    try:
+        weights = SafetensorsDir(path)
+    except FileNotFoundError as e:
+        raise HFError(f"{e}: is {path!r} a Hugging Face model directory?") from None
+    except Exception as e:  # noqa: BLE001 - a damaged header or index
+        raise HFError(f"{path}: cannot read its safetensors files ({e})") from None
+    expected, names = expected_tensors(cfg), set(weights.names())
+    for name, shape in expected.items():
+        if name not in names:
+            raise HFError(f"{path}: tensor {name} is missing (config.json describes "
+                          f"{cfg.num_layers} layers{', untied' if not cfg.tie_embeddings else ''})")
+        if weights.shape(name) != shape:
+            raise HFError(f"{path}: tensor {name} has shape {list(weights.shape(name))} but "
+                          f"config.json implies {list(shape)}: the files and config.json are "
+                          f"from different models")
+    ignored = {"lm_head.weight"} if cfg.tie_embeddings else set()  # a tied copy, if stored
+    extra = sorted(n for n in names - set(expected) - ignored
+                   if not n.endswith(_IGNORED_SUFFIXES))
+    if extra:
+        raise HFError(f"{path}: tensor {extra[0]} has no place in a Llama model "
+                      f"({len(extra)} such tensors): not a checkpoint this loader reads")
+    return weights
+
+
+def load_params(weights: SafetensorsDir, cfg: ModelConfig, abstract, mesh):
+    """The parameters `abstract` describes (an nnx.State of ShapeDtypeStructs whose shardings'
+    specs are the targets), read shard by shard: each device's part of each tensor comes
+    from the memory-mapped files, so a host reads only what its devices hold."""
+
+    def place(path, leaf):
+        names, transposed, stacked = _source(_key_path(path), cfg.num_layers)
+
+        def read(index):
+            layers = range(len(names))[index[0]] if stacked else [0]
+            inner = index[1:] if stacked else index
+            parts = []
+            for i in layers:
+                part = weights.read(names[i], inner[::-1] if transposed else inner)
+                parts.append(part.T if transposed else part)
+            out = np.stack(parts) if stacked else parts[0]
+            return out.astype(leaf.dtype)
+
+        sharding = jax.NamedSharding(mesh, leaf.sharding.spec)
+        return jax.make_array_from_callback(leaf.shape, sharding, read)
+
+    return jax.tree_util.tree_map_with_path(place, abstract)
+
+
+def abstract_model(cfg: ModelConfig, mesh):
+    """(graphdef, parameters as ShapeDtypeStructs with their shardings, the other state)."""
+    with jax.set_mesh(mesh):
+        net = nnx.eval_shape(lambda: Transformer(cfg, mesh, nnx.Rngs(0)))
+    return nnx.split(net, nnx.Param, ...)
+
+
+def model_config(path: str, **overrides) -> ModelConfig:
+    """ModelConfig from PATH/config.json; `overrides` set fields config.json does not hold
+    (dtype, remat, attention layout, ...) or replace those it does."""
+    fields, stored = read_config(path)
+    fields.update(param_dtype=stored, dtype=stored)
+    fields.update(overrides)
+    fields["rope_scaling"] = RopeScaling.from_config(fields["rope_scaling"])
+    return ModelConfig(**fields)
+
+
+def load(path: str, *, mesh=None, **overrides) -> Transformer:
+    """A Transformer with the checkpoint's weights, on `mesh` (default: one device, so that
+    `m(tokens)` just works). Parameters and compute keep the stored dtype unless
+    `param_dtype=` / `dtype=` say otherwise; other ModelConfig fields may be given too."""
+    if "param_dtype" in overrides and "dtype" not in overrides:
+        overrides["dtype"] = overrides["param_dtype"]
+    cfg = model_config(path, **overrides)
+    if mesh is None:
+        import parallel
+        mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    graphdef, abstract, rest = abstract_model(cfg, mesh)
+    params = load_params(open_weights(path, cfg), cfg, abstract, mesh)
+    return nnx.merge(graphdef, params, rest)
+
+
+def hf_tensors(params, cfg: ModelConfig, dtype: str):
+    """(Hugging Face name, host array in `dtype`) for each tensor of the parameters, one at a
+    time (a sharded array is gathered to the host one tensor at a time)."""
+    from jax.experimental import multihost_utils
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    for path, leaf in flat:
+        names, transposed, stacked = _source(_key_path(path), cfg.num_layers)
+        if jax.process_count() > 1:
+            host = np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+        else:
+            host = np.asarray(jax.device_get(leaf))
+        for i, name in enumerate(names):
+            part = host[i] if stacked else host
+            yield name, (part.T if transposed else part).astype(jax.numpy.dtype(dtype))
+
+
+def save(m: Transformer, path: str, *, dtype: str | None = None,
+         max_shard_bytes: int = 5 << 30, max_position_embeddings: int = 0) -> list[str]:
+    """Writes the model as a Hugging Face Llama directory (config.json and safetensors, sharded
+    past max_shard_bytes) into PATH, in `dtype` (default: the parameters' own). The files are
+    written into PATH.tmp and PATH replaced only once they are complete; with several
+    processes, process 0 writes. Returns the files written."""
+    cfg = m.cfg
+    dtype = dtype or cfg.param_dtype
+    if dtype not in _DTYPES:
+        raise HFError(f"hf.save: dtype {dtype!r}: choose one of {', '.join(_DTYPES)}")
+    params = nnx.state(m, nnx.Param)
+    writer = jax.process_index() == 0
+    tmp = f"{path.rstrip('/')}.tmp"
+    if writer:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    tensors = hf_tensors(params, cfg, dtype)
+    if not writer:  # the other processes take part in each tensor's gather
+        for _ in tensors:
+            pass
+        return []
+    files = write(tmp, tensors, max_shard_bytes)
+    if writer:
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(config_json(cfg, dtype, max_position_embeddings), f, indent=2)
+        _replace_dir(tmp, path)
+    return files + ["config.json"]
+
+
+def _replace_dir(tmp: str, path: str) -> None:
+    """PATH becomes TMP's contents; an old PATH is moved aside first and removed last."""
+    import shutil
+    old = f"{path.rstrip('/')}.old"
+    if os.path.exists(path):
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(path, old)
+    os.rename(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)

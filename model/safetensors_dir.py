@@ -1,0 +1,97 @@
+"""A directory of safetensors files as Hugging Face writes it: one `model.safetensors`, or shards
+`model-0000k-of-0000n.safetensors` with `model.safetensors.index.json` naming each tensor's file.
+
+    weights = SafetensorsDir("/models/llama")         # reads headers only
+    weights.shape("model.norm.weight")                 # (4096,)
+    weights.read("lm_head.weight", (slice(0, 8), slice(None)))   # rows 0..7, memory-mapped
+    write(path, iter([("model.norm.weight", array), ...]), max_shard_bytes=5 << 30)
+
+Reading memory-maps each file, so a slice costs its own bytes, never the whole tensor's or file's:
+a host loads only the shards of the parameters its devices hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterable
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
+
+
+class SafetensorsDir:
+    """The tensors of a checkpoint directory: names, shapes, dtypes, and slices of them."""
+
+    def __init__(self, path: str):
+        self.path = path
+        index = os.path.join(path, INDEX)
+        if os.path.exists(index):
+            with open(index) as f:
+                weight_map = json.load(f)["weight_map"]
+        elif os.path.exists(os.path.join(path, SINGLE)):
+            weight_map = None
+        else:
+            raise FileNotFoundError(f"{path} has neither {SINGLE} nor {INDEX}")
+        files = sorted(set(weight_map.values())) if weight_map else [SINGLE]
+        self._files = {name: safe_open(os.path.join(path, name), "np") for name in files}
+        if weight_map is None:
+            weight_map = {key: SINGLE for key in self._files[SINGLE].keys()}
+        self._where = weight_map
+
+    def names(self) -> list[str]:
+        return sorted(self._where)
+
+    def _slice(self, name: str):
+        return self._files[self._where[name]].get_slice(name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._slice(name).get_shape())
+
+    def dtype(self, name: str) -> str:
+        """safetensors' name for it: 'F32', 'BF16', 'F16', ..."""
+        return self._slice(name).get_dtype()
+
+    def read(self, name: str, index=None) -> np.ndarray:
+        """The tensor, or the part `index` (a tuple of slices) selects."""
+        part = self._slice(name)
+        return np.asarray(part[index if index is not None else tuple(
+            slice(None) for _ in part.get_shape())])
+
+
+def write(path: str, tensors: Iterable[tuple[str, np.ndarray]],
+          max_shard_bytes: int = 5 << 30) -> list[str]:
+    """Writes (name, array) pairs into `path` (which must exist), in order, a shard at a time:
+    at most max_shard_bytes per file (a larger tensor gets a file of its own), the index file
+    when there is more than one. Holds one shard in memory. Returns the files written."""
+    shards, current, size, total = [], {}, 0, 0
+
+    def flush():
+        if current:
+            name = f"shard-{len(shards):05d}.tmp"
+            save_file(current, os.path.join(path, name), metadata={"format": "pt"})
+            shards.append((name, list(current)))
+
+    for name, array in tensors:
+        if current and size + array.nbytes > max_shard_bytes:
+            flush()
+            current, size = {}, 0
+        current[name] = np.ascontiguousarray(array)
+        size += array.nbytes
+        total += array.nbytes
+    flush()
+    if len(shards) == 1:
+        os.replace(os.path.join(path, shards[0][0]), os.path.join(path, SINGLE))
+        return [SINGLE]
+    weight_map, files = {}, []
+    for k, (tmp, names) in enumerate(shards):
+        final = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        os.replace(os.path.join(path, tmp), os.path.join(path, final))
+        weight_map.update({name: final for name in names})
+        files.append(final)
+    with open(os.path.join(path, INDEX), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    return files + [INDEX]

@@ -1,0 +1,83 @@
+"""Writes tests/fixtures/hf/: tiny Llama checkpoints saved by Hugging Face `transformers`, and the
+logits its own LlamaForCausalLM (PyTorch) computes from them, the reference tests/test_hf.py
+checks model.hf against (make test reads the files; it needs no PyTorch).
+
+    python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy
+    /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
+
+Written with torch 2.14.1 and transformers 5.24.0. Each case is a 2-layer model with grouped
+query heads (4 query, 2 key/value heads) under one RoPE rule, tied or untied, float32 or
+bfloat16, one file or sharded with an index; one case keeps the older config.json layout
+(`rope_theta` and `rope_scaling` at the top level, as Llama 3.1's files on the hub have it).
+Weights are drawn wide (norm scales included, which transformers starts at 1) so a swapped or
+transposed tensor shows in the logits. The reference logits are float32, over positions past the
+RoPE rules' original context.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "hf")
+SIZES = dict(vocab_size=128, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=12, rms_norm_eps=1e-5,
+             max_position_embeddings=256)
+THETA, TOKENS = 10_000.0, 96  # the reference runs 96 tokens; the scaled rules' context is 64
+CASES = {  # name: (rope_parameters without theta, tied, dtype, shard size, old config layout)
+    "default_untied_sharded": ({"rope_type": "default"}, False, torch.float32, "60KB", False),
+    "linear_tied": ({"rope_type": "linear", "factor": 4.0}, True, torch.float32, None, False),
+    "llama3_untied_bf16": ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                           False, torch.bfloat16, None, True),
+    "yarn_tied": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+                  True, torch.float32, "60KB", False),
+}
+
+
+def old_layout(path: str) -> None:
+    """Rewrites config.json as transformers 4 wrote it: rope_theta and rope_scaling on top."""
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    rope = dict(config.pop("rope_parameters"))
+    config["rope_theta"] = rope.pop("rope_theta")
+    config["rope_scaling"] = None if rope.get("rope_type") == "default" else rope
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def main() -> None:
+    shutil.rmtree(OUT, ignore_errors=True)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, SIZES["vocab_size"], (2, TOKENS))
+    logits = {"tokens": tokens.astype(np.int32)}
+    for i, (name, (rope, tied, dtype, shard, old)) in enumerate(CASES.items()):
+        torch.manual_seed(i)
+        config = LlamaConfig(**SIZES, tie_word_embeddings=tied, initializer_range=0.2,
+                             rope_parameters={**rope, "rope_theta": THETA})
+        model = LlamaForCausalLM(config)
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                if pname.endswith("norm.weight"):
+                    p.copy_(1.0 + 0.3 * torch.randn_like(p))
+        model = model.to(dtype)
+        path = os.path.join(OUT, name)
+        model.save_pretrained(path, **({"max_shard_size": shard} if shard else {}))
+        os.remove(os.path.join(path, "generation_config.json"))
+        if old:
+            old_layout(path)
+        reloaded = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        with torch.no_grad():
+            out = reloaded(torch.from_numpy(tokens)).logits
+        logits[name] = out.numpy().astype(np.float32)
+        print(name, sorted(os.listdir(path)), float(out.abs().mean()))
+    np.savez(os.path.join(OUT, "logits.npz"), **logits)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+
+
+if __name__ == "__main__":
+    main()
