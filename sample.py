@@ -38,7 +38,7 @@ def load_run(workdir: str, step, devices: int):
     from checkpoints import Checkpointer
     from planner import resolve_attention
     from training.state import create_train_state
-    from training.resume import saved_config
+    from training.resume import saved_config, saved_tokenizer_file
 
     directory = storage.join(workdir, "checkpoints")
     if not storage.path(directory).is_dir():
@@ -54,7 +54,7 @@ def load_run(workdir: str, step, devices: int):
         step = steps[-1] if step is None else step
         meta = checkpointer.read_meta(step)
         config = saved_config(meta)
-        tokenizer = data.load_tokenizer(_tokenizer_file(meta, config, workdir))
+        tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
         mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
         config.mesh.data, config.mesh.seq = 1, devices
         # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
@@ -69,32 +69,6 @@ def load_run(workdir: str, step, devices: int):
     finally:
         checkpointer.close()
     return config, tokenizer, graphdef, params, step
-
-
-def _tokenizer_file(meta: dict, config, workdir: str) -> str:
-    """The run's tokenizer as a local file. The checkpoint names it relative to the workdir (an
-    older one, by an absolute path: if that is gone, the file of that name in the run's cache);
-    a bucket's file is copied to this host's mirror first."""
-    import os
-
-    import storage
-    recorded = meta.get("tokenizer_path") or config.data.tokenizer_path
-    if not recorded:
-        raise SampleError(f"the checkpoint in {workdir} names no tokenizer: train it again with "
-                          f"this version, or set data.tokenizer_path when training")
-    candidates = [storage.resolve(recorded, workdir)]
-    if os.path.isabs(recorded):  # written before paths were relative: the run may have moved
-        candidates.append(storage.join(workdir, "cache", os.path.basename(recorded)))
-    for location in candidates:
-        if storage.is_remote(location):
-            local = storage.mirror(location)
-            folder, name = location.rsplit("/", 1)
-            storage.pull(folder, os.path.dirname(local), [name])
-            location = local
-        if os.path.isfile(location):
-            return location
-    raise SampleError(f"the run's tokenizer {candidates[0]} is missing: copy the run with its "
-                      f"cache/ directory")
 
 
 def main(argv):

@@ -55,7 +55,9 @@ def main(argv):
     from training import ConfigError, NonFiniteError
 
     try:
-        train_and_evaluate(config, FLAGS.workdir)
+        # The fields set on the command line win over what config.init_from's checkpoint says.
+        explicit = config_flags.get_override_values(FLAGS["config"])
+        train_and_evaluate(config, FLAGS.workdir, explicit=explicit)
     except (ConfigError, data.DataError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

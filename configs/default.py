@@ -27,6 +27,12 @@ def get_config():
     # global_batch_size, seed, eval_fraction); name here, comma-separated, what you change on
     # purpose, e.g. 'seq_len' to continue the weights at a new length.
     config.resume_accepts = ""
+    # Where the first weights come from (a start only; a resume restores the run's own):
+    # '' = random from seed; 'hf:PATH' = a Hugging Face Llama directory (its config.json sets the
+    # model's shape and RoPE, its tokenizer the data's; --config.model.rope_* given on the
+    # command line win); 'run:WORKDIR[@STEP]' = another run's weights, fresh optimizer (a new
+    # stage: how seq_len, RoPE, mesh or batch change on purpose)
+    config.init_from = ""
     config.cpu_devices = 4  # fake devices when the platform is CPU (set before JAX starts)
     config.tracker = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
     config.wandb_project = "ringstripe"  # wandb project

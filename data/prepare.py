@@ -81,11 +81,18 @@ def remove_stale_temp_files(cache_dir: str) -> list[str]:
 
 def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
     tokenizer = get_tokenizer(config.data, cache_dir, **kw)
-    if tokenizer.vocab_size != config.model.vocab_size:
+    # Every id must have an embedding row. A model may have more rows than its tokenizer has
+    # pieces (Hugging Face models often pad theirs); a trained tokenizer has exactly as many.
+    too_many = tokenizer.vocab_size > config.model.vocab_size
+    if too_many or (not tokenizer.path.endswith(".json")
+                    and tokenizer.vocab_size != config.model.vocab_size):
         raise DataError(
             f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} pieces but "
-            f"model.vocab_size is {config.model.vocab_size}: set --config.model.vocab_size="
-            f"{tokenizer.vocab_size} or use a matching tokenizer")
+            f"model.vocab_size is {config.model.vocab_size}: "
+            + (f"its ids would index past the embedding: use the model's own tokenizer"
+               if config.get("init_from") else
+               f"set --config.model.vocab_size={tokenizer.vocab_size} or use a matching "
+               f"tokenizer"))
     cache = build_token_cache(tokenizer, config.data.source, cache_dir,
                               eval_fraction=config.data.eval_fraction,
                               max_bytes=config.data.max_bytes,

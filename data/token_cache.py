@@ -154,6 +154,8 @@ def _encoded_chunks(tokenizer: Tokenizer, documents: Iterator[str], dtype: np.dt
     """(ids with an EOS after each document, documents, utf-8 bytes) per chunk, in order."""
     pool_after = _POOL_AFTER_BYTES if workers is None else 0
     workers = _auto_workers() if workers is None else workers
+    if not tokenizer.process_pool:  # it encodes a batch on every core by itself
+        workers = 0
     with _ReadAhead(_text_chunks(documents)) as chunks:
         seen = 0
         if workers < 2 or pool_after > 0:   # small corpora never pay for starting a pool

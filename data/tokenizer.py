@@ -36,6 +36,8 @@ TOKENIZER_TRAIN_BYTES = 100_000_000
 class Tokenizer:
     """A loaded sentencepiece model. Build it with `load_tokenizer` or `train_tokenizer`."""
 
+    process_pool = True  # the token cache may encode big corpora in a pool of processes
+
     def __init__(self, path: str, model_bytes: bytes):
         self.path = path
         # Identifies the exact model: caches of tokens are keyed on it.
@@ -60,13 +62,18 @@ class Tokenizer:
 
 
 def load_tokenizer(path: str) -> Tokenizer:
-    """Loads a sentencepiece .model file. DataError if it is missing, corrupt or has no EOS."""
+    """Loads a sentencepiece .model file, or a Hugging Face tokenizer.json (data/hf_tokenizer.py).
+    DataError if it is missing, corrupt or has no EOS."""
     try:
         with open(path, "rb") as f:
             model_bytes = f.read()
     except OSError as e:
         raise DataError(f"data.tokenizer_path: cannot read {path!r} ({e.strerror}): point it at a "
-                        f"sentencepiece .model file, or leave it empty to train one") from e
+                        f"sentencepiece .model or a tokenizer.json file, or leave it empty to "
+                        f"train one") from e
+    if path.endswith(".json"):
+        from data.hf_tokenizer import HFTokenizer
+        return HFTokenizer(path, model_bytes)
     try:
         tok = Tokenizer(path, model_bytes)
     except RuntimeError as e:

@@ -25,7 +25,7 @@ import storage
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from planner import flops
 from planner import resolve_attention
-from training import resume, state as state_lib, step as step_lib, trackers
+from training import init_from, resume, state as state_lib, step as step_lib, trackers
 from training.validate import ConfigError, validate_config
 
 
@@ -120,8 +120,11 @@ def _check_finite(step: int, metrics: dict, config, checkpointer, skipped_in_a_r
             f"optim.learning_rate, or set optim.skip_nonfinite=True to skip such batches")
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-    """Trains (or resumes) up to config.num_train_steps; returns the last logged metrics."""
+def train_and_evaluate(config, workdir: str, explicit=()) -> dict:
+    """Trains (or resumes) up to config.num_train_steps; returns the last logged metrics.
+    explicit: the config fields set on purpose (train.py: its --config.FIELD flags), which win
+    over what config.init_from's source says (training/init_from.py)."""
+    source = init_from.resolve(config, workdir, explicit)  # fills config.model; reads only
     validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
     resume.check_inputs(config, workdir)
     try:  # multi-slice: the mesh's data axis must span the slices
@@ -144,7 +147,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
             identity = resume.run_identity(config)  # the corpus's fingerprint stats its files
             _check_against_latest(config, checkpointer, identity)
             prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)  # data errors
-            return _run(config, workdir, mesh, choice, checkpointer, prepared, identity)
+            return _run(config, workdir, mesh, choice, checkpointer, prepared, identity,
+                        source)
         finally:
             checkpointer.close()
     finally:
@@ -228,12 +232,30 @@ def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
          f"{config.global_batch_size * config.seq_len:,} tokens per step")
 
 
-def _run(config, workdir, mesh, choice, checkpointer, prepared, identity) -> dict:
+def _initial_state(config, mesh, choice, checkpointer, identity, source):
+    """(start step, state, progress, graphdef, tx, schedule, model_cfg): the latest good
+    checkpoint of this run; else, at a start, the weights of config.init_from's source (read
+    only then: a resume never needs them), or random ones."""
+    def from_source(model_cfg, abstract):
+        _say(f"ringstripe: initial weights from {source}")
+        return init_from.initial_params(source, model_cfg, abstract, mesh)
+
+    initial = from_source if source is not None and not checkpointer.steps() else None
+    state, graphdef, tx, schedule, model_cfg = state_lib.create_train_state(
+        config, mesh, choice, initial_params=initial)
+    start_step, state, progress = _restore(config, checkpointer, state, identity)
+    if not start_step and source is not None and initial is None:  # every checkpoint damaged
+        state, graphdef, tx, schedule, model_cfg = state_lib.create_train_state(
+            config, mesh, choice, initial_params=from_source)
+    return start_step, state, progress, graphdef, tx, schedule, model_cfg
+
+
+def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source) -> dict:
     tokenizer, cache, spec = prepared
     mesh_shape = mesh_shape_of(mesh)
     identity = {**identity, "tokenizer": tokenizer.fingerprint}
-    state, graphdef, tx, schedule, model_cfg = create_train_state(config, mesh, choice)
-    start_step, state, progress = _restore(config, checkpointer, state, identity)
+    start_step, state, progress, graphdef, tx, schedule, model_cfg = _initial_state(
+        config, mesh, choice, checkpointer, identity, source)
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
     eval_batches = _eval_batches(config, cache, spec, mesh)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)

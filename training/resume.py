@@ -118,6 +118,29 @@ def tokenizer_location(config, workdir: str, tokenizer) -> str:
                                workdir)
 
 
+def saved_tokenizer_file(meta: dict, config, workdir: str) -> str:
+    """The tokenizer a checkpoint names, as a local file: relative to the workdir (an older
+    checkpoint names an absolute path: if that is gone, the file of that name in the run's
+    cache); a bucket's file is copied to this host's mirror first. DataError when missing."""
+    recorded = meta.get("tokenizer_path") or config.data.tokenizer_path
+    if not recorded:
+        raise data.DataError(f"the checkpoint in {workdir} names no tokenizer: train it again "
+                             f"with this version, or set data.tokenizer_path when training")
+    candidates = [storage.resolve(recorded, workdir)]
+    if os.path.isabs(recorded):  # written before paths were relative: the run may have moved
+        candidates.append(storage.join(workdir, "cache", os.path.basename(recorded)))
+    for location in candidates:
+        if storage.is_remote(location):
+            local = storage.mirror(location)
+            folder, name = location.rsplit("/", 1)
+            storage.pull(folder, os.path.dirname(local), [name])
+            location = local
+        if os.path.isfile(location):
+            return location
+    raise data.DataError(f"the run's tokenizer {candidates[0]} is missing: copy the run with "
+                         f"its cache/ directory")
+
+
 def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
                     tokenizer_path: str = "", choice=None, identity: dict | None = None) -> dict:
     """The record saved with a checkpoint; tokenizer_path: tokenizer_location's answer;

@@ -16,19 +16,23 @@ import model
 from training import optim
 
 
-def create_train_state(config, mesh, choice, *, abstract: bool = False):
-    """The state every step reads and writes; choice: the run's parallel.AttentionChoice."""
+def create_train_state(config, mesh, choice, *, abstract: bool = False, initial_params=None):
+    """The state every step reads and writes; choice: the run's parallel.AttentionChoice.
+    initial_params(model_cfg, abstract_params) -> params: where the weights come from instead
+    of a random draw (config.init_from: training/init_from.py); the model is never drawn."""
     model_cfg = model.ModelConfig.from_config(config.model, choice)
-    if abstract:
+    if abstract or initial_params is not None:
         with jax.set_mesh(mesh):
             net = nnx.eval_shape(lambda: model.Transformer(model_cfg, mesh,
                                                            nnx.Rngs(config.seed)))
     else:
         net = model.create(model_cfg, mesh, config.seed)
     graphdef, params = nnx.split(net, nnx.Param)
-    if abstract:
+    if abstract or initial_params is not None:
         params = jax.tree.map(lambda x: _abstract(x, jax.NamedSharding(mesh, x.sharding.spec)),
                               params)
+    if initial_params is not None and not abstract:
+        params = initial_params(model_cfg, params)
     tx, schedule = optim.make_optimizer(config.optim, config.num_train_steps)
     opt_shardings = optim.optimizer_shardings(tx, params, mesh)
     replicated = jax.NamedSharding(mesh, jax.P())

@@ -1,0 +1,115 @@
+"""config.init_from: a run starts from a Hugging Face checkpoint or from another run's weights.
+
+The reference for the first step is the loaded model itself on one device (model.hf, checked
+against transformers in test_hf.py), on step 0's rows in their natural order: every layout
+sharded over 4 devices must log exactly that loss at step 1.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from flax import nnx
+
+import data
+from configs import tiny
+from model import hf
+from tests.hf_checkpoints import make_model_dir, write_text
+from tests.train_runs import losses, read_metrics, run_train
+from training import ConfigError, train_and_evaluate
+from training import step as step_lib
+
+SEQ_LEN, BATCH = 64, 2
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    corpus = write_text(str(root / "corpus.txt"))
+    return make_model_dir(str(root / "model"), corpus), corpus, str(root / "cache")
+
+
+def run_config(model_dir, layout="zigzag", **changes):
+    path, corpus, cache = model_dir
+    config = tiny.get_config()
+    config.init_from = f"hf:{path}"
+    config.data.source, config.data.cache_dir = corpus, cache
+    config.seq_len, config.global_batch_size = SEQ_LEN, BATCH
+    config.num_train_steps, config.log_every_steps, config.eval_batches = 1, 1, 1
+    config.mesh.data, config.mesh.seq = 2, 4  # the 8 devices of tests/conftest.py
+    config.parallel.layout, config.tracker = layout, "jsonl"
+    for key, value in changes.items():
+        section, _, name = key.rpartition(".")
+        (config[section] if section else config)[name] = value
+    return config
+
+
+@pytest.fixture(scope="module")
+def single_device_loss(model_dir) -> float:
+    """Step 0's rows in natural order through hf.load's model on one device."""
+    path, corpus, cache_dir = model_dir
+    tokenizer = data.load_tokenizer(os.path.join(path, "tokenizer.json"))
+    cache = data.build_token_cache(tokenizer, corpus, cache_dir, eval_fraction=0.005)
+    spec = data.BatchSpec(seq_len=SEQ_LEN, global_batch=BATCH, seed=0, layout="ring",
+                          num_seq_shards=1, mask_documents=True, reset_positions=True,
+                          eos_id=tokenizer.eos_id)
+    batch = data.batch_rows(cache.train, spec, 0, np.arange(BATCH))
+    graphdef, params = nnx.split(hf.load(path, param_dtype="float32"), nnx.Param)
+    total, weight = step_lib.token_loss_sums(graphdef, params, batch, True)
+    return float(total / weight)
+
+
+@pytest.mark.parametrize("layout", ["ring", "striped", "zigzag", "balanced"])
+def test_first_step_loss_is_the_loaded_models(layout, model_dir, single_device_loss, tmp_path):
+    reference = single_device_loss
+    train_and_evaluate(run_config(model_dir, layout), str(tmp_path / layout))
+    first = losses(read_metrics(tmp_path / layout))[1]
+    assert abs(first - reference) < 1e-5 * abs(reference), (layout, first, reference)
+
+
+def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):
+    """train.py from the Hugging Face directory (its tokenizer, config.json's shapes and RoPE),
+    then a second stage from that run at twice the length, another mesh and another RoPE base:
+    the weights carry over (its first loss is near where stage 1 ended, far below the start)."""
+    path, corpus, cache = model_dir
+    common = [f"--config.data.source={corpus}", f"--config.data.cache_dir={cache}",
+              "--config.global_batch_size=2", "--config.log_every_steps=1",
+              "--config.eval_batches=1"]
+    stage1 = tmp_path / "stage1"
+    result = run_train(stage1, f"--config.init_from=hf:{path}", "--config.seq_len=64",
+                       "--config.num_train_steps=6", "--config.optim.warmup_steps=1", *common)
+    assert result.returncode == 0, result.stderr[-2000:]
+    first = losses(read_metrics(stage1))
+    stage2 = tmp_path / "stage2"
+    result = run_train(stage2, f"--config.init_from=run:{stage1}@6", "--config.seq_len=128",
+                       "--config.mesh.data=1", "--config.mesh.seq=4",
+                       "--config.model.rope_theta=40000", "--config.num_train_steps=1", *common)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "initial weights from run:" in result.stdout
+    second = losses(read_metrics(stage2))[1]
+    assert second < first[1] - 0.3, (first, second)
+
+
+@pytest.mark.parametrize("edit,expected", [
+    ({"init_from": "hf:/nonexistent/model"}, "is not a directory"),
+    ({"init_from": "hf2:/x"}, "use 'hf:PATH'"),
+    ({"init_from": "run:/nonexistent/run"}, "has no checkpoints"),
+])
+def test_bad_sources_are_refused_before_anything_is_written(edit, expected, model_dir,
+                                                              tmp_path):
+    workdir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=expected) as e:
+        train_and_evaluate(run_config(model_dir, **edit), str(workdir))
+    assert "\n" not in str(e.value) and not workdir.exists()
+
+
+def test_contradictions_and_a_foreign_tokenizer_exit_2(model_dir, tmp_path):
+    path, corpus, cache = model_dir
+    workdir = tmp_path / "run"
+    common = [f"--config.init_from=hf:{path}", f"--config.data.source={corpus}"]
+    result = run_train(workdir, *common, "--config.model.d_model=64")
+    assert result.returncode == 2 and "model.d_model=64 contradicts hf:" in result.stderr
+    big = make_model_dir(str(tmp_path / "big_vocab"), corpus, vocab_size=200)
+    result = run_train(workdir, f"--config.init_from=hf:{big}", f"--config.data.source={corpus}")
+    assert result.returncode == 2 and "has 200 pieces but the model" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not workdir.exists()

@@ -1,0 +1,187 @@
+"""Where a run's first weights come from: `config.init_from`.
+
+    ''                       random weights, drawn from config.seed
+    'hf:PATH'                a Hugging Face Llama directory (model/hf.py): config.json fills
+                             config.model, its tokenizer (tokenizer.json, or tokenizer.model)
+                             becomes the run's
+    'run:WORKDIR[@STEP]'     another run's checkpoint (its latest, or STEP): the weights only, the
+                             optimizer starts fresh. A new stage: how seq_len, the RoPE settings,
+                             the mesh or the batch change on purpose
+
+    source = resolve(config, workdir, explicit={"model.rope_theta"})  # before anything is built
+    params = initial_params(source, model_cfg, abstract_params, mesh)
+
+Only a start reads it: once the run's own workdir has a checkpoint, a resume restores that.
+The model's shape (SHAPE_FIELDS) always comes from the source; a shape field set on the command
+line to another value is a contradiction (ConfigError, one line). The RoPE settings and norm_eps
+come from the source unless set explicitly (on the command line, or by a length stage): a
+context extension changes exactly those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import storage
+from training.validate import ConfigError
+
+SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                "mlp_dim", "tie_embeddings")
+CHOSEN_FIELDS = ("rope_theta", "rope_scaling", "norm_eps")  # the source's unless set explicitly
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    kind: str  # 'hf' | 'run'
+    path: str  # the model directory, or the run's workdir
+    step: int | None = None  # run: the checkpoint (None: the latest when resolved)
+
+    def __str__(self):
+        return f"{self.kind}:{self.path}" + (f"@{self.step}" if self.step is not None else "")
+
+
+def parse(spec: str) -> Source | None:
+    """'hf:PATH' | 'run:WORKDIR[@STEP]' | '' -> Source or None; ConfigError otherwise."""
+    if not spec:
+        return None
+    kind, _, rest = spec.partition(":")
+    if kind == "hf" and rest:
+        return Source("hf", rest)
+    if kind == "run" and rest:
+        path, at, step = rest.rpartition("@") if "@" in rest else (rest, "", "")
+        if at and not step.isdigit():
+            raise ConfigError(f"init_from={spec!r}: the step after '@' must be a number "
+                              f"(run:WORKDIR@STEP)")
+        return Source("run", path, int(step) if at else None)
+    raise ConfigError(f"init_from={spec!r}: use 'hf:PATH' (a Hugging Face model directory) or "
+                      f"'run:WORKDIR[@STEP]' (another run's checkpoint), or '' for random weights")
+
+
+def resolve(config, workdir: str, explicit=()) -> Source | None:
+    """Reads the source's model settings and tokenizer into `config` (model section, and
+    data.tokenizer_path unless set) and checks its files; writes nothing. `explicit`: the
+    config fields given explicitly ('model.rope_theta', ...), which win over the source's.
+
+    A run that already has checkpoints of its own takes those settings from its latest one
+    instead: a resume needs neither the source's files nor their being unchanged."""
+    source = parse(config.get("init_from", ""))
+    if source is None:
+        return None
+    if _has_checkpoints(workdir):
+        _, fields, tokenizer = _from_run(Source("run", workdir))
+    elif source.kind == "hf":
+        fields, tokenizer = _from_hf(source.path)
+    else:
+        source, fields, tokenizer = _from_run(source)
+        if fields["scan_layers"] != config.model.get("scan_layers", False):
+            raise ConfigError(f"init_from={source}: that run's layers are "
+                              f"{'' if fields['scan_layers'] else 'not '}stacked: set "
+                              f"--config.model.scan_layers={fields['scan_layers']}")
+    explicit = set(explicit)
+    with config.unlocked():
+        for name in SHAPE_FIELDS:
+            given = f"model.{name}" in explicit
+            if given and config.model[name] != fields[name]:
+                raise ConfigError(f"model.{name}={config.model[name]} contradicts {source} "
+                                  f"({name} {fields[name]}): drop --config.model.{name}, whose "
+                                  f"value the checkpoint fixes")
+            config.model[name] = fields[name]
+        for name in CHOSEN_FIELDS:
+            if not any(e == f"model.{name}" or e.startswith(f"model.{name}.") for e in explicit):
+                config.model[name] = fields[name]
+        if not config.data.tokenizer_path and tokenizer:
+            config.data.tokenizer_path = tokenizer
+    if source.kind == "hf" and not _has_checkpoints(workdir):
+        _check_hf_files(source.path, config)
+    return source
+
+
+def _has_checkpoints(workdir: str) -> bool:
+    from checkpoints import Checkpointer
+    directory = storage.join(workdir, "checkpoints")
+    if not storage.path(directory).is_dir():
+        return False
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        return bool(checkpointer.steps())
+    finally:
+        checkpointer.close()
+
+
+def _from_hf(path: str) -> tuple[dict, str]:
+    from model import hf
+    try:
+        fields, _ = hf.read_config(path)
+    except hf.HFError as e:
+        raise ConfigError(f"init_from: {e}") from None
+    tokenizer = next((os.path.join(path, name) for name in ("tokenizer.json", "tokenizer.model")
+                      if os.path.isfile(os.path.join(path, name))), "")
+    return fields, tokenizer
+
+
+def _check_hf_files(path: str, config) -> None:
+    """The tensors against the (resolved) model config, and the tokenizer's vocabulary against
+    the embedding: before a lock, a cache or a model is made."""
+    import data
+    import model
+    from model import hf
+    cfg = model.ModelConfig.from_config(config.model)
+    try:
+        hf.open_weights(path, cfg)
+    except hf.HFError as e:
+        raise ConfigError(f"init_from: {e}") from None
+    if not config.data.tokenizer_path:
+        raise ConfigError(f"init_from: {path} has neither tokenizer.json nor tokenizer.model: "
+                          f"set data.tokenizer_path to the model's tokenizer")
+    tok = data.load_tokenizer(config.data.tokenizer_path)  # DataError: one line
+    if tok.vocab_size > cfg.vocab_size:
+        raise ConfigError(f"init_from: tokenizer {tok.path} has {tok.vocab_size} pieces but the "
+                          f"model {path} has {cfg.vocab_size} embedding rows: use the model's "
+                          f"own tokenizer")
+
+
+def _from_run(source: Source) -> tuple[Source, dict, str]:
+    """(the source with its step, its model fields, its tokenizer file) from the run's
+    checkpoint metadata; nothing in that run is written."""
+    from checkpoints import Checkpointer
+    from training.resume import saved_config, saved_tokenizer_file
+    directory = storage.join(source.path, "checkpoints")
+    if not storage.path(directory).is_dir():
+        raise ConfigError(f"init_from={source}: {source.path} has no checkpoints/: point at a "
+                          f"run's --workdir")
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        steps = checkpointer.steps()
+        step = steps[-1] if steps and source.step is None else source.step
+        if step not in steps:
+            which = f"at step {step} " if step is not None else ""
+            raise ConfigError(f"init_from={source}: no checkpoint {which}in {directory} "
+                              f"(available: {steps}): choose one of those")
+        meta = checkpointer.read_meta(step)
+    finally:
+        checkpointer.close()
+    saved = saved_config(meta)
+    fields = {name: saved.model[name] for name in SHAPE_FIELDS + ("rope_theta", "norm_eps")}
+    fields["rope_scaling"] = dict(saved.model.get("rope_scaling") or {"rope_type": "default"})
+    fields["scan_layers"] = saved.model.get("scan_layers", False)
+    tokenizer = saved_tokenizer_file(meta, saved, source.path)
+    return Source("run", source.path, step), fields, tokenizer
+
+
+def initial_params(source: Source, cfg, abstract_params, mesh):
+    """The source's weights as the run's parameters, each placed with the sharding of
+    `abstract_params` (ShapeDtypeStructs): tensor by tensor for a Hugging Face directory, a
+    partial restore (parameters only) for a run."""
+    if source.kind == "hf":
+        from model import hf
+        return hf.load_params(hf.open_weights(source.path, cfg), cfg, abstract_params, mesh)
+    import jax
+    from checkpoints import Checkpointer
+    placed = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+        x.shape, x.dtype, sharding=jax.NamedSharding(mesh, x.sharding.spec)), abstract_params)
+    checkpointer = Checkpointer(storage.join(source.path, "checkpoints"), read_only=True)
+    try:
+        return checkpointer.restore_params(source.step, placed)
+    finally:
+        checkpointer.close()
