@@ -25,52 +25,6 @@ flags.mark_flags_as_required(["workdir"])
 FLAGS = flags.FLAGS
 
 
-class SampleError(ValueError):
-    pass
-
-
-def load_run(workdir: str, step, devices: int):
-    """(config, tokenizer, graphdef, params, step) of a run's checkpoint."""
-    import jax
-    import data
-    import parallel
-    import storage
-    from checkpoints import Checkpointer
-    from planner import resolve_attention
-    from training.state import create_train_state
-    from training.resume import saved_config, saved_tokenizer_file
-
-    directory = storage.join(workdir, "checkpoints")
-    if not storage.path(directory).is_dir():
-        raise SampleError(f"no checkpoints in {workdir!r}: train first (python train.py "
-                          f"--workdir {workdir} ...) or point --workdir at a run")
-    # Read-only: a trainer may be saving here now; nothing is cleaned, deleted or written.
-    checkpointer = Checkpointer(directory, read_only=True)
-    try:
-        steps = checkpointer.steps()
-        if not steps or (step is not None and step not in steps):
-            raise SampleError(f"no checkpoint {'at step ' + str(step) if step else ''} in "
-                              f"{directory} (available: {steps}): choose one of those steps")
-        step = steps[-1] if step is None else step
-        meta = checkpointer.read_meta(step)
-        config = saved_config(meta)
-        tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
-        mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
-        config.mesh.data, config.mesh.seq = 1, devices
-        # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
-        # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
-        config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
-        choice = resolve_attention(config, (1, devices), jax.default_backend(),
-                                   mesh.devices.flat[0].device_kind)
-        # The parameters' shapes and shardings only: the model is never initialised, and only
-        # the parameters are read back (not the optimizer's moments, twice their size).
-        state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
-        params = checkpointer.restore_params(step, state["params"])
-    finally:
-        checkpointer.close()
-    return config, tokenizer, graphdef, params, step
-
-
 def main(argv):
     del argv
     if not FLAGS["verbosity"].present:  # (Orbax warns that a read-only directory is one)
@@ -85,10 +39,12 @@ def main(argv):
     import data
     from model import decode
 
+    from training.saved_run import RunError, load_run
+
     try:
         config, tokenizer, graphdef, params, step = load_run(FLAGS.workdir, FLAGS.step,
                                                              FLAGS.devices)
-    except (SampleError, data.DataError) as e:
+    except (RunError, data.DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     prompt = tokenizer.encode(FLAGS.prompt)

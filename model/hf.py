@@ -120,11 +120,11 @@ def _read_rope(c: dict, file: str) -> dict:
     return {"rope_theta": float(theta), "rope_scaling": scaling}
 
 
-def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0) -> dict:
+def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0,
+                eos_token_id: int | None = None) -> dict:
     """What `save` writes as config.json: transformers 5's layout, with the RoPE settings also
     in transformers 4's keys (which 5 reads first) so that either version loads them."""
-    scaling = {k: v for k, v in vars(cfg.rope_scaling).items() if v != _ROPE_DEFAULTS[k]}
-    scaling["rope_type"] = cfg.rope_scaling.rope_type
+    scaling = cfg.rope_scaling.parameters()
     out = {"architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": cfg.vocab_size,
            "hidden_size": cfg.d_model, "intermediate_size": cfg.mlp_dim,
            "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
@@ -134,12 +134,15 @@ def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0) 
            "rope_parameters": {**scaling, "rope_theta": cfg.rope_theta},
            "rope_theta": cfg.rope_theta,
            "rope_scaling": None if scaling["rope_type"] == "default" else scaling}
+    original = cfg.rope_scaling.original_max_position_embeddings
+    if not max_position_embeddings and original and cfg.rope_scaling.rope_type != "default":
+        max_position_embeddings = original * cfg.rope_scaling.factor  # the extended context
     if max_position_embeddings:
         out["max_position_embeddings"] = int(max_position_embeddings)
+    if eos_token_id is not None:
+        out["eos_token_id"] = int(eos_token_id)
     return out
 
-
-_ROPE_DEFAULTS = vars(RopeScaling())
 
 
 def _source(path: tuple, num_layers: int) -> tuple[list[str], bool, bool]:
@@ -274,9 +277,12 @@ def hf_tensors(params, cfg: ModelConfig, dtype: str):
 
 
 def save(m: Transformer, path: str, *, dtype: str | None = None,
-         max_shard_bytes: int = 5 << 30, max_position_embeddings: int = 0) -> list[str]:
+         max_shard_bytes: int = 5 << 30, max_position_embeddings: int = 0,
+         eos_token_id: int | None = None) -> list[str]:
     """Writes the model as a Hugging Face Llama directory (config.json and safetensors, sharded
-    past max_shard_bytes) into PATH, in `dtype` (default: the parameters' own). The files are
+    past max_shard_bytes) into PATH, in `dtype` (default: the parameters' own); the context
+    length it was trained for and its tokenizer's end-of-sequence id go into config.json when
+    given. The files are
     written into PATH.tmp and PATH replaced only once they are complete; with several
     processes, process 0 writes. Returns the files written."""
     cfg = m.cfg
@@ -298,7 +304,8 @@ def save(m: Transformer, path: str, *, dtype: str | None = None,
     files = write(tmp, tensors, max_shard_bytes)
     if writer:
         with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(config_json(cfg, dtype, max_position_embeddings), f, indent=2)
+            json.dump(config_json(cfg, dtype, max_position_embeddings, eos_token_id), f,
+                      indent=2)
         _replace_dir(tmp, path)
     return files + ["config.json"]
 

@@ -57,6 +57,20 @@ class RopeScaling:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in dict(section).items() if k in names})
 
+    def parameters(self) -> dict:
+        """The fields its rule reads, under Hugging Face's names (config.json's
+        `rope_parameters`, without rope_theta). Optional ones appear only when set."""
+        keys = {"default": (), "linear": ("factor",),
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                           "original_max_position_embeddings"),
+                "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                         "truncate")}[self.rope_type]
+        out = {"rope_type": self.rope_type, **{k: getattr(self, k) for k in keys}}
+        if self.rope_type == "yarn":
+            out.update({k: getattr(self, k) for k in ("attention_factor", "mscale",
+                                                      "mscale_all_dim") if getattr(self, k)})
+        return out
+
     def problem(self) -> str | None:
         """What makes these parameters unusable, for a one-line error; None if they are fine."""
         if self.rope_type not in ROPE_TYPES:

@@ -80,6 +80,7 @@ def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):
                        "--config.num_train_steps=6", "--config.optim.warmup_steps=1", *common)
     assert result.returncode == 0, result.stderr[-2000:]
     first = losses(read_metrics(stage1))
+    exported_equals_the_run(stage1, tmp_path / "exported")
     stage2 = tmp_path / "stage2"
     result = run_train(stage2, f"--config.init_from=run:{stage1}@6", "--config.seq_len=128",
                        "--config.mesh.data=1", "--config.mesh.seq=4",
@@ -113,3 +114,18 @@ def test_contradictions_and_a_foreign_tokenizer_exit_2(model_dir, tmp_path):
     result = run_train(workdir, f"--config.init_from=hf:{big}", f"--config.data.source={corpus}")
     assert result.returncode == 2 and "has 200 pieces but the model" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not workdir.exists()
+
+
+def exported_equals_the_run(workdir, out):
+    """scripts/export_hf.py's function: the run's weights and tokenizer as a Hugging Face
+    directory that model.hf loads to the same logits (transformers loads it too:
+    scripts/check_hf_transformers.py, run with PyTorch installed)."""
+    from training.saved_run import export_hf, load_run
+    files = export_hf(str(workdir), str(out))
+    assert files == ["model.safetensors", "config.json", "tokenizer.json"]
+    config, _, graphdef, params, _ = load_run(str(workdir), None, 1)
+    tokens = np.random.default_rng(1).integers(0, 120, (1, 128))
+    np.testing.assert_allclose(hf.load(str(out))(tokens), nnx.merge(graphdef, params)(tokens),
+                               rtol=1e-5, atol=1e-5)  # tiled differently
+    saved = hf.read_config(str(out))[0]
+    assert saved["rope_scaling"]["rope_type"] == "linear" and config.seq_len == 64

@@ -1,0 +1,77 @@
+"""A finished (or running) run's checkpoint, read without touching it: sample.py and
+scripts/export_hf.py.
+
+    config, tokenizer, graphdef, params, step = load_run("runs/default", step=None, devices=1)
+    model = nnx.merge(graphdef, params)      # the Transformer, on `devices` devices
+    export_hf("runs/default", "/tmp/ringstripe-hf")   # a directory transformers loads
+
+Read-only: a trainer may be saving into the workdir at the same time; nothing is cleaned,
+deleted or written, and only the parameters are read (not the optimizer's moments).
+"""
+
+import os
+import shutil
+
+import jax
+from flax import nnx
+
+import data
+import parallel
+import storage
+from checkpoints import Checkpointer
+from model import hf
+from planner import resolve_attention
+from training.resume import saved_config, saved_tokenizer_file
+from training.state import create_train_state
+
+
+class RunError(ValueError):
+    """A workdir or step that holds no checkpoint to read: a one-line message."""
+
+
+def load_run(workdir: str, step, devices: int):
+    """(config, tokenizer, graphdef, params, step) of a run's checkpoint (the latest, or
+    `step`), the parameters sharded over the first `devices` devices."""
+    directory = storage.join(workdir, "checkpoints")
+    if not storage.path(directory).is_dir():
+        raise RunError(f"no checkpoints in {workdir!r}: train first (python train.py "
+                       f"--workdir {workdir} ...) or point --workdir at a run")
+    # Read-only: a trainer may be saving here now; nothing is cleaned, deleted or written.
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        steps = checkpointer.steps()
+        if not steps or (step is not None and step not in steps):
+            raise RunError(f"no checkpoint {'at step ' + str(step) if step else ''} in "
+                           f"{directory} (available: {steps}): choose one of those steps")
+        step = steps[-1] if step is None else step
+        meta = checkpointer.read_meta(step)
+        config = saved_config(meta)
+        tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
+        mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
+        config.mesh.data, config.mesh.seq = 1, devices
+        # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
+        # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
+        config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
+        choice = resolve_attention(config, (1, devices), jax.default_backend(),
+                                   mesh.devices.flat[0].device_kind)
+        # The parameters' shapes and shardings only: the model is never initialised, and only
+        # the parameters are read back (not the optimizer's moments, twice their size).
+        state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
+        params = checkpointer.restore_params(step, state["params"])
+    finally:
+        checkpointer.close()
+    return config, tokenizer, graphdef, params, step
+
+
+def export_hf(workdir: str, out: str, *, step=None, dtype: str | None = None,
+              devices: int = 1) -> list[str]:
+    """A run's checkpoint as a Hugging Face Llama directory `out`: config.json (with the run's
+    seq_len as max_position_embeddings and its tokenizer's EOS), the safetensors, and the run's
+    tokenizer (tokenizer.json as it is; a sentencepiece model as tokenizer.model). Returns
+    the files written."""
+    config, tokenizer, graphdef, params, step = load_run(workdir, step, devices)
+    files = hf.save(nnx.merge(graphdef, params), out, dtype=dtype,
+                    max_position_embeddings=config.seq_len, eos_token_id=tokenizer.eos_id)
+    name = "tokenizer.json" if tokenizer.path.endswith(".json") else "tokenizer.model"
+    shutil.copyfile(tokenizer.path, os.path.join(out, name))
+    return files + [name]
