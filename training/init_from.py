@@ -36,6 +36,8 @@ class Source:
     kind: str  # 'hf' | 'run'
     path: str  # the model directory, or the run's workdir
     step: int | None = None  # run: the checkpoint (None: the latest when resolved)
+    meta: dict | None = dataclasses.field(default=None, compare=False, repr=False)  # run: its
+    # checkpoint's record (a next stage continues its progress counters and wandb run)
 
     def __str__(self):
         return f"{self.kind}:{self.path}" + (f"@{self.step}" if self.step is not None else "")
@@ -166,7 +168,7 @@ def _from_run(source: Source) -> tuple[Source, dict, str]:
     fields["rope_scaling"] = dict(saved.model.get("rope_scaling") or {"rope_type": "default"})
     fields["scan_layers"] = saved.model.get("scan_layers", False)
     tokenizer = saved_tokenizer_file(meta, saved, source.path)
-    return Source("run", source.path, step), fields, tokenizer
+    return Source("run", source.path, step, meta), fields, tokenizer
 
 
 def initial_params(source: Source, cfg, abstract_params, mesh):

@@ -25,7 +25,7 @@ import storage
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from planner import flops
 from planner import resolve_attention
-from training import init_from, resume, state as state_lib, step as step_lib, trackers
+from training import init_from, resume, stages, state as state_lib, step as step_lib, trackers
 from training.validate import ConfigError, validate_config
 
 
@@ -120,10 +120,13 @@ def _check_finite(step: int, metrics: dict, config, checkpointer, skipped_in_a_r
             f"optim.learning_rate, or set optim.skip_nonfinite=True to skip such batches")
 
 
-def train_and_evaluate(config, workdir: str, explicit=()) -> dict:
+def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     """Trains (or resumes) up to config.num_train_steps; returns the last logged metrics.
     explicit: the config fields set on purpose (train.py: its --config.FIELD flags), which win
-    over what config.init_from's source says (training/init_from.py)."""
+    over what config.init_from's source says (training/init_from.py). With config.stages,
+    the stages one after the other (training/stages.py); `stage` is then the one this is."""
+    if stage is None and config.get("stages"):
+        return stages.train_stages(config, workdir, explicit, train_and_evaluate)
     source = init_from.resolve(config, workdir, explicit)  # fills config.model; reads only
     validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
     resume.check_inputs(config, workdir)
@@ -148,7 +151,7 @@ def train_and_evaluate(config, workdir: str, explicit=()) -> dict:
             _check_against_latest(config, checkpointer, identity)
             prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)  # data errors
             return _run(config, workdir, mesh, choice, checkpointer, prepared, identity,
-                        source)
+                        source, stage)
         finally:
             checkpointer.close()
     finally:
@@ -250,18 +253,22 @@ def _initial_state(config, mesh, choice, checkpointer, identity, source):
     return start_step, state, progress, graphdef, tx, schedule, model_cfg
 
 
-def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source) -> dict:
+def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source,
+         stage) -> dict:
     tokenizer, cache, spec = prepared
     mesh_shape = mesh_shape_of(mesh)
     identity = {**identity, "tokenizer": tokenizer.fingerprint}
     start_step, state, progress, graphdef, tx, schedule, model_cfg = _initial_state(
         config, mesh, choice, checkpointer, identity, source)
+    if stage is not None and stage.index > 1 and not start_step and source is not None:
+        progress = resume.Progress.from_meta(source.meta)  # the stage before's counters, run
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
     eval_batches = _eval_batches(config, cache, spec, mesh)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
     flops_per_token = model_flops_per_token(config, model_cfg, cache, spec)
     track = trackers.make_trackers(config, workdir, mesh_shape, choice,
-                                   jax.process_index() == 0, progress.wandb_run_id, start_step)
+                                   jax.process_index() == 0, progress.wandb_run_id, start_step,
+                                   stage)
     _announce(config, choice, mesh_shape,
               model.count_params(nnx.merge(graphdef, state["params"])), cache)
     if start_step:

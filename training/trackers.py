@@ -181,18 +181,21 @@ class Console:
 
 
 class Trackers:
-    """Fans out to several trackers."""
+    """Fans out to several trackers. With length stages (training/stages.py), a stage's steps
+    go out on the run's one time axis: `offset` (the steps of the stages before) is added, and
+    every row says its stage."""
 
-    def __init__(self, trackers):
-        self.trackers = list(trackers)
+    def __init__(self, trackers, offset: int = 0, stage: int = 0):
+        self.trackers, self.offset = list(trackers), offset
+        self.extra = {"progress/stage": stage} if stage else {}
 
     def log(self, step, metrics):
         for t in self.trackers:
-            t.log(step, metrics)
+            t.log(step + self.offset, {**metrics, **self.extra})
 
     def event(self, step, message, fields):
         for t in self.trackers:
-            t.event(step, message, fields)
+            t.event(step + self.offset, message, fields)
 
     def persist(self):
         for t in self.trackers:
@@ -204,15 +207,21 @@ class Trackers:
 
 
 def make_trackers(config, workdir: str, mesh_shape, choice, is_main: bool,
-                  run_id: str, resumed_step: int = 0) -> Trackers:
+                  run_id: str, resumed_step: int = 0, stage=None) -> Trackers:
+    """stage: a training.stages.Stage, whose metrics go to the staged run's WORKDIR and
+    time axis (stage.top, stage.offset); None for a run of one stage."""
     if not is_main:
         return Trackers([NullTracker()])
-    trackers = [Console(config.num_train_steps)]
+    offset = stage.offset if stage else 0
+    workdir = stage.top if stage else workdir
+    trackers = [Console(stage.total if stage else config.num_train_steps)]
     if config.tracker in ("jsonl", "wandb"):
-        trackers.append(JsonlTracker(storage.join(workdir, "metrics.jsonl"), resumed_step))
+        trackers.append(JsonlTracker(storage.join(workdir, "metrics.jsonl"),
+                                     resumed_step + offset))
     if config.tracker == "wandb":
-        trackers.append(WandbTracker(config, workdir, mesh_shape, choice, run_id, resumed_step))
-    return Trackers(trackers)
+        trackers.append(WandbTracker(config, workdir, mesh_shape, choice, run_id,
+                                     resumed_step + offset))
+    return Trackers(trackers, offset, stage.index if stage else 0)
 
 
 def _keep_rows_through(path: str, last_step: int) -> None:

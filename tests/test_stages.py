@@ -1,0 +1,70 @@
+"""config.stages: one config, several trainings in a row, each from the last weights of the one
+before, on one time axis, resumable inside any stage."""
+
+import numpy as np
+import pytest
+
+from checkpoints import Checkpointer
+from configs import tiny
+from tests.train_runs import read_metrics
+from training import ConfigError, train_and_evaluate
+
+
+def staged_config(stop_at_step=0, **second):
+    config = tiny.get_config()
+    config.mesh.data, config.mesh.seq = 2, 4  # the 8 devices of tests/conftest.py
+    config.log_every_steps, config.eval_batches = 1, 1
+    config.data.max_bytes = 500_000
+    config.stop_at_step = stop_at_step
+    with config.unlocked():
+        long = dict(name="long", steps=3, seq_len=256, global_batch_size=2,
+                    model=dict(rope_theta=40_000.0,
+                               rope_scaling=dict(rope_type="linear", factor=2.0)))
+        config.stages = (dict(name="short", steps=3), {**long, **second})
+    return config
+
+
+def saved(workdir, step):
+    checkpointer = Checkpointer(str(workdir / "checkpoints"), read_only=True)
+    try:
+        return checkpointer.read_meta(step)
+    finally:
+        checkpointer.close()
+
+
+def test_two_stages_with_a_resume_inside_the_second(tmp_path):
+    workdir = tmp_path / "run"
+    train_and_evaluate(staged_config(stop_at_step=5), str(workdir))  # stops at stage 2's step 2
+    assert sorted(p.name for p in (workdir / "stage2" / "checkpoints").iterdir()) == ["2"]
+    last = train_and_evaluate(staged_config(), str(workdir))  # resumes inside stage 2
+    assert np.isfinite(last["train/loss"])
+    rows = [r for r in read_metrics(workdir) if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # one time axis, each step once
+    assert [r["progress/stage"] for r in rows] == [1, 1, 1, 2, 2, 2]
+    # Stage 2 started from stage 1's last weights (its first loss continues the curve rather
+    # than starting over from a random model's) and ran with its own settings.
+    assert rows[3]["train/loss"] < rows[0]["train/loss"] - 0.05
+    meta = saved(workdir / "stage2", 3)
+    assert meta["config"]["seq_len"] == 256 and meta["config"]["model"]["rope_theta"] == 40_000.0
+    assert meta["config"]["model"]["rope_scaling"]["rope_type"] == "linear"
+    assert meta["config"]["init_from"] == f"run:{workdir / 'stage1'}@3"
+    # One tokenizer and token cache for every stage; the run's counters continue.
+    assert sorted(p.name for p in workdir.iterdir()) == ["cache", "metrics.jsonl", "stage1",
+                                                         "stage2"]
+    assert meta["train_tokens"] > saved(workdir / "stage1", 3)["train_tokens"]
+    assert meta["wandb_run_id"] == saved(workdir / "stage1", 3)["wandb_run_id"]
+    # A finished staged run is not trained again.
+    before = read_metrics(workdir)
+    assert train_and_evaluate(staged_config(), str(workdir)) == {}
+    assert read_metrics(workdir) == before
+
+
+@pytest.mark.parametrize("second,expected", [
+    (dict(model=dict(rope_thta=1.0)), "sets 'model.rope_thta', which is not a config field"),
+    (dict(init_from="hf:/x"), "sets 'init_from'"),
+    (dict(seq_len=250), "seq_len"),  # 250 tokens do not split over 4 seq shards
+])
+def test_a_bad_stage_is_refused_before_the_first_trains(second, expected, tmp_path):
+    with pytest.raises(ConfigError, match=expected):
+        train_and_evaluate(staged_config(**second), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()

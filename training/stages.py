@@ -1,0 +1,152 @@
+"""Length stages: one config, one workdir, several trainings in a row, each from the weights the
+one before ended with: how a model's context is extended (1k -> 8k -> 32k, the RoPE base or
+scaling raised with it).
+
+    config.stages = (
+        dict(name="1k", steps=150),                                   # the config as it is
+        dict(name="8k", steps=50, seq_len=8192, global_batch_size=1,
+             model=dict(rope_theta=80_000.0), optim=dict(warmup_steps=5)),
+    )
+
+A stage sets `steps` (its optimizer steps) and any config fields besides, nested as in the config
+(`model=dict(rope_scaling=dict(rope_type="yarn", factor=8.0, ...))`, `mesh=dict(seq=8)`); what it
+does not set is the config's. Stage k trains in WORKDIR/stageK, a run of its own (checkpoints,
+lock, resume), started with init_from=run:WORKDIR/stage{K-1}@LAST: the weights, a fresh optimizer
+and learning-rate schedule, and data drawn with seed + k (the first stage starts from
+config.init_from). A stopped or preempted run resumes inside the stage it was in; finished stages
+are skipped. Metrics go to WORKDIR/metrics.jsonl and one wandb run on one time axis: step =
+the steps of the stages before + the step in the stage, and `progress/stage` = K.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import storage
+from training.validate import ConfigError
+
+_NOT_STAGED = ("stages", "init_from", "num_train_steps")  # what a stage sets otherwise, or never
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """Where a stage sits in the run: what its trackers and its start need."""
+
+    index: int  # 1-based
+    count: int
+    workdir: str  # WORKDIR/stageK
+    top: str  # WORKDIR: metrics.jsonl and wandb's files, for every stage
+    offset: int  # the steps of the stages before
+    total: int  # the steps of all stages
+    explicit: tuple[str, ...]  # the fields this stage sets ('seq_len', 'model.rope_theta', ...)
+
+
+def _flatten(values: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in dict(values).items():
+        name = f"{prefix}{key}"
+        if hasattr(value, "items") and name != "model.rope_scaling":
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def plan(config, workdir: str) -> list[tuple[Stage, object]]:
+    """(Stage, its config) for each entry of config.stages; ConfigError, one line, for a stage
+    without steps or naming a field the config does not have."""
+    entries = list(config.get("stages") or ())
+    total = 0
+    for i, entry in enumerate(entries, 1):
+        steps = dict(entry).get("steps", 0)
+        if not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"stages[{i - 1}]: steps={steps!r}: each stage needs steps >= 1 "
+                              f"(its optimizer steps)")
+        total += steps
+    out, offset = [], 0
+    for i, entry in enumerate(entries, 1):
+        fields = _flatten({k: v for k, v in dict(entry).items() if k not in ("steps", "name")})
+        stage_config = config.copy_and_resolve_references()
+        with stage_config.unlocked():
+            stage_config.stages = ()
+            stage_config.num_train_steps = entry["steps"]
+            stage_config.seed = config.seed + i - 1
+            if i > 1:
+                stage_config.init_from = ""  # set once the stage before has finished
+            if not config.data.cache_dir:  # one tokenizer and token cache for every stage
+                stage_config.data.cache_dir = storage.join(workdir, "cache")
+            if config.stop_at_step:  # one time axis: stop_at_step counts the steps of all stages
+                stop = config.stop_at_step - offset
+                stage_config.stop_at_step = stop if 0 < stop <= entry["steps"] else 0
+            for name, value in fields.items():
+                _set(stage_config, name, value, i)
+        out.append((Stage(i, len(entries), storage.join(workdir, f"stage{i}"), workdir, offset,
+                          total, tuple(fields)), stage_config))
+        offset += entry["steps"]
+    return out
+
+
+def _set(config, name: str, value, index: int) -> None:
+    section, _, field = name.rpartition(".")
+    target = config
+    for part in section.split(".") if section else ():
+        target = target.get(part) if hasattr(target, "get") else None
+    if target is None or field not in target or name.split(".")[0] in _NOT_STAGED:
+        raise ConfigError(f"stages[{index - 1}] sets {name!r}, which is not a config field a "
+                          f"stage can set: use the names of the config file (seq_len, "
+                          f"model.rope_theta, mesh.seq, optim.learning_rate, ...)")
+    if name == "model.rope_scaling":
+        target[field] = type(target[field])({**target[field].to_dict(), **dict(value)})
+    else:
+        target[field] = value
+
+
+def last_step(stage: Stage) -> int | None:
+    """The newest checkpoint step of a stage, None when it has none."""
+    from checkpoints import Checkpointer
+    directory = storage.join(stage.workdir, "checkpoints")
+    if not storage.path(directory).is_dir():
+        return None
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        steps = checkpointer.steps()
+    finally:
+        checkpointer.close()
+    return steps[-1] if steps else None
+
+
+def train_stages(config, workdir: str, explicit, train) -> dict:
+    """Runs the stages in order with `train(stage_config, stage_workdir, explicit, stage)`
+    (training.loop's), skipping finished ones; returns the last stage's metrics. Every stage's
+    config is checked before the first trains."""
+    stages = plan(config, workdir)
+    _check(stages, explicit)
+    last, previous = {}, None
+    for stage, stage_config in stages:
+        steps = stage_config.num_train_steps
+        if last_step(stage) == steps:
+            previous = (stage, steps)
+            continue
+        if previous is not None and stage_config.init_from == "":
+            with stage_config.unlocked():
+                stage_config.init_from = f"run:{previous[0].workdir}@{previous[1]}"
+        last = train(stage_config, stage.workdir, tuple(explicit) + stage.explicit, stage)
+        if last_step(stage) != steps:  # stopped (stop_at_step, preemption): resume later
+            return last
+        previous = (stage, steps)
+    return last
+
+
+def _check(stages, explicit) -> None:
+    """Every stage's config validated before the first trains: the first stage's model (from
+    its init_from source, if any) is every stage's, since each continues its weights."""
+    import jax
+    from training import init_from
+    from training.validate import validate_config
+    first_stage, first = stages[0]
+    init_from.resolve(first, first_stage.workdir, tuple(explicit) + first_stage.explicit)
+    for stage, config in stages:
+        with config.unlocked():
+            for name in init_from.SHAPE_FIELDS:
+                config.model[name] = first.model[name]
+        validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
