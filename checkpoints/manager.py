@@ -31,6 +31,7 @@ from typing import Callable
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 
 import storage
 
@@ -60,8 +61,15 @@ class Checkpointer:
             options = ocp.CheckpointManagerOptions(
                 max_to_keep=keep, create=True, cleanup_tmp_directories=True,
                 enable_async_checkpointing=async_save)
-        self._manager = ocp.CheckpointManager(self.directory, item_names=("state", "meta"),
-                                              options=options)
+        if read_only:  # Orbax warns that a read-only directory is one: what was asked for
+            previous = absl_logging.get_verbosity()
+            absl_logging.set_verbosity(absl_logging.ERROR)
+        try:
+            self._manager = ocp.CheckpointManager(self.directory, item_names=("state", "meta"),
+                                                  options=options)
+        finally:
+            if read_only:
+                absl_logging.set_verbosity(previous)
 
     def steps(self) -> list[int]:
         """Completed checkpoints, oldest first."""

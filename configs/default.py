@@ -33,6 +33,9 @@ def get_config():
     # command line win); 'run:WORKDIR[@STEP]' = another run's weights, fresh optimizer (a new
     # stage: how seq_len, RoPE, mesh or batch change on purpose)
     config.init_from = ""
+    # Length stages: trainings in a row from one another's weights, e.g. 1k then 8k tokens with a
+    # larger RoPE base (training/stages.py; configs/extend_8k.py). () = one stage, this config.
+    config.stages = ()
     config.cpu_devices = 4  # fake devices when the platform is CPU (set before JAX starts)
     config.tracker = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
     config.wandb_project = "ringstripe"  # wandb project

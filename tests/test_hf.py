@@ -87,7 +87,7 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
 
 
 def test_save_in_bfloat16_replaces_the_directory(tmp_path):
-    m = hf.load(os.path.join(FIXTURES, "linear_tied"))
+    m = hf.load(os.path.join(FIXTURES, "linear_tied"), scan_layers=True)  # layers stacked
     out = tmp_path / "saved"
     out.mkdir()
     (out / "stale.safetensors").write_bytes(b"old")
@@ -97,6 +97,11 @@ def test_save_in_bfloat16_replaces_the_directory(tmp_path):
     assert all(a.dtype == np.dtype("bfloat16") for a in tensors.values())
     assert "lm_head.weight" not in tensors  # tied
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    original = SafetensorsDir(os.path.join(FIXTURES, "linear_tied"))
+    assert sorted(tensors) == original.names()
+    np.testing.assert_array_equal(  # layer 1's query projection, unstacked and transposed back
+        tensors["model.layers.1.self_attn.q_proj.weight"],
+        original.read("model.layers.1.self_attn.q_proj.weight").astype("bfloat16"))
 
 
 def _copy(tmp_path, case="linear_tied"):

@@ -5,7 +5,9 @@ against transformers in test_hf.py), on step 0's rows in their natural order: ev
 sharded over 4 devices must log exactly that loss at step 1.
 """
 
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -104,6 +106,23 @@ def test_bad_sources_are_refused_before_anything_is_written(edit, expected, mode
     assert "\n" not in str(e.value) and not workdir.exists()
 
 
+@pytest.mark.parametrize("change,expected", [
+    ({"model_type": "mistral", "architectures": ["MistralForCausalLM"]},
+     "is not a Llama checkpoint"),
+    ({"intermediate_size": 64}, "has shape"),  # the tensors are 96 wide
+])
+def test_a_checkpoint_that_is_not_what_it_says_is_refused(change, expected, model_dir,
+                                                           tmp_path):
+    path = tmp_path / "model"
+    shutil.copytree(model_dir[0], path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **change}))
+    workdir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=expected) as e:
+        train_and_evaluate(run_config(model_dir, init_from=f"hf:{path}"), str(workdir))
+    assert "\n" not in str(e.value) and not workdir.exists()
+
+
 def test_contradictions_and_a_foreign_tokenizer_exit_2(model_dir, tmp_path):
     path, corpus, cache = model_dir
     workdir = tmp_path / "run"
@@ -129,3 +148,17 @@ def exported_equals_the_run(workdir, out):
                                rtol=1e-5, atol=1e-5)  # tiled differently
     saved = hf.read_config(str(out))[0]
     assert saved["rope_scaling"]["rope_type"] == "linear" and config.seq_len == 64
+
+
+def test_the_command_line_amends_the_checkpoints_rope(model_dir, tmp_path):
+    """config.json's RoPE rule (linear, factor 4) with one parameter and the base changed on the
+    command line; the shape comes from config.json whatever the config file said."""
+    from training import init_from
+    config = run_config(model_dir)
+    config.model.rope_scaling.factor, config.model.rope_theta = 8.0, 50_000.0
+    init_from.resolve(config, str(tmp_path),
+                      explicit={"model.rope_scaling.factor", "model.rope_theta"})
+    assert config.model.rope_scaling.rope_type == "linear"
+    assert config.model.rope_scaling.factor == 8.0 and config.model.rope_theta == 50_000.0
+    assert (config.model.d_model, config.model.head_dim, config.model.vocab_size) == (48, 12, 128)
+    assert config.data.tokenizer_path.endswith("tokenizer.json")

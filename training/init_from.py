@@ -90,8 +90,14 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
                                   f"value the checkpoint fixes")
             config.model[name] = fields[name]
         for name in CHOSEN_FIELDS:
-            if not any(e == f"model.{name}" or e.startswith(f"model.{name}.") for e in explicit):
-                config.model[name] = fields[name]
+            if f"model.{name}" in explicit:
+                continue
+            value = fields[name]
+            if name == "rope_scaling":  # parameters set one by one amend the source's rule
+                given = [e.split(".")[2] for e in explicit
+                         if e.startswith("model.rope_scaling.")]
+                value = {**dict(value), **{k: config.model.rope_scaling[k] for k in given}}
+            config.model[name] = value
         if not config.data.tokenizer_path and tokenizer:
             config.data.tokenizer_path = tokenizer
     if source.kind == "hf" and not _has_checkpoints(workdir):

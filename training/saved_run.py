@@ -29,9 +29,11 @@ class RunError(ValueError):
     """A workdir or step that holds no checkpoint to read: a one-line message."""
 
 
-def load_run(workdir: str, step, devices: int):
+def load_run(workdir: str, step, devices: int, model_overrides: dict | None = None):
     """(config, tokenizer, graphdef, params, step) of a run's checkpoint (the latest, or
-    `step`), the parameters sharded over the first `devices` devices."""
+    `step`), the parameters sharded over the first `devices` devices. model_overrides: fields
+    of config.model that change how the model computes, not its parameters (attention tiles,
+    dtype)."""
     directory = storage.join(workdir, "checkpoints")
     if not storage.path(directory).is_dir():
         raise RunError(f"no checkpoints in {workdir!r}: train first (python train.py "
@@ -46,6 +48,7 @@ def load_run(workdir: str, step, devices: int):
         step = steps[-1] if step is None else step
         meta = checkpointer.read_meta(step)
         config = saved_config(meta)
+        config.model.update(model_overrides or {})
         tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
         mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
         config.mesh.data, config.mesh.seq = 1, devices
@@ -75,3 +78,14 @@ def export_hf(workdir: str, out: str, *, step=None, dtype: str | None = None,
     name = "tokenizer.json" if tokenizer.path.endswith(".json") else "tokenizer.model"
     shutil.copyfile(tokenizer.path, os.path.join(out, name))
     return files + [name]
+
+
+def held_out_tokens(config, workdir: str, tokenizer):
+    """The evaluation split of a run's token cache (the held-out tail of its token stream), as
+    the run made it: opened, or tokenized again if the cache is gone."""
+    cache = data.build_token_cache(tokenizer, config.data.source,
+                                   data.cache_location(config, workdir),
+                                   eval_fraction=config.data.eval_fraction,
+                                   max_bytes=config.data.max_bytes,
+                                   options=data.source_options(config.data))
+    return cache.eval
