@@ -10,7 +10,7 @@ by default; --devices N shards the parameters over N devices (FSDP layout, as in
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 flags.DEFINE_string("workdir", None, "A training run's --workdir.")
 flags.DEFINE_string("prompt", "def ", "Text to continue.")
@@ -27,18 +27,15 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    if not FLAGS["verbosity"].present:  # (Orbax warns that a read-only directory is one)
-        logging.set_verbosity(logging.ERROR)
     import jax
-    from training.cli import skip_absent_tpu
+    from training.cli import start_reader
 
-    skip_absent_tpu()
+    start_reader()
     jax.config.update("jax_num_cpu_devices", max(FLAGS.devices, 1))
     import numpy as np
 
     import data
     from model import decode
-
     from training.saved_run import RunError, load_run
 
     try:

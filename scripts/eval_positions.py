@@ -14,7 +14,7 @@ or --step); --json writes the table. On one device; the model's attention tiles 
 import json
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 flags.DEFINE_multi_string("workdir", None, "A training run's --workdir (repeat to compare).")
 flags.DEFINE_integer("step", None, "Checkpoint step (default: each run's latest).")
@@ -29,10 +29,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    if not FLAGS["verbosity"].present:  # (Orbax logs every read at INFO)
-        logging.set_verbosity(logging.ERROR)
-    from training.cli import skip_absent_tpu
-    skip_absent_tpu()
+    from training.cli import start_reader
+    start_reader()
     from flax import nnx
 
     import data

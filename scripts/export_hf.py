@@ -13,7 +13,7 @@ touching the run (a trainer may be writing it).
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 flags.DEFINE_string("workdir", None, "A training run's --workdir.")
 flags.DEFINE_string("out", None, "The directory to write.")
@@ -26,10 +26,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    if not FLAGS["verbosity"].present:  # (Orbax logs every read at INFO)
-        logging.set_verbosity(logging.ERROR)
-    from training.cli import skip_absent_tpu
-    skip_absent_tpu()
+    from training.cli import start_reader
+    start_reader()
     import data
     from training.saved_run import RunError, export_hf
 

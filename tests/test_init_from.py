@@ -96,7 +96,7 @@ def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):
 @pytest.mark.parametrize("edit,expected", [
     ({"init_from": "hf:/nonexistent/model"}, "is not a directory"),
     ({"init_from": "hf2:/x"}, "use 'hf:PATH'"),
-    ({"init_from": "run:/nonexistent/run"}, "has no checkpoints"),
+    ({"init_from": "run:/nonexistent/run"}, "no checkpoints in"),
 ])
 def test_bad_sources_are_refused_before_anything_is_written(edit, expected, model_dir,
                                                               tmp_path):

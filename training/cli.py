@@ -58,6 +58,17 @@ def skip_absent_tpu() -> None:
         jax.config.update("jax_platforms", "cpu")
 
 
+def start_reader(flag_values=flags.FLAGS) -> None:
+    """What a command that reads a run's checkpoints (sample.py, scripts/export_hf.py,
+    scripts/eval_positions.py) does first: Orbax's INFO lines about every read stay off the
+    console unless --verbosity asks for them, and the platform is the CPU where there is no
+    accelerator (skip_absent_tpu)."""
+    from absl import logging
+    if not flag_values["verbosity"].present:
+        logging.set_verbosity(logging.ERROR)
+    skip_absent_tpu()
+
+
 def fail(message: str):
     """One line on stderr, exit 2: how every command-line mistake ends."""
     print(f"error: {message}", file=sys.stderr)

@@ -70,7 +70,8 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
     source = parse(config.get("init_from", ""))
     if source is None:
         return None
-    if _has_checkpoints(workdir):
+    from training.saved_run import saved_steps
+    if saved_steps(workdir):
         _, fields, tokenizer = _from_run(Source("run", workdir))
     elif source.kind == "hf":
         fields, tokenizer = _from_hf(source.path)
@@ -100,21 +101,9 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
             config.model[name] = value
         if not config.data.tokenizer_path and tokenizer:
             config.data.tokenizer_path = tokenizer
-    if source.kind == "hf" and not _has_checkpoints(workdir):
+    if source.kind == "hf" and not saved_steps(workdir):
         _check_hf_files(source.path, config)
     return source
-
-
-def _has_checkpoints(workdir: str) -> bool:
-    from checkpoints import Checkpointer
-    directory = storage.join(workdir, "checkpoints")
-    if not storage.path(directory).is_dir():
-        return False
-    checkpointer = Checkpointer(directory, read_only=True)
-    try:
-        return bool(checkpointer.steps())
-    finally:
-        checkpointer.close()
 
 
 def _from_hf(path: str) -> tuple[dict, str]:
@@ -151,24 +140,13 @@ def _check_hf_files(path: str, config) -> None:
 
 def _from_run(source: Source) -> tuple[Source, dict, str]:
     """(the source with its step, its model fields, its tokenizer file) from the run's
-    checkpoint metadata; nothing in that run is written."""
-    from checkpoints import Checkpointer
+    checkpoint record; nothing in that run is written."""
     from training.resume import saved_config, saved_tokenizer_file
-    directory = storage.join(source.path, "checkpoints")
-    if not storage.path(directory).is_dir():
-        raise ConfigError(f"init_from={source}: {source.path} has no checkpoints/: point at a "
-                          f"run's --workdir")
-    checkpointer = Checkpointer(directory, read_only=True)
+    from training.saved_run import RunError, saved_meta
     try:
-        steps = checkpointer.steps()
-        step = steps[-1] if steps and source.step is None else source.step
-        if step not in steps:
-            which = f"at step {step} " if step is not None else ""
-            raise ConfigError(f"init_from={source}: no checkpoint {which}in {directory} "
-                              f"(available: {steps}): choose one of those")
-        meta = checkpointer.read_meta(step)
-    finally:
-        checkpointer.close()
+        step, meta = saved_meta(source.path, source.step)
+    except RunError as e:
+        raise ConfigError(f"init_from={source}: {e}") from None
     saved = saved_config(meta)
     fields = {name: saved.model[name] for name in SHAPE_FIELDS + ("rope_theta", "norm_eps")}
     fields["rope_scaling"] = dict(saved.model.get("rope_scaling") or {"rope_type": "default"})

@@ -29,37 +29,58 @@ class RunError(ValueError):
     """A workdir or step that holds no checkpoint to read: a one-line message."""
 
 
+def saved_steps(workdir: str) -> list[int]:
+    """The run's complete checkpoints, oldest first ([] when it has none)."""
+    directory = storage.join(workdir, "checkpoints")
+    if not storage.path(directory).is_dir():
+        return []
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        return checkpointer.steps()
+    finally:
+        checkpointer.close()
+
+
+def saved_meta(workdir: str, step=None) -> tuple[int, dict]:
+    """(step, the record saved with it) of a run's checkpoint: the latest, or `step`. RunError
+    when the workdir has no checkpoints or not that one."""
+    directory = storage.join(workdir, "checkpoints")
+    if not storage.path(directory).is_dir():
+        raise RunError(f"no checkpoints in {workdir!r}: train first (python train.py "
+                       f"--workdir {workdir} ...) or point at a run's workdir")
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        steps = checkpointer.steps()
+        if not steps or (step is not None and step not in steps):
+            raise RunError(f"no checkpoint {'at step ' + str(step) + ' ' if step else ''}in "
+                           f"{directory} (available: {steps}): choose one of those steps")
+        step = steps[-1] if step is None else step
+        return step, checkpointer.read_meta(step)
+    finally:
+        checkpointer.close()
+
+
 def load_run(workdir: str, step, devices: int, model_overrides: dict | None = None):
     """(config, tokenizer, graphdef, params, step) of a run's checkpoint (the latest, or
     `step`), the parameters sharded over the first `devices` devices. model_overrides: fields
     of config.model that change how the model computes, not its parameters (attention tiles,
     dtype)."""
-    directory = storage.join(workdir, "checkpoints")
-    if not storage.path(directory).is_dir():
-        raise RunError(f"no checkpoints in {workdir!r}: train first (python train.py "
-                       f"--workdir {workdir} ...) or point --workdir at a run")
-    # Read-only: a trainer may be saving here now; nothing is cleaned, deleted or written.
-    checkpointer = Checkpointer(directory, read_only=True)
+    step, meta = saved_meta(workdir, step)
+    config = saved_config(meta)
+    config.model.update(model_overrides or {})
+    tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
+    mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
+    config.mesh.data, config.mesh.seq = 1, devices
+    # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
+    # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
+    config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
+    choice = resolve_attention(config, (1, devices), jax.default_backend(),
+                               mesh.devices.flat[0].device_kind)
+    # The parameters' shapes and shardings only: the model is never initialised, and only
+    # the parameters are read back (not the optimizer's moments, twice their size).
+    state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
+    checkpointer = Checkpointer(storage.join(workdir, "checkpoints"), read_only=True)
     try:
-        steps = checkpointer.steps()
-        if not steps or (step is not None and step not in steps):
-            raise RunError(f"no checkpoint {'at step ' + str(step) if step else ''} in "
-                           f"{directory} (available: {steps}): choose one of those steps")
-        step = steps[-1] if step is None else step
-        meta = checkpointer.read_meta(step)
-        config = saved_config(meta)
-        config.model.update(model_overrides or {})
-        tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
-        mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
-        config.mesh.data, config.mesh.seq = 1, devices
-        # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
-        # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
-        config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
-        choice = resolve_attention(config, (1, devices), jax.default_backend(),
-                                   mesh.devices.flat[0].device_kind)
-        # The parameters' shapes and shardings only: the model is never initialised, and only
-        # the parameters are read back (not the optimizer's moments, twice their size).
-        state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
         params = checkpointer.restore_params(step, state["params"])
     finally:
         checkpointer.close()

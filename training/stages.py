@@ -103,15 +103,8 @@ def _set(config, name: str, value, index: int) -> None:
 
 def last_step(stage: Stage) -> int | None:
     """The newest checkpoint step of a stage, None when it has none."""
-    from checkpoints import Checkpointer
-    directory = storage.join(stage.workdir, "checkpoints")
-    if not storage.path(directory).is_dir():
-        return None
-    checkpointer = Checkpointer(directory, read_only=True)
-    try:
-        steps = checkpointer.steps()
-    finally:
-        checkpointer.close()
+    from training.saved_run import saved_steps
+    steps = saved_steps(stage.workdir)
     return steps[-1] if steps else None
 
 
