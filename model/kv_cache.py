@@ -10,6 +10,12 @@ keys and values into its cache and returns the updated cache:
 
 Slot l of a cache holds the token at position l, so positions are natural (0, 1, 2, ...), shared
 by every row (rows decode in lock step), and RoPE rotates q and k by them as in training.
+
+A prompt too long for one device is prefilled sequence-parallel instead (model/decode.py): its
+keys and values stay where the training layout put them, sharded over 'seq', in a
+`ShardedCache`. A new token attends to each device's shard there (partial softmax statistics,
+combined across 'seq' by log-sum-exp: exact) and to the tokens decoded so far (a small tail,
+natural order, on every device), and its own key and value go into that tail.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+import parallel
 
 
 class KVCache(NamedTuple):
@@ -51,3 +59,72 @@ def attend_cached(q, k, v, positions, cache: KVCache):
     out = jnp.einsum("bhgtl,blhd->bthgd", p.astype(cache.v.dtype), cache.v,
                      preferred_element_type=jnp.float32)
     return out.reshape(b, t, heads, dim).astype(q.dtype), cache
+
+
+class ShardedCache(NamedTuple):
+    """One layer's cache after a sequence-parallel prefill. k, v [B, S, K, Dh] and
+    slot_positions [B, S] (each slot's original position; -1 for padding) are in the layout's
+    order, sharded over 'seq'; tail_k, tail_v [B, max_new, K, Dh] hold the decoded tokens,
+    slot i the token at position lengths[b] + i; lengths [B] are the prompts' lengths."""
+    k: jax.Array
+    v: jax.Array
+    slot_positions: jax.Array
+    tail_k: jax.Array
+    tail_v: jax.Array
+    lengths: jax.Array
+
+
+def _partial(q, k, v, visible):
+    """Softmax statistics of q [B, T, H, Dh] over keys k, v [B, L, K, Dh] where visible
+    [B, T, L]: (max [B, K, G, T], sum of exp [B, K, G, T], unnormalised out [B, K, G, T, Dh]),
+    float32; an all-hidden row has max -inf, sum 0, out 0."""
+    b, t, heads, dim = q.shape
+    kv_heads = k.shape[2]
+    grouped = q.reshape(b, t, kv_heads, heads // kv_heads, dim)
+    s = jnp.einsum("bthgd,blhd->bhgtl", grouped, k,
+                   preferred_element_type=jnp.float32) * dim ** -0.5
+    s = jnp.where(visible[:, None, None], s, -jnp.inf)
+    m = jnp.max(s, axis=-1)
+    p = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0)[..., None])
+    out = jnp.einsum("bhgtl,blhd->bhgtd", p.astype(v.dtype), v,
+                     preferred_element_type=jnp.float32)
+    return m, jnp.sum(p, axis=-1), out
+
+
+def _merge(a, b):
+    """Two partial softmaxes over disjoint keys -> one (exact)."""
+    (ma, la, oa), (mb, lb, ob) = a, b
+    m = jnp.maximum(ma, mb)
+    safe = jnp.where(jnp.isfinite(m), m, 0.0)
+    wa, wb = jnp.exp(ma - safe), jnp.exp(mb - safe)
+    return m, la * wa + lb * wb, oa * wa[..., None] + ob * wb[..., None]
+
+
+def attend_sharded(q, k, v, positions, cache: ShardedCache, mesh):
+    """New tokens q, k, v [B, T, ...] at positions [B, T] (each row's lengths[b] + i ..) against
+    the prompt's sharded keys and the decoded tail; their k, v go into the tail at i. Returns
+    (out [B, T, H, Dh], the updated cache)."""
+    index = positions[0, 0] - cache.lengths[0]  # the same tail slot in every row (lock step)
+    tail_k, tail_v = (jax.lax.dynamic_update_slice_in_dim(c, x.astype(c.dtype), index, 1)
+                      for c, x in ((cache.tail_k, k), (cache.tail_v, v)))
+    cache = cache._replace(tail_k=tail_k, tail_v=tail_v)
+    rows, seq = jax.P(parallel.DATA), jax.P(parallel.DATA, parallel.SEQ)
+
+    @jax.shard_map(mesh=mesh, in_specs=(rows, seq, seq, seq, rows), out_specs=rows)
+    def prompt_part(q, k, v, slot_positions, lengths):
+        valid = (slot_positions >= 0) & (slot_positions < lengths[:, None])  # [B, s]
+        m, l, out = _partial(q, k, v, jnp.broadcast_to(valid[:, None], (*q.shape[:2],
+                                                                       valid.shape[1])))
+        top = jax.lax.pmax(m, parallel.SEQ)
+        w = jnp.exp(m - jnp.where(jnp.isfinite(top), top, 0.0))
+        return (top, jax.lax.psum(l * w, parallel.SEQ),
+                jax.lax.psum(out * w[..., None], parallel.SEQ))
+
+    b, t, heads, dim = q.shape
+    decoded = jnp.arange(cache.tail_k.shape[1])[None, None] <= index + jnp.arange(t)[None, :,
+                                                                                         None]
+    m, l, out = _merge(prompt_part(q, cache.k, cache.v, cache.slot_positions, cache.lengths),
+                       _partial(q, tail_k, tail_v, jnp.broadcast_to(decoded, (b, t,
+                                                                             tail_k.shape[1]))))
+    out = out / l[..., None]  # [B, K, G, T, Dh]
+    return jnp.moveaxis(out, 3, 1).reshape(b, t, heads, dim).astype(q.dtype), cache

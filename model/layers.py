@@ -18,7 +18,7 @@ from flax import nnx
 import parallel
 from model.chunks import map_chunks
 from model.config import ModelConfig
-from model.kv_cache import attend_cached
+from model.kv_cache import KVCache, ShardedCache, attend_cached, attend_sharded
 from model.rope import RopeScaling, frequencies
 
 FSDP = (parallel.DATA, parallel.SEQ)  # parameter shards span the whole mesh
@@ -103,13 +103,16 @@ class Attention(nnx.Module):
         self.o = dense(cfg, cfg.num_heads * cfg.head_dim, cfg.d_model, rngs,
                        scale=1.0 / cfg.num_layers)
 
-    def __call__(self, x, positions, segment_ids=None, order=None, cache=None):
+    def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
+                 collect: bool = False):
         """x [B, S, D] -> [B, S, D]; positions (RoPE), segment_ids and order (the original
         index of each token, parallel.attention's `order`) [B, S]; the last two may be None.
 
         Training (cache None): the sequence-parallel attention of the configured layout,
-        strategy and kernel. Decoding (cache: this layer's KVCache): dense attention of the new
-        tokens against the cache (model/kv_cache.py); returns (out, updated cache)."""
+        strategy and kernel; with `collect` (a sequence-parallel prefill) also returns this
+        layer's keys and values as they sit, a KVCache. Decoding (cache: this layer's KVCache,
+        or ShardedCache after a sequence-parallel prefill): the new tokens against the cache
+        (model/kv_cache.py); returns (out, updated cache)."""
         cfg = self.cfg
         b, s, _ = x.shape
         q = self.q(x).reshape(b, s, cfg.num_heads, cfg.head_dim)
@@ -123,9 +126,13 @@ class Attention(nnx.Module):
                                      segment_ids=segment_ids, order=order,
                                      tile_q=cfg.tile_q or None, tile_k=cfg.tile_k or None,
                                      ulysses_degree=cfg.ulysses_degree or None)
+        elif isinstance(cache, ShardedCache):
+            out, cache = attend_sharded(q, k, v, positions, cache, self.mesh)
         else:
             out, cache = attend_cached(q, k, v, positions, cache)
         out = self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))
+        if collect:
+            return out, KVCache(k, v)
         return out if cache is None else (out, cache)
 
 

@@ -21,16 +21,20 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(cfg, rngs)
         self.mlp = SwiGLU(cfg, mesh, rngs)
 
-    def __call__(self, x, positions, segment_ids=None, order=None, cache=None):
-        """Training: x -> x. Decoding (cache: this block's KVCache): x -> (x, updated cache)."""
-        h = self.attention(self.attention_norm(x), positions, segment_ids, order, cache=cache)
-        if cache is not None:
+    def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
+                 collect: bool = False):
+        """Training: x -> x; with `collect`, (x, this layer's keys and values). Decoding
+        (cache: this block's KVCache or ShardedCache): x -> (x, updated cache)."""
+        h = self.attention(self.attention_norm(x), positions, segment_ids, order, cache=cache,
+                           collect=collect)
+        if cache is not None or collect:
             h, cache = h
         x = x + h
         x = x + self.mlp(self.mlp_norm(x))
-        if cache is not None:  # decoding: natural order, not sharded like training's tokens
+        if cache is not None and not collect:  # decoding: natural order, not sharded
             return x, cache
-        return jax.lax.with_sharding_constraint(x, self.activations)
+        x = jax.lax.with_sharding_constraint(x, self.activations)
+        return (x, cache) if collect else x
 
 
 def _remat_policy(name: str):
@@ -119,6 +123,18 @@ class Transformer(nnx.Module):
             for block in self.blocks:
                 x = run(block, x)
         return self.final_norm(x)
+
+    def prefill(self, tokens, positions, segment_ids=None, order=None):
+        """hidden() that also returns every layer's keys and values (a KVCache each, [B, S, K,
+        Dh] in the layout's order, sharded like the tokens): a long prompt's forward pass run
+        sequence-parallel, as in training, whose cache stays where it was computed."""
+        x = jax.lax.with_sharding_constraint(self.embed(tokens),
+                                             jax.NamedSharding(self.mesh, ACTIVATIONS))
+        caches = []
+        for block in self.layers():
+            x, kv = block(x, positions, segment_ids, order, collect=True)
+            caches.append(kv)
+        return self.final_norm(x), caches
 
     def decode_hidden(self, tokens, positions, cache):
         """hidden() for decoding: the same blocks with their caches; returns (x, new caches)."""

@@ -77,6 +77,16 @@ def test_model_trained_on_a_repeating_corpus_continues_it(tmp_path):
     text = sample.stdout.split("-" * 40)[0]
     assert text.startswith("three four five six seven eight nine ten eleven twelve\none two "
                            "three four"), text
+    # The same prompt prefilled over 4 devices in another layout, beside a longer one (a ragged
+    # batch): the same greedy text, and the cache's size per device reported.
+    longer = "eleven twelve\n" + line * 3 + "one two"
+    sharded = subprocess.run(cmd + ["--seq_shards", "4", "--layout", "zigzag", "--prompt",
+                                    longer], cwd=ROOT, env=clean_env(), capture_output=True,
+                             text=True, timeout=300)
+    assert sharded.returncode == 0, sharded.stderr[-3000:]
+    first, second = sharded.stdout.split("-" * 40)[:2]
+    assert first == text and second.strip().startswith(longer + " three four five")
+    assert "over 4 devices (zigzag); KV cache" in sharded.stderr
 
 
 def test_sample_without_checkpoints_is_a_clear_error(tmp_path):
@@ -108,5 +118,6 @@ def test_decode_uses_the_models_own_modules():
     import inspect
 
     source = inspect.getsource(decode)
-    for inner in (".attention", ".mlp", "attention_norm", "mlp_norm", ".q(", ".k(", ".v(", ".o("):
+    for inner in (".attention(", ".attention.", ".mlp", "attention_norm", "mlp_norm", ".q(", ".k(",
+                  ".v(", ".o("):
         assert inner not in source, inner

@@ -9,6 +9,7 @@ Read-only: a trainer may be saving into the workdir at the same time; nothing is
 deleted or written, and only the parameters are read (not the optimizer's moments).
 """
 
+import dataclasses
 import os
 import shutil
 
@@ -60,14 +61,20 @@ def saved_meta(workdir: str, step=None) -> tuple[int, dict]:
         checkpointer.close()
 
 
-def load_run(workdir: str, step, devices: int, model_overrides: dict | None = None):
+def load_run(workdir: str, step, devices: int, model_overrides: dict | None = None,
+             layout: str | None = None):
     """(config, tokenizer, graphdef, params, step) of a run's checkpoint (the latest, or
-    `step`), the parameters sharded over the first `devices` devices. model_overrides: fields
-    of config.model that change how the model computes, not its parameters (attention tiles,
-    dtype)."""
+    `step`), the parameters sharded over the first `devices` devices, which are the mesh's
+    'seq' axis. model_overrides: fields of config.model that change how the model computes,
+    not its parameters (attention tiles, dtype; tiles of 0: chosen for each call's length,
+    not the run's seq_len); layout: the attention layout its forward uses (default: the
+    run's)."""
     step, meta = saved_meta(workdir, step)
     config = saved_config(meta)
     config.model.update(model_overrides or {})
+    if layout:
+        parallel.get_layout(layout)  # ValueError naming the layouts
+        config.parallel.layout = layout
     tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
     mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
     config.mesh.data, config.mesh.seq = 1, devices
@@ -76,6 +83,8 @@ def load_run(workdir: str, step, devices: int, model_overrides: dict | None = No
     config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
     choice = resolve_attention(config, (1, devices), jax.default_backend(),
                                mesh.devices.flat[0].device_kind)
+    if config.model.tile_q == 0 and config.model.tile_k == 0:
+        choice = dataclasses.replace(choice, tile_q=0, tile_k=0)
     # The parameters' shapes and shardings only: the model is never initialised, and only
     # the parameters are read back (not the optimizer's moments, twice their size).
     state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)

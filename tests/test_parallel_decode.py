@@ -1,0 +1,87 @@
+"""Sequence-parallel prefill and decoding against a sharded KV cache (model/decode.py,
+model/kv_cache.py): the same greedy tokens whatever the layout and the number of devices, the
+same as the single-device cached decoder, and the training forward's logits."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+import model
+import parallel
+from model import decode
+
+SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+             mlp_dim=64)
+LAYOUTS = ["ring", "striped", "zigzag", "balanced"]
+
+
+def build(layout: str, shards: int):
+    mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
+    cfg = model.ModelConfig(attention_layout=layout, **SIZES)
+    return mesh, *nnx.split(model.create(cfg, mesh, seed=5), nnx.Param)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(0)
+    return [list(rng.integers(0, 64, n)) for n in (37, 21, 1)]  # ragged, one of a token
+
+
+@pytest.fixture(scope="module")
+def single_device(prompts):
+    """The single-device cached decoder (tests/test_sample.py checks it against recomputation),
+    one row at a time."""
+    mesh, graphdef, params = build("ring", 1)
+    return [list(decode.generate(graphdef, params, np.array([p]), 8)[0, len(p):])
+            for p in prompts]
+
+
+@pytest.mark.parametrize("layout,shards", [("ring", 1)] + [(layout, shards) for shards in (2, 4)
+                                                           for layout in LAYOUTS])
+def test_greedy_tokens_do_not_depend_on_layout_or_devices(layout, shards, prompts,
+                                                          single_device):
+    mesh, graphdef, params = build(layout, shards)
+    rows = decode.generate_sharded(graphdef, params, prompts, 8, mesh)
+    for prompt, row, expected in zip(prompts, rows, single_device):
+        assert list(row[:len(prompt)]) == prompt
+        assert list(row[len(prompt):]) == expected
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_prefill_logits_are_the_training_forwards(layout, prompts):
+    """The prefill over 4 devices, put back in natural order, against the training forward on
+    one device, for every real token of every (ragged) row."""
+    mesh, graphdef, params = build(layout, 4)
+    fields = decode.lay_out_prompts(prompts, layout, 4)
+    lengths = fields.pop("lengths")
+    with jax.set_mesh(mesh):
+        net = nnx.merge(graphdef, params)
+        hidden, caches = jax.jit(lambda f: net.prefill(f["inputs"], f["positions"],
+                                                       f["segment_ids"], f["order"]))(fields)
+        laid = np.asarray(net.logits(hidden))
+    inverse = np.argsort(fields["order"], axis=1)
+    natural = np.take_along_axis(laid, inverse[..., None], axis=1)
+    tokens = np.take_along_axis(fields["inputs"], inverse, axis=1)  # padded after each prompt
+    mesh1, graphdef1, params1 = build("ring", 1)  # one device, natural order: training's forward
+    with jax.set_mesh(mesh1):
+        reference = np.asarray(jax.jit(lambda p, t: nnx.merge(graphdef1, p)(t))(params1, tokens))
+    for row in range(len(prompts)):  # causal: the padding after a prompt changes none of it
+        np.testing.assert_allclose(natural[row, :lengths[row]], reference[row, :lengths[row]],
+                                   atol=1e-5, rtol=1e-5)
+    assert caches[0].k.shape[:2] == fields["inputs"].shape
+
+
+def test_a_prompt_longer_than_a_device_holds_is_sharded(prompts):
+    """A 1,001-token prompt over 4 devices: each holds a quarter of the prompt's keys and values
+    (plus the small tail of decoded tokens), and decoding goes on as on one device."""
+    mesh, graphdef, params = build("zigzag", 4)
+    prompt = list(np.random.default_rng(1).integers(0, 64, 1001))
+    sizes = []
+    rows = decode.generate_sharded(graphdef, params, [prompt], 3, mesh,
+                                   report=lambda c: sizes.append(decode.cache_bytes_per_device(c)))
+    (held, total), = sizes
+    assert held / total < 0.26
+    single = build("ring", 1)
+    assert list(rows[0][1001:]) == list(decode.generate(single[1], single[2], np.array([prompt]),
+                                                        3)[0, 1001:])
