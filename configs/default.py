@@ -19,6 +19,9 @@ def get_config():
     config.num_train_steps = 200  # optimizer steps
     config.eval_every_steps = 50  # evaluate every this many steps (and at the end)
     config.eval_batches = 4  # batches in one evaluation
+    # With each eval, the loss at this many equal ranges of original positions, on held-out
+    # documents longer than seq_len read alone (eval/loss_by_position; 0 = off)
+    config.eval_position_buckets = 8
     config.log_every_steps = 10  # metrics every this many steps
     config.checkpoint_every_steps = 50  # asynchronous checkpoint every this many steps (and at the end)
     config.checkpoint_keep = 3  # keep the latest this many checkpoints

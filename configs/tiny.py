@@ -16,6 +16,7 @@ def get_config():
     config.num_train_steps = 20  # optimizer steps
     config.eval_every_steps = 10  # evaluate every this many steps (and at the end)
     config.eval_batches = 2  # batches in one evaluation
+    config.eval_position_buckets = 0  # no loss-by-position curve (one compile less per run)
     config.log_every_steps = 2  # metrics every this many steps
     config.checkpoint_every_steps = 10  # asynchronous checkpoint every this many steps (and at the end)
     config.mesh.data = 2  # data-parallel shards

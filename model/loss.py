@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 
 import parallel
-from model.chunks import TOKENS, check_chunk, join_local, split_local, tokens_per_device
+from model.chunks import (TOKENS, check_chunk, join_local, split_local, splits,
+                          tokens_per_device)
 
 ALL = (parallel.DATA, parallel.SEQ)
 
@@ -108,3 +109,23 @@ def _over_chunks(x, w, targets, weights, mesh, chunk, with_grads: bool):
     out = jax.shard_map(local, mesh=mesh, in_specs=(TOKENS, jax.P(), TOKENS, TOKENS),
                         out_specs=out_specs)(x, w, targets, weights)
     return out if with_grads else (out, None, None)
+
+
+def token_nll(x, w, targets, *, mesh, chunk: int = 0):
+    """Each token's cross-entropy, [B, S] float32 (layout order, sharded like x), from x
+    [B, S, D] after the final norm and the head w [D, V]: for evaluation (no gradient), each
+    device's tokens `chunk` at a time (0: all at once), so the logits never exist whole."""
+    block = tokens_per_device(x, mesh)
+    chunk = chunk if splits(chunk, block) else block
+    check_chunk(chunk, block, "loss chunk")
+
+    def local(w, x, targets):
+        def one(pieces):
+            xc, tc = pieces
+            logits = jnp.dot(xc, w.astype(xc.dtype), preferred_element_type=jnp.float32)
+            picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
+            return jax.nn.logsumexp(logits, axis=-1) - picked
+        return join_local(jax.lax.map(one, (split_local(x, chunk), split_local(targets, chunk))))
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(jax.P(), TOKENS, TOKENS),
+                         out_specs=TOKENS)(w, x, targets)

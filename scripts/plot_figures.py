@@ -3,6 +3,7 @@
   python scripts/plot_figures.py work        # work per device per ring step, every layout
   python scripts/plot_figures.py throughput runs/bench_train_lengths.json   # bench_train --json
   python scripts/plot_figures.py losses runs/cmp_ring runs/cmp_striped runs/cmp_zigzag ...
+  python scripts/plot_figures.py positions runs/extend_8k   # the loss by position over training
 
 work: tiles[d, s], the tiles device d computed on ring step s as the kernel itself counts them
 (parallel.attention_with_stats on N fake CPU devices), for each layout, on one long document and
@@ -16,6 +17,10 @@ ring, from scripts/bench_train.py's JSON (bars: min and max over its windows).
 
 losses: train/loss of training runs (their metrics.jsonl) overlaid, and each run's distance from
 the first: runs of one config that differ only in layout should coincide.
+
+positions: eval/loss_by_position of one run at each of its evals (train.py logs it with
+config.eval_position_buckets), one curve per eval step, coloured from early to late: a curve
+that keeps falling along the positions is a model that uses its context.
 
 Each writes a PNG (--out; defaults under docs/figures/).
 """
@@ -52,6 +57,9 @@ def parse_args(argv=None):
     losses = sub.add_parser("losses", help="loss curves of train.py runs overlaid")
     losses.add_argument("workdirs", nargs="+", help="train.py workdirs (metrics.jsonl)")
     losses.add_argument("--out", default=os.path.join(FIGURES, "losses.png"))
+    positions = sub.add_parser("positions", help="the loss by position at each eval of a run")
+    positions.add_argument("workdirs", nargs=1, metavar="workdir", help="a train.py workdir")
+    positions.add_argument("--out", default=os.path.join(FIGURES, "loss_by_position.png"))
     return p.parse_args(argv)
 
 
@@ -188,6 +196,31 @@ def plot_losses(args):
     return fig
 
 
+# ---------------------------------------------------------------- loss by position
+
+def plot_positions(args):
+    with open(os.path.join(args.workdirs[0], "metrics.jsonl")) as f:
+        rows = [r for r in map(json.loads, f) if "eval/loss_by_position" in r]
+    if not rows:
+        fail(f"{args.workdirs[0]}/metrics.jsonl has no eval/loss_by_position: train with "
+             f"config.eval_position_buckets > 0")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
+    colours = plt.get_cmap("viridis")
+    for i, row in enumerate(rows):
+        width, values = row["eval/position_bucket_tokens"], row["eval/loss_by_position"]
+        xs = [(k + 0.5) * width for k in range(len(values))]
+        stage = f", stage {row['progress/stage']}" if "progress/stage" in row else ""
+        ax.plot(xs, values, "o-", ms=3, color=colours(i / max(len(rows) - 1, 1)),
+                label=f"step {row['step']}{stage}")
+    ax.set_xlabel("position in the document (middle of each range of tokens)")
+    ax.set_ylabel("eval loss (nats per token)")
+    ax.set_title(f"Loss by position at each eval: {os.path.basename(args.workdirs[0])}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
 def fail(message: str):
     print(f"plot_figures: {message}", file=sys.stderr)
     sys.exit(2)
@@ -206,7 +239,8 @@ def main(argv=None):
     args = parse_args(argv)
     check_inputs(args)
     pyplot()  # fails early, in one line, without matplotlib
-    draw = dict(work=plot_work, throughput=plot_throughput, losses=plot_losses)[args.figure]
+    draw = dict(work=plot_work, throughput=plot_throughput, losses=plot_losses,
+                positions=plot_positions)[args.figure]
     fig = draw(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     fig.savefig(args.out, dpi=110)

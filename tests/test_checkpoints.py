@@ -92,7 +92,7 @@ def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path
                              "--max_new_tokens", "4"], cwd=ROOT, env=clean_env(),
                             capture_output=True, text=True, timeout=300)
     assert sample.returncode == 0, sample.stderr[-3000:]
-    assert "striped-trained" in sample.stderr
+    assert "striped layout" in sample.stderr
     second = run_train(tmp_path, cache, "--config.stop_at_step=8")
     assert second.returncode == 0, second.stderr[-3000:]
     got, want = losses(read_metrics(tmp_path)), losses(read_metrics(uninterrupted))

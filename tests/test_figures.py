@@ -96,3 +96,17 @@ def test_launcher_stops_its_processes_when_terminated(tmp_path):
     for pid in children:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_plot_positions_draws_each_evals_curve(tmp_path):
+    rows = [{"step": s, "eval/loss": 5.0 - s / 10, "eval/position_bucket_tokens": 256.0,
+             "eval/loss_by_position": [5.0 - s / 10 - k / 20 for k in range(4)]}
+            for s in (10, 20)]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot_figures.main(["positions", str(tmp_path / "run"), "--out", str(tmp_path / "pos.png")])
+    assert _is_png(tmp_path / "pos.png")
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"step": 1, "eval/loss": 1.0}))
+    with pytest.raises(SystemExit) as e:
+        plot_figures.main(["positions", str(tmp_path / "run"), "--out", str(tmp_path / "x.png")])
+    assert e.value.code == 2

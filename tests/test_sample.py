@@ -27,9 +27,13 @@ def tiny_model():
 
 
 def full_logits(mesh, graphdef, params, tokens):
-    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    @jax.jit
+    def forward(params, tokens):
+        positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        return nnx.merge(graphdef, params)(tokens, positions)
+
     with jax.set_mesh(mesh):
-        return nnx.merge(graphdef, params)(jnp.asarray(tokens), positions)
+        return forward(params, jnp.asarray(tokens))
 
 
 def test_prefill_logits_equal_the_training_forward(tiny_model):

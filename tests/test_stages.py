@@ -17,10 +17,10 @@ def staged_config(stop_at_step=0, **second):
     config.data.max_bytes = 500_000
     config.stop_at_step = stop_at_step
     with config.unlocked():
-        long = dict(name="long", steps=3, seq_len=256, global_batch_size=2,
+        long = dict(name="long", steps=2, seq_len=256, global_batch_size=2,
                     model=dict(rope_theta=40_000.0,
                                rope_scaling=dict(rope_type="linear", factor=2.0)))
-        config.stages = (dict(name="short", steps=3), {**long, **second})
+        config.stages = (dict(name="short", steps=2), {**long, **second})
     return config
 
 
@@ -34,25 +34,25 @@ def saved(workdir, step):
 
 def test_two_stages_with_a_resume_inside_the_second(tmp_path):
     workdir = tmp_path / "run"
-    train_and_evaluate(staged_config(stop_at_step=5), str(workdir))  # stops at stage 2's step 2
-    assert sorted(p.name for p in (workdir / "stage2" / "checkpoints").iterdir()) == ["2"]
+    train_and_evaluate(staged_config(stop_at_step=3), str(workdir))  # stops at stage 2's step 1
+    assert sorted(p.name for p in (workdir / "stage2" / "checkpoints").iterdir()) == ["1"]
     last = train_and_evaluate(staged_config(), str(workdir))  # resumes inside stage 2
     assert np.isfinite(last["train/loss"])
     rows = [r for r in read_metrics(workdir) if "train/loss" in r]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # one time axis, each step once
-    assert [r["progress/stage"] for r in rows] == [1, 1, 1, 2, 2, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # one time axis, each step once
+    assert [r["progress/stage"] for r in rows] == [1, 1, 2, 2]
     # Stage 2 started from stage 1's last weights (its first loss continues the curve rather
     # than starting over from a random model's) and ran with its own settings.
-    assert rows[3]["train/loss"] < rows[0]["train/loss"] - 0.05
-    meta = saved(workdir / "stage2", 3)
+    assert rows[2]["train/loss"] < rows[0]["train/loss"] - 0.05
+    meta = saved(workdir / "stage2", 2)
     assert meta["config"]["seq_len"] == 256 and meta["config"]["model"]["rope_theta"] == 40_000.0
     assert meta["config"]["model"]["rope_scaling"]["rope_type"] == "linear"
-    assert meta["config"]["init_from"] == f"run:{workdir / 'stage1'}@3"
+    assert meta["config"]["init_from"] == f"run:{workdir / 'stage1'}@2"
     # One tokenizer and token cache for every stage; the run's counters continue.
     assert sorted(p.name for p in workdir.iterdir()) == ["cache", "metrics.jsonl", "stage1",
                                                          "stage2"]
-    assert meta["train_tokens"] > saved(workdir / "stage1", 3)["train_tokens"]
-    assert meta["wandb_run_id"] == saved(workdir / "stage1", 3)["wandb_run_id"]
+    assert meta["train_tokens"] > saved(workdir / "stage1", 2)["train_tokens"]
+    assert meta["wandb_run_id"] == saved(workdir / "stage1", 2)["wandb_run_id"]
     # A finished staged run is not trained again.
     before = read_metrics(workdir)
     assert train_and_evaluate(staged_config(), str(workdir)) == {}

@@ -25,7 +25,8 @@ import storage
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from planner import flops
 from planner import resolve_attention
-from training import init_from, resume, stages, state as state_lib, step as step_lib, trackers
+from training import (init_from, position_loss, resume, stages, state as state_lib,
+                      step as step_lib, trackers)
 from training.validate import ConfigError, validate_config
 
 
@@ -228,6 +229,24 @@ def _eval_batches(config, cache, spec, mesh):
     return [data.to_global(eval_fn, i, mesh, spec) for i in range(count)]
 
 
+def _position_eval(config, cache, mesh, choice, graphdef):
+    """(the jitted per-position eval, its batch on the mesh) for config.eval_position_buckets,
+    or None (off, or no held-out document of seq_len + 1 tokens: said once)."""
+    buckets = config.get("eval_position_buckets", 0)
+    if not buckets:
+        return None
+    rows = position_loss.long_documents(cache.eval, cache.eos_id, config.seq_len,
+                                        config.global_batch_size)
+    rows = rows[:len(rows) // mesh.shape[parallel.DATA] * mesh.shape[parallel.DATA]]
+    if not len(rows):
+        _say(f"ringstripe: no held-out document has {config.seq_len + 1:,} tokens, so "
+             f"eval/loss_by_position is not logged (raise data.eval_fraction)")
+        return None
+    batch = position_loss.position_batch(rows, choice.layout, mesh.shape[parallel.SEQ],
+                                         choice.balance_unit)
+    return position_loss.make_position_eval(graphdef, buckets), position_loss.on_mesh(batch, mesh)
+
+
 def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
     _say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
          f"{jax.device_count()} {jax.devices()[0].platform} devices; "
@@ -264,6 +283,7 @@ def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source
         progress = resume.Progress.from_meta(source.meta)  # the stage before's counters, run
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
     eval_batches = _eval_batches(config, cache, spec, mesh)
+    by_position = _position_eval(config, cache, mesh, choice, graphdef)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
     flops_per_token = model_flops_per_token(config, model_cfg, cache, spec)
     track = trackers.make_trackers(config, workdir, mesh_shape, choice,
@@ -326,6 +346,12 @@ def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source
                              "progress/train_tokens": progress.train_tokens, **memory_metrics()})
                 if is_eval:
                     last.update(evaluate(eval_step, state["params"], eval_batches))
+                    if by_position:  # the loss at each range of original positions
+                        position_eval, position_rows = by_position
+                        last["eval/loss_by_position"] = position_loss.curve(
+                            position_eval, state["params"], position_rows)
+                        last["eval/position_bucket_tokens"] = (
+                            config.seq_len / config.eval_position_buckets)
                 track.log(step, last)
                 if is_save or stopping:
                     save(step)

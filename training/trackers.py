@@ -124,8 +124,15 @@ class WandbTracker:
 
     def log(self, step, metrics):
         # Numbers only: the resolved attention's names are in the run's config (attention.*).
-        self._run.log({k: _plain(v) for k, v in metrics.items() if not isinstance(v, str)},
-                      step=int(step))
+        # A list (eval/loss_by_position) is a curve: drawn against its index, one per step.
+        import wandb
+        row = {k: _plain(v) for k, v in metrics.items() if not isinstance(v, (str, list))}
+        for key, values in metrics.items():
+            if isinstance(values, list):
+                row[key] = wandb.plot.line_series(
+                    xs=list(range(len(values))), ys=[values], keys=[f"step {step}"],
+                    title=f"{key} at step {step}", xname="position range")
+        self._run.log(row, step=int(step))
 
     def event(self, step, message, fields):
         pass  # wandb marks resumed runs itself

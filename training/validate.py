@@ -108,6 +108,8 @@ def _validate_ranges(config) -> None:
     """Fields that would fail later (after tokenizing or compiling) or silently do nothing."""
     checks = [
         ("stop_at_step", config.stop_at_step >= 0, "0 (never) or a step"),
+        ("eval_position_buckets", 0 <= config.get("eval_position_buckets", 0) <= config.seq_len,
+         "0 (off) or a count of position ranges up to seq_len"),
         ("data.eval_fraction", 0.0 <= config.data.eval_fraction < 1.0,
          "a fraction in [0, 1), e.g. 0.005"),
         ("data.max_bytes", config.data.get("max_bytes", 0) >= 0, "0 (all) or a byte count"),
