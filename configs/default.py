@@ -116,6 +116,9 @@ def get_config():
     config.data.reset_positions = True  # RoPE positions restart at each document
     config.data.loader = "thread"  # 'thread' (a prefetch thread) | 'grain' (grain pipeline)
     config.data.grain_workers = 0  # with loader='grain': 0 = threads, N = worker processes
+    # Share of training rows made passkey examples (a key hidden in the row's text, asked for at
+    # its end: the retrieval probes' task, scripts/eval_long.py); 0 = plain text only
+    config.data.passkey_fraction = 0.0
 
     config.optim = ml_collections.ConfigDict()
     config.optim.learning_rate = 3e-3  # peak learning rate

@@ -38,6 +38,7 @@ import numpy as np
 
 import parallel
 from data.errors import DataError
+from data.passkey import PasskeyMix
 
 FIELDS = ("inputs", "targets", "weights", "positions", "segment_ids", "order")
 
@@ -53,6 +54,7 @@ class BatchSpec:
     reset_positions: bool   # positions restart at 0 after each EOS (else 0..S-1)
     eos_id: int | None = None  # the tokenizer's EOS; needed by mask_documents / reset_positions
     tile: int | None = None  # the attention tile 'balanced' aligns documents to (None: default)
+    passkey: PasskeyMix | None = None  # training rows that become passkey examples (passkey.py)
 
 
 def num_windows(tokens: np.ndarray, seq_len: int) -> int:
@@ -78,7 +80,7 @@ def batch_rows(tokens: np.ndarray, spec: BatchSpec, step: int, rows,
     for epoch in np.unique(epochs):                     # a batch spans at most two epochs
         here = epochs == epoch
         windows[here] = _epoch_order(spec.seed, int(epoch), count)[offsets[here]]
-    return _rows_for_windows(tokens, spec, windows, columns)
+    return _rows_for_windows(tokens, spec, windows, columns, training=True)
 
 
 def process_batch(tokens: np.ndarray, spec: BatchSpec, step: int, process_index: int,
@@ -137,12 +139,15 @@ def _epoch_order(seed: int, epoch: int, count: int) -> np.ndarray:
 
 
 def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray,
-                      columns: np.ndarray) -> dict:
-    """Cuts the windows and finds their documents (whole rows), then makes every field at the
-    original positions the laid-out `columns` hold, and only there."""
+                      columns: np.ndarray, training: bool = False) -> dict:
+    """Cuts the windows (training rows: some made passkey examples, spec.passkey) and finds
+    their documents (whole rows), then makes every field at the original positions the
+    laid-out `columns` hold, and only there."""
     S = spec.seq_len
     starts = windows[:, None] * S + np.arange(S + 1)           # [R, S+1] token indices
     window = np.asarray(tokens)[starts].astype(np.int32)      # reads only these rows of a memmap
+    if training and spec.passkey is not None:
+        window = spec.passkey.insert(window, windows, spec.seed)
     segments, span_start = _documents(window[:, :-1], spec)   # natural order, whole rows
     order = _order(spec, segments, columns)                   # [R, C] original positions
 

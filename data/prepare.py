@@ -22,6 +22,7 @@ from data.batches import BatchSpec, batch_rows
 from data.errors import DataError
 from data.sources import source_options
 from data.token_cache import build_token_cache
+from data.passkey import PasskeyMix
 from data.tokenizer import get_tokenizer
 
 
@@ -107,7 +108,9 @@ def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
                      seed=config.seed, layout=choice.layout, num_seq_shards=num_seq_shards,
                      mask_documents=config.data.mask_documents,
                      reset_positions=config.data.reset_positions,
-                     eos_id=tokenizer.eos_id, tile=choice.balance_unit)
+                     eos_id=tokenizer.eos_id, tile=choice.balance_unit,
+                     passkey=(PasskeyMix.build(tokenizer, config.data.passkey_fraction)
+                              if config.data.get("passkey_fraction", 0.0) else None))
     return tokenizer, cache, spec
 
 

@@ -23,6 +23,8 @@ and to the tokens it has added.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -163,7 +165,7 @@ def generate_sharded(graphdef, params, prompts, max_new_tokens: int, mesh, *,
                                jnp.zeros(tail, c.v.dtype), lengths) for c in kv]
         return logits, caches
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=2)  # the caches: updated in place, not copied
     def step(params, token, caches, index):
         positions = caches[0].lengths[:, None] + index
         logits, caches = nnx.merge(graphdef, params)(token[:, None], positions, cache=caches)

@@ -79,12 +79,12 @@ def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):
               "--config.eval_batches=1"]
     stage1 = tmp_path / "stage1"
     result = run_train(stage1, f"--config.init_from=hf:{path}", "--config.seq_len=64",
-                       "--config.num_train_steps=6", "--config.optim.warmup_steps=1", *common)
+                       "--config.num_train_steps=4", "--config.optim.warmup_steps=1", *common)
     assert result.returncode == 0, result.stderr[-2000:]
     first = losses(read_metrics(stage1))
     exported_equals_the_run(stage1, tmp_path / "exported")
     stage2 = tmp_path / "stage2"
-    result = run_train(stage2, f"--config.init_from=run:{stage1}@6", "--config.seq_len=128",
+    result = run_train(stage2, f"--config.init_from=run:{stage1}@4", "--config.seq_len=128",
                        "--config.mesh.data=1", "--config.mesh.seq=4",
                        "--config.model.rope_theta=40000", "--config.num_train_steps=1", *common)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -30,46 +30,39 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def single_device(prompts):
-    """The single-device cached decoder (tests/test_sample.py checks it against recomputation),
-    one row at a time."""
+    """One device: the cached decoder's greedy tokens (tests/test_sample.py checks it against
+    recomputation) and the training forward's logits, one row at a time."""
     mesh, graphdef, params = build("ring", 1)
-    return [list(decode.generate(graphdef, params, np.array([p]), 8)[0, len(p):])
-            for p in prompts]
+    forward = jax.jit(lambda p, t: nnx.merge(graphdef, p)(t))
+    with jax.set_mesh(mesh):
+        logits = [np.asarray(forward(params, np.array([p]))[0]) for p in prompts]
+    return {"tokens": [list(decode.generate(graphdef, params, np.array([p]), 8)[0, len(p):])
+                       for p in prompts], "logits": logits}
 
 
 @pytest.mark.parametrize("layout,shards", [("ring", 1), ("striped", 2), ("ring", 4),
                                            ("striped", 4), ("zigzag", 4), ("balanced", 4)])
-def test_greedy_tokens_do_not_depend_on_layout_or_devices(layout, shards, prompts,
-                                                          single_device):
+def test_same_tokens_and_logits_whatever_the_layout_and_devices(layout, shards, prompts,
+                                                                single_device):
+    """Greedy tokens as the single-device decoder's; and the prefill's logits, put back in
+    natural order, as the single-device training forward's for every real token of every
+    (ragged) row."""
     mesh, graphdef, params = build(layout, shards)
     rows = decode.generate_sharded(graphdef, params, prompts, 8, mesh)
-    for prompt, row, expected in zip(prompts, rows, single_device):
+    for prompt, row, expected in zip(prompts, rows, single_device["tokens"]):
         assert list(row[:len(prompt)]) == prompt
         assert list(row[len(prompt):]) == expected
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_prefill_logits_are_the_training_forwards(layout, prompts):
-    """The prefill over 4 devices, put back in natural order, against the training forward on
-    one device, for every real token of every (ragged) row."""
-    mesh, graphdef, params = build(layout, 4)
-    fields = decode.lay_out_prompts(prompts, layout, 4)
+    fields = decode.lay_out_prompts(prompts, layout, shards)
     lengths = fields.pop("lengths")
     with jax.set_mesh(mesh):
         net = nnx.merge(graphdef, params)
         hidden, caches = jax.jit(lambda f: net.prefill(f["inputs"], f["positions"],
                                                        f["segment_ids"], f["order"]))(fields)
         laid = np.asarray(net.logits(hidden))
-    inverse = np.argsort(fields["order"], axis=1)
-    natural = np.take_along_axis(laid, inverse[..., None], axis=1)
-    tokens = np.take_along_axis(fields["inputs"], inverse, axis=1)  # padded after each prompt
-    mesh1, graphdef1, params1 = build("ring", 1)  # one device, natural order: training's forward
-    with jax.set_mesh(mesh1):
-        reference = np.asarray(jax.jit(lambda p, t: nnx.merge(graphdef1, p)(t))(params1, tokens))
-    for row in range(len(prompts)):  # causal: the padding after a prompt changes none of it
-        np.testing.assert_allclose(natural[row, :lengths[row]], reference[row, :lengths[row]],
-                                   atol=1e-5, rtol=1e-5)
     assert caches[0].k.shape[:2] == fields["inputs"].shape
+    natural = np.take_along_axis(laid, np.argsort(fields["order"], axis=1)[..., None], axis=1)
+    for row, reference in enumerate(single_device["logits"]):
+        np.testing.assert_allclose(natural[row, :lengths[row]], reference, atol=1e-5, rtol=1e-5)
 
 
 def test_a_prompt_longer_than_a_device_holds_is_sharded(prompts):
@@ -85,3 +78,4 @@ def test_a_prompt_longer_than_a_device_holds_is_sharded(prompts):
     single = build("ring", 1)
     assert list(rows[0][1001:]) == list(decode.generate(single[1], single[2], np.array([prompt]),
                                                         3)[0, 1001:])
+    assert len(rows[0]) == 1004

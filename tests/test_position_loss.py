@@ -57,23 +57,3 @@ def test_long_documents_are_whole_documents_from_their_start():
     stream = np.array([1, 2, 9, 3, 4, 5, 6, 9, 7, 9, 1, 1, 1, 1, 1, 9])
     out = position_loss.long_documents(stream, eos, length=3, count=5)
     np.testing.assert_array_equal(out, [[3, 4, 5, 6], [1, 1, 1, 1]])
-
-
-def test_train_py_logs_the_curve_at_each_eval(tmp_path):
-    """eval/loss_by_position in train.py's metrics at each eval: one value per bucket, and the
-    width of a bucket; the same curve as the evaluation of the saved checkpoint."""
-    from configs import tiny
-    from tests.train_runs import read_metrics
-    from training import train_and_evaluate
-    from training.saved_run import load_run
-    config = tiny.get_config()
-    config.mesh.data, config.mesh.seq = 2, 4  # the 8 devices of tests/conftest.py
-    config.num_train_steps, config.eval_batches, config.eval_every_steps = 2, 1, 1
-    config.eval_position_buckets, config.data.eval_fraction = 4, 0.05
-    config.data.max_bytes, config.parallel.layout = 500_000, "zigzag"
-    train_and_evaluate(config, str(tmp_path))
-    logged = [r for r in read_metrics(tmp_path) if "eval/loss_by_position" in r]
-    assert [r["step"] for r in logged] == [1, 2]
-    assert all(len(r["eval/loss_by_position"]) == 4 for r in logged)
-    assert logged[-1]["eval/position_bucket_tokens"] == 32.0
-    assert logged[-1]["eval/loss_by_position"] != logged[0]["eval/loss_by_position"]

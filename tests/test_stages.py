@@ -14,6 +14,7 @@ def staged_config(stop_at_step=0, **second):
     config = tiny.get_config()
     config.mesh.data, config.mesh.seq = 2, 4  # the 8 devices of tests/conftest.py
     config.log_every_steps, config.eval_batches = 1, 1
+    config.eval_position_buckets, config.data.eval_fraction = 4, 0.05  # the loss by position
     config.data.max_bytes = 500_000
     config.stop_at_step = stop_at_step
     with config.unlocked():
@@ -41,6 +42,12 @@ def test_two_stages_with_a_resume_inside_the_second(tmp_path):
     rows = [r for r in read_metrics(workdir) if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # one time axis, each step once
     assert [r["progress/stage"] for r in rows] == [1, 1, 2, 2]
+    # At each eval (here the end of each stage), the loss by original position: as many values
+    # as buckets, over the stage's own length.
+    curves = {r["step"]: r for r in rows if "eval/loss_by_position" in r}
+    assert sorted(curves) == [2, 4] and len(curves[4]["eval/loss_by_position"]) == 4
+    assert (curves[2]["eval/position_bucket_tokens"], curves[4]["eval/position_bucket_tokens"]) \
+        == (32.0, 64.0)
     # Stage 2 started from stage 1's last weights (its first loss continues the curve rather
     # than starting over from a random model's) and ran with its own settings.
     assert rows[2]["train/loss"] < rows[0]["train/loss"] - 0.05

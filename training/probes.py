@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+from data.passkey import INTRO as PASSKEY_INTRO, passkey_texts
+
 CITIES = ("Lisbon", "Nairobi", "Osaka", "Quito", "Tromso", "Hanoi", "Perth", "Tbilisi",
           "Cusco", "Dakar", "Bergen", "Oaxaca", "Kazan", "Hobart", "Izmir", "Lyon")
 
@@ -51,10 +53,9 @@ class Probe:
         return intro + hay[:cut] + fact_ids + hay[cut:] + question_ids, answer
 
 
-def _passkey(rng):
+def _passkey(rng):  # the texts the training examples use (data.passkey_fraction)
     key = str(int(rng.integers(10_000, 100_000)))
-    return (f"\nThe pass key is {key}. Remember it. {key} is the pass key.\n",
-            "\nWhat is the pass key? The pass key is", key)
+    return (*passkey_texts(key), key)
 
 
 def _needle(rng):
@@ -65,8 +66,7 @@ def _needle(rng):
 
 
 PROBES = {
-    "passkey": Probe("passkey", "There is a pass key hidden inside a lot of irrelevant text. "
-                     "Find it and remember it.\n", _passkey),
+    "passkey": Probe("passkey", PASSKEY_INTRO, _passkey),
     "needle": Probe("needle", "A special magic number is hidden in this text. Find it.\n",
                     _needle),
 }

@@ -70,9 +70,12 @@ RUN_FIELDS = {
 
 
 def data_fingerprint(config) -> str:
-    """Changes when the corpus's files (or TFDS split) or the byte budget change."""
+    """Changes when the corpus's files (or TFDS split), the byte budget or the share of
+    passkey examples change."""
     description = data.describe_source(config.data.source, data.source_options(config.data))
-    key = json.dumps([description, config.data.get("max_bytes", 0)])
+    passkeys = config.data.get("passkey_fraction", 0.0)
+    key = json.dumps([description, config.data.get("max_bytes", 0)]
+                     + ([passkeys] if passkeys else []))  # (older runs keep their fingerprint)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

@@ -113,6 +113,8 @@ def _validate_ranges(config) -> None:
         ("data.eval_fraction", 0.0 <= config.data.eval_fraction < 1.0,
          "a fraction in [0, 1), e.g. 0.005"),
         ("data.max_bytes", config.data.get("max_bytes", 0) >= 0, "0 (all) or a byte count"),
+        ("data.passkey_fraction", 0.0 <= config.data.get("passkey_fraction", 0.0) < 1.0,
+         "a share of the rows in [0, 1)"),
         ("optim.grad_accum_steps", config.optim.get("grad_accum_steps", 1) >= 1, "at least 1"),
         ("optim.learning_rate", config.optim.learning_rate > 0, "a positive rate"),
         ("optim.warmup_steps", config.optim.get("warmup_steps", 0) >= 0, "0 or more"),
