@@ -35,6 +35,8 @@ def saved(workdir, step):
 
 def test_two_stages_with_a_resume_inside_the_second(tmp_path):
     workdir = tmp_path / "run"
+    train_and_evaluate(staged_config(stop_at_step=2), str(workdir))  # stage 1's last step
+    assert not (workdir / "stage2").exists()  # the next stage waits
     train_and_evaluate(staged_config(stop_at_step=3), str(workdir))  # stops at stage 2's step 1
     assert sorted(p.name for p in (workdir / "stage2" / "checkpoints").iterdir()) == ["1"]
     last = train_and_evaluate(staged_config(), str(workdir))  # resumes inside stage 2

@@ -126,6 +126,8 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
         last = train(stage_config, stage.workdir, tuple(explicit) + stage.explicit, stage)
         if last_step(stage) != steps:  # stopped (stop_at_step, preemption): resume later
             return last
+        if config.stop_at_step and config.stop_at_step <= stage.offset + steps:
+            return last  # asked to stop at this stage's last step: the next one waits
         previous = (stage, steps)
     return last
 
