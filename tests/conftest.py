@@ -17,21 +17,16 @@ import jax  # noqa: E402  (must come after XLA_FLAGS)
 assert jax.device_count() == 8, f"conftest expected 8 fake CPU devices, got {jax.devices()}"
 
 
-# make test runs on two workers (pytest-xdist, --dist loadgroup), a group at a time, in the
-# order collected. A group is a file (its module fixtures are built once), except in SPLIT, whose
-# tests are independent compiles without a costly fixture and are spread one by one. The files
-# that take longest go first, so that the run does not end with one worker busy on a long file
-# and the other idle (longest-first scheduling; measured with --durations).
+# make test runs the files on two workers (pytest-xdist, --dist loadfile), a file at a time, in
+# the order collected. The files that take longest go first, so that the run does not end with
+# one worker busy on a long file and the other idle (longest-first scheduling; measured with
+# --durations). The TPU compiles stay in one file on one worker: libtpu lets one process at a
+# time hold it, so two workers compiling at once wait for each other.
 LONGEST_FIRST = ("test_tpu_compile.py", "test_bucket.py", "test_checkpoints.py", "test_train.py",
                  "test_figures.py", "test_init_from.py", "test_faults.py", "test_sample.py",
                  "test_model_memory.py", "test_parallel_decode.py", "test_stages.py")
-SPLIT = ("test_tpu_compile.py",)
 
 
 def pytest_collection_modifyitems(session, config, items):
-    import pytest
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-    for item in items:
-        group = item.nodeid if item.path.name in SPLIT else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))

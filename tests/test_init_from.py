@@ -123,16 +123,17 @@ def test_a_checkpoint_that_is_not_what_it_says_is_refused(change, expected, mode
     assert "\n" not in str(e.value) and not workdir.exists()
 
 
-def test_contradictions_and_a_foreign_tokenizer_exit_2(model_dir, tmp_path):
-    path, corpus, cache = model_dir
+def test_contradictions_and_a_foreign_tokenizer_are_refused(model_dir, tmp_path):
+    """(train.py prints a ConfigError in one line and exits 2: tests/test_bad_input.py.)"""
+    path, corpus, _ = model_dir
     workdir = tmp_path / "run"
-    common = [f"--config.init_from=hf:{path}", f"--config.data.source={corpus}"]
-    result = run_train(workdir, *common, "--config.model.d_model=64")
-    assert result.returncode == 2 and "model.d_model=64 contradicts hf:" in result.stderr
+    with pytest.raises(ConfigError, match="model.d_model=64 contradicts hf:"):
+        train_and_evaluate(run_config(model_dir, **{"model.d_model": 64}), str(workdir),
+                           explicit={"model.d_model"})
     big = make_model_dir(str(tmp_path / "big_vocab"), corpus, vocab_size=200)
-    result = run_train(workdir, f"--config.init_from=hf:{big}", f"--config.data.source={corpus}")
-    assert result.returncode == 2 and "has 200 pieces but the model" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and not workdir.exists()
+    with pytest.raises(ConfigError, match="has 200 pieces but the model") as e:
+        train_and_evaluate(run_config(model_dir, init_from=f"hf:{big}"), str(workdir))
+    assert "\n" not in str(e.value) and not workdir.exists()
 
 
 def exported_equals_the_run(workdir, out):

@@ -44,7 +44,7 @@ def reference(rows):
 
 
 @pytest.mark.parametrize("layout,shards,options", [
-    ("ring", 1, {}), ("striped", 4, {}), ("zigzag", 4, {"loss_chunk": 4}), ("balanced", 4, {}),
+    ("striped", 4, {}), ("zigzag", 4, {"loss_chunk": 4}), ("balanced", 4, {}),
 ])
 def test_one_curve_for_every_layout(layout, shards, options, rows, reference):
     values, _ = curve(layout, shards, rows, **options)
