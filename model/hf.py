@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -289,30 +290,23 @@ def save(m: Transformer, path: str, *, dtype: str | None = None,
     dtype = dtype or cfg.param_dtype
     if dtype not in _DTYPES:
         raise HFError(f"hf.save: dtype {dtype!r}: choose one of {', '.join(_DTYPES)}")
-    params = nnx.state(m, nnx.Param)
-    writer = jax.process_index() == 0
-    tmp = f"{path.rstrip('/')}.tmp"
-    if writer:
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-    tensors = hf_tensors(params, cfg, dtype)
-    if not writer:  # the other processes take part in each tensor's gather
+    tensors = hf_tensors(nnx.state(m, nnx.Param), cfg, dtype)
+    if jax.process_index() != 0:  # the other processes take part in each tensor's gather
         for _ in tensors:
             pass
         return []
+    tmp = f"{path.rstrip('/')}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     files = write(tmp, tensors, max_shard_bytes)
-    if writer:
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(config_json(cfg, dtype, max_position_embeddings, eos_token_id), f,
-                      indent=2)
-        _replace_dir(tmp, path)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(config_json(cfg, dtype, max_position_embeddings, eos_token_id), f, indent=2)
+    _replace_dir(tmp, path)
     return files + ["config.json"]
 
 
 def _replace_dir(tmp: str, path: str) -> None:
     """PATH becomes TMP's contents; an old PATH is moved aside first and removed last."""
-    import shutil
     old = f"{path.rstrip('/')}.old"
     if os.path.exists(path):
         shutil.rmtree(old, ignore_errors=True)
