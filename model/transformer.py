@@ -106,10 +106,7 @@ class Transformer(nnx.Module):
 
     def hidden(self, tokens, positions, segment_ids=None, order=None):
         """[B, S] -> the final norm's output [B, S, d_model] in the compute dtype."""
-        # A sharding on the model's own mesh (not a bare spec), so that the model is also
-        # callable outside `jax.set_mesh`, as `hf.load(path)(tokens)` is in a notebook.
-        x = jax.lax.with_sharding_constraint(self.embed(tokens),
-                                             jax.NamedSharding(self.mesh, ACTIVATIONS))
+        x = self._embed(tokens)
 
         def run(block, x):
             # Named so that remat_policy 'offload' keeps it in host memory; else a no-op.
@@ -128,13 +125,18 @@ class Transformer(nnx.Module):
         """hidden() that also returns every layer's keys and values (a KVCache each, [B, S, K,
         Dh] in the layout's order, sharded like the tokens): a long prompt's forward pass run
         sequence-parallel, as in training, whose cache stays where it was computed."""
-        x = jax.lax.with_sharding_constraint(self.embed(tokens),
-                                             jax.NamedSharding(self.mesh, ACTIVATIONS))
-        caches = []
+        x, caches = self._embed(tokens), []
         for block in self.layers():
             x, kv = block(x, positions, segment_ids, order, collect=True)
             caches.append(kv)
         return self.final_norm(x), caches
+
+    def _embed(self, tokens):
+        """The embedding of tokens in the training layout, sharded as activations. A sharding on
+        the model's own mesh (not a bare spec), so that the model is also callable outside
+        `jax.set_mesh`, as `hf.load(path)(tokens)` is in a notebook."""
+        return jax.lax.with_sharding_constraint(self.embed(tokens),
+                                                jax.NamedSharding(self.mesh, ACTIVATIONS))
 
     def decode_hidden(self, tokens, positions, cache):
         """hidden() for decoding: the same blocks with their caches; returns (x, new caches)."""
