@@ -3,8 +3,8 @@
 something to find.
 
     python train.py --config configs/passkey.py --workdir runs/passkey
-    python scripts/eval_long.py --workdir runs/passkey --lengths 512 --lengths 1024 \
-        --lengths 2048 --lengths 4096 --json runs/passkey_probes.json      # + the heatmap
+    python scripts/eval_long.py --workdir runs/passkey --lengths 512 1024 2048 4096 \
+        --json runs/passkey_probes.json                                    # + the heatmap
     python scripts/plot_figures.py positions runs/passkey                  # the loss by position
 
 Runs on a CPU (4 fake devices) in about a quarter of an hour on 2 cores. BENCHMARKS.md has the

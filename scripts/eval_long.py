@@ -14,20 +14,28 @@ import json
 import os
 import sys
 
-from absl import app, flags
+import argparse
 
-flags.DEFINE_string("workdir", None, "A training run's --workdir.")
-flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
-flags.DEFINE_multi_integer("lengths", [1024, 4096], "Context lengths in tokens (repeatable).")
-flags.DEFINE_multi_float("depths", [0.0, 0.25, 0.5, 0.75, 1.0], "Depths of the fact, 0 to 1.")
-flags.DEFINE_multi_enum("probes", ["passkey", "needle"], ["passkey", "needle"], "Probes to run.")
-flags.DEFINE_integer("samples", 4, "Prompts per cell.")
-flags.DEFINE_integer("seed", 0, "Seed of the facts and filler offsets.")
-flags.DEFINE_integer("seq_shards", 1, "Devices each prompt is prefilled over.")
-flags.DEFINE_string("layout", None, "Attention layout of the prefill (default: the run's).")
-flags.DEFINE_string("json", None, "Where to write the table (the picture goes beside it).")
-flags.mark_flags_as_required(["workdir", "json"])
-FLAGS = flags.FLAGS
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", required=True, help="a training run's --workdir")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096],
+                   help="context lengths in tokens")
+    p.add_argument("--depths", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0],
+                   help="depths of the fact, 0 (start) to 1 (end)")
+    p.add_argument("--probes", nargs="+", choices=["passkey", "needle"],
+                   default=["passkey", "needle"])
+    p.add_argument("--samples", type=int, default=4, help="prompts per cell")
+    p.add_argument("--seed", type=int, default=0, help="seed of the facts and filler offsets")
+    p.add_argument("--seq_shards", type=int, default=1,
+                   help="devices each prompt is prefilled over (fake CPU devices)")
+    p.add_argument("--layout", default=None,
+                   help="attention layout of the prefill (default: the run's)")
+    p.add_argument("--json", required=True,
+                   help="where to write the table (the picture goes beside it)")
+    return p.parse_args(argv)
 
 
 def progress(done: int, total: int, label: str) -> None:
@@ -60,12 +68,12 @@ def heatmap(table: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv):
-    del argv
+def main(argv=None):
+    args = parse_args(argv)
     import jax
     from training.cli import start_reader
     start_reader()
-    jax.config.update("jax_num_cpu_devices", FLAGS.seq_shards)
+    jax.config.update("jax_num_cpu_devices", args.seq_shards)
     from flax import nnx
 
     import data
@@ -75,13 +83,13 @@ def main(argv):
 
     try:
         config, tokenizer, graphdef, params, step = load_run(
-            FLAGS.workdir, FLAGS.step, FLAGS.seq_shards, {"tile_q": 0, "tile_k": 0},
-            FLAGS.layout)
-        filler = held_out_tokens(config, FLAGS.workdir, tokenizer)
+            args.workdir, args.step, args.seq_shards, {"tile_q": 0, "tile_k": 0},
+            args.layout)
+        filler = held_out_tokens(config, args.workdir, tokenizer)
         filler = filler[filler != tokenizer.eos_id]  # one stream of text, no document breaks
-        cells = {name: probes.grid(probes.PROBES[name], tokenizer, filler, FLAGS.lengths,
-                                   FLAGS.depths, FLAGS.samples, FLAGS.seed)
-                 for name in FLAGS.probes}
+        cells = {name: probes.grid(probes.PROBES[name], tokenizer, filler, args.lengths,
+                                   args.depths, args.samples, args.seed)
+                 for name in args.probes}
     except (RunError, data.DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -90,9 +98,9 @@ def main(argv):
     def generate(prompts):
         return decode.generate_sharded(graphdef, params, prompts, 8, mesh, temperature=0.0)
 
-    table = {"workdir": FLAGS.workdir, "step": step, "trained_seq_len": config.seq_len,
-             "layout": config.parallel.layout, "seq_shards": FLAGS.seq_shards,
-             "samples": FLAGS.samples, "lengths": FLAGS.lengths, "depths": FLAGS.depths,
+    table = {"workdir": args.workdir, "step": step, "trained_seq_len": config.seq_len,
+             "layout": config.parallel.layout, "seq_shards": args.seq_shards,
+             "samples": args.samples, "lengths": args.lengths, "depths": args.depths,
              "accuracy": {}}
     for name, probe_cells in cells.items():
         scores = probes.accuracy(probe_cells, generate, tokenizer,
@@ -100,20 +108,20 @@ def main(argv):
         table["accuracy"][name] = {}
         for (length, depth, _, _), score in zip(probe_cells, scores):
             table["accuracy"][name].setdefault(str(length), {})[str(depth)] = score
-    with open(FLAGS.json, "w") as f:
+    with open(args.json, "w") as f:
         json.dump(table, f, indent=1)
-    picture = os.path.splitext(FLAGS.json)[0] + ".png"
+    picture = os.path.splitext(args.json)[0] + ".png"
     heatmap(table, picture)
     for name in cells:
         print(f"{name}: exact answers by length (columns) and depth (rows)")
-        print("| depth | " + " | ".join(f"{n:,}" for n in FLAGS.lengths) + " |")
-        print("|---|" + "---|" * len(FLAGS.lengths))
-        for depth in FLAGS.depths:
+        print("| depth | " + " | ".join(f"{n:,}" for n in args.lengths) + " |")
+        print("|---|" + "---|" * len(args.lengths))
+        for depth in args.depths:
             cells_text = " | ".join(f"{table['accuracy'][name][str(n)][str(depth)]:.2f}"
-                                    for n in FLAGS.lengths)
+                                    for n in args.lengths)
             print(f"| {depth:g} | {cells_text} |")
-    print(f"wrote {FLAGS.json} and {picture}")
+    print(f"wrote {args.json} and {picture}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    main()
