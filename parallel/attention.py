@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import Mesh, PartitionSpec as P
@@ -55,12 +56,12 @@ def _sharded(spec: AttentionSpec, fn, args, in_specs, out_specs):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _forward(spec: AttentionSpec, q, k, v, seg, order):
-    def local(q, k, v, seg, order):
-        out, lse, counts = spec.strategy.forward(spec, q, k, v, seg, order)
+def _forward(spec: AttentionSpec, q, k, v, seg, order, sinks):
+    def local(q, k, v, seg, order, sinks):
+        out, lse, counts = spec.strategy.forward(spec, q, k, v, seg, order, sinks)
         return out, lse, counts[None, None]
-    return _sharded(spec, local, (q, k, v, seg, order), (_QKV, _QKV, _QKV, _SEG, _SEG),
-                    (_QKV, _LSE, _COUNTS))
+    return _sharded(spec, local, (q, k, v, seg, order, sinks),
+                    (_QKV, _QKV, _QKV, _SEG, _SEG, P()), (_QKV, _LSE, _COUNTS))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -71,13 +72,13 @@ def _backward(spec: AttentionSpec, q, k, v, seg, order, out, lse, dout):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(spec, q, k, v, seg, order):
-    return _forward(spec, q, k, v, seg, order)[0]
+def _attention(spec, q, k, v, seg, order, sinks):
+    return _forward(spec, q, k, v, seg, order, sinks)[0]
 
 
-def _attention_fwd(spec, q, k, v, seg, order):
-    out, lse, _ = _forward(spec, q, k, v, seg, order)
-    return out, (q, k, v, seg, order, out, lse)
+def _attention_fwd(spec, q, k, v, seg, order, sinks):
+    out, lse, _ = _forward(spec, q, k, v, seg, order, sinks)
+    return out, (q, k, v, seg, order, sinks, out, lse)
 
 
 def _no_cotangent(x):
@@ -85,10 +86,22 @@ def _no_cotangent(x):
     return None if x is None else np.zeros(x.shape, jax.dtypes.float0)
 
 
+def _sink_cotangent(sinks, out, lse, dout):
+    """d loss / d sinks[h] = -sum over rows of p_sink * rowsum(dO * O): the sink's column has no
+    value, so its share of dS is p_sink (0 - D). lse includes the sink (the forward started its
+    merge from it), so p_sink = exp(sinks[h] - lse) is final."""
+    if sinks is None:
+        return None
+    delta = jnp.einsum("bshd,bshd->bhs", dout.astype(jnp.float32), out.astype(jnp.float32))
+    p_sink = jnp.exp(sinks.astype(jnp.float32)[None, :, None] - lse)
+    return (-(p_sink * delta).sum(axis=(0, 2))).astype(sinks.dtype)
+
+
 def _attention_bwd(spec, residuals, dout):
-    q, k, v, seg, order, out, lse = residuals
+    q, k, v, seg, order, sinks, out, lse = residuals
     dq, dk, dv = _backward(spec, q, k, v, seg, order, out, lse, dout)
-    return dq, dk, dv, _no_cotangent(seg), _no_cotangent(order)
+    return (dq, dk, dv, _no_cotangent(seg), _no_cotangent(order),
+            _sink_cotangent(sinks, out, lse, dout))
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -96,7 +109,7 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
               strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None,
-              ulysses_degree=None):
+              ulysses_degree=None, window=None, sinks=None, logit_soft_cap=None):
     """Exact sequence-parallel attention over the mesh's 'seq' axis.
 
     Args:
@@ -122,6 +135,13 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
       scale: score scale, > 0 (default 1 / sqrt(head_dim)).
       ulysses_degree: for strategy 'usp' only: u, the 'seq' devices per all-to-all group (a
         divisor of the seq shards and of q_heads); the ring runs over the N / u groups.
+      window: None, or W >= 1: a sliding window on original positions. Causal: query i sees keys
+        i - W < j <= i (W counts the query itself, as Hugging Face's `sliding_window`);
+        bidirectional: |i - j| < W. Tiles and block pairs outside it are skipped.
+      sinks: None, or [q_heads] floats: learned logits, one per head, each adding exp(sinks[h])
+        to its head's softmax denominator (a key with no value, as in GPT-OSS); differentiable.
+      logit_soft_cap: None, or c > 0: scores become c * tanh(scores / c) after scaling and before
+        masking (Gemma 2).
 
     Returns:
       [batch, seq, q_heads, head_dim] in q's dtype, order and sharding. A query with no visible
@@ -134,13 +154,14 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
     """
     spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
-                     ulysses_degree=ulysses_degree)
-    return _attention(spec, q, k, v, segment_ids, order)
+                     ulysses_degree=ulysses_degree, window=window, sinks=sinks,
+                     logit_soft_cap=logit_soft_cap)
+    return _attention(spec, q, k, v, segment_ids, order, sinks)
 
 
 def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
                          strategy="ring", kernel="auto", tile_q=None, tile_k=None, scale=None,
-                         ulysses_degree=None):
+                         ulysses_degree=None, window=None, sinks=None, logit_soft_cap=None):
     """`attention`'s forward, plus the work it did.
 
     Returns (out, tiles): tiles [N, N] int32, tiles[d, s] = tile_q x tile_k tiles that seq shard
@@ -152,6 +173,7 @@ def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None,
     """
     spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
-                     ulysses_degree=ulysses_degree)
-    out, _, counts = _forward(spec, q, k, v, segment_ids, order)
+                     ulysses_degree=ulysses_degree, window=window, sinks=sinks,
+                     logit_soft_cap=logit_soft_cap)
+    out, _, counts = _forward(spec, q, k, v, segment_ids, order, sinks)
     return out, counts.max(axis=0)

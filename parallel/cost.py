@@ -29,46 +29,67 @@ import math
 import numpy as np
 
 from parallel.layouts import get_layout, row_order
+from parallel.mask import as_mask
 
 
-def key_tile_limits(q_pos, k_pos, tile_q: int, tile_k: int, causal: bool, xp=np):
+def key_tile_limits(q_pos, k_pos, tile_q: int, tile_k: int, causal, xp=np):
     """hi[..., qt]: the number of leading key tiles that may hold a key visible to query tile qt.
 
     q_pos [..., n_q], k_pos [..., n_k]: increasing original indices (leading axes, such as batch
-    rows, broadcast). Returns int32 [..., n_q / tile_q].
+    rows, broadcast); causal: a bool or a `Mask` (a window bounds the prefix of a bidirectional
+    mask too). Returns int32 [..., n_q / tile_q].
     Example: q_pos [1 5 9 13], k_pos [3 7 11 15], tiles of 2: query tile 0 ends at 5 and key
     tiles start at 3 and 11 -> hi = [1, 2].
     """
-    q_last = q_pos[..., tile_q - 1::tile_q]  # largest original index in each query tile
+    mask = as_mask(causal)
+    q_first, q_last = q_pos[..., ::tile_q], q_pos[..., tile_q - 1::tile_q]
     k_first = k_pos[..., ::tile_k]  # smallest original index in each key tile
-    if not causal:
+    _, high = mask.key_bounds(q_first, q_last)
+    if high is None:
         shape = xp.broadcast_shapes(q_last.shape[:-1], k_first.shape[:-1]) + q_last.shape[-1:]
         return xp.full(shape, k_first.shape[-1], dtype=np.int32)
-    return xp.sum(k_first[..., None, :] <= q_last[..., :, None], axis=-1).astype(np.int32)
+    return xp.sum(k_first[..., None, :] <= high[..., :, None], axis=-1).astype(np.int32)
 
 
-def fully_visible(q_pos, k_pos, tile_q: int, tile_k: int, causal: bool, xp=np):
-    """[..., n_q/tile_q, n_k/tile_k] bool: every key of the tile is visible to every query
-    (causal only; no mask needed). Key tile kt's last index <= query tile qt's first index."""
-    q_first = q_pos[..., ::tile_q]
-    k_last = k_pos[..., tile_k - 1::tile_k]
-    if not causal:
-        return xp.ones(q_first.shape[:-1] + q_first.shape[-1:] + k_last.shape[-1:], dtype=bool)
-    return k_last[..., None, :] <= q_first[..., :, None]
+def _tile_ranges(pos, tile):
+    """(first, last) original index of each tile: two [..., T] arrays."""
+    return pos[..., ::tile], pos[..., tile - 1::tile]
+
+
+def fully_visible(q_pos, k_pos, tile_q: int, tile_k: int, causal, xp=np):
+    """[..., n_q/tile_q, n_k/tile_k] bool: every key of the tile is visible to every query (no
+    mask needed), by the mask's rule (a bool: causal or not, or a `Mask`)."""
+    (q_first, q_last), (k_first, k_last) = _tile_ranges(q_pos, tile_q), _tile_ranges(k_pos, tile_k)
+    full = as_mask(causal).all_visible(q_first[..., :, None], q_last[..., :, None],
+                                       k_first[..., None, :], k_last[..., None, :])
+    shape = xp.broadcast_shapes(q_first.shape[:-1], k_first.shape[:-1]) + (
+        q_first.shape[-1], k_first.shape[-1])
+    return xp.broadcast_to(full, shape)
+
+
+def tiles_may_meet(q_pos, k_pos, tile_q: int, tile_k: int, causal, xp=np):
+    """[..., n_q/tile_q, n_k/tile_k] bool: some key of the tile may be visible to some query."""
+    (q_first, q_last), (k_first, k_last) = _tile_ranges(q_pos, tile_q), _tile_ranges(k_pos, tile_k)
+    meet = as_mask(causal).may_meet(q_first[..., :, None], q_last[..., :, None],
+                                    k_first[..., None, :], k_last[..., None, :])
+    shape = xp.broadcast_shapes(q_first.shape[:-1], k_first.shape[:-1]) + (
+        q_first.shape[-1], k_first.shape[-1])
+    return xp.broadcast_to(meet, shape)
 
 
 SKIP, FULL, MASKED = 0, 1, 2  # what a tile needs
 
 
-def tile_plan(q_pos, k_pos, q_seg, k_seg, tile_q: int, tile_k: int, causal: bool, xp=np):
-    """(hi [R, Tq], plan [R, Tq, Tk]) int32: per batch row, the causal prefix of each query
-    tile, and what each tile needs: SKIP (past the prefix, or its queries' and keys'
-    segment-id ranges are disjoint, so no pair can be visible), FULL (one shared segment and
-    all keys visible: no mask) or MASKED.
+def tile_plan(q_pos, k_pos, q_seg, k_seg, tile_q: int, tile_k: int, causal, xp=np):
+    """(hi [R, Tq], plan [R, Tq, Tk]) int32: per batch row, the prefix of key tiles each query
+    tile may see, and what each tile needs: SKIP (past the prefix, before a window's reach, or
+    its queries' and keys' segment-id ranges are disjoint, so no pair can be visible), FULL (one
+    shared segment and all keys visible: no mask) or MASKED.
 
     Positions are [n] (every row alike) or [b, n] (each row its own order: `attention`'s
-    `order`); segment ids [b, n] or None. R is b when either is per row, else 1. Ranges make
-    the rule exact for packed (sorted) ids and conservative for any ids.
+    `order`); segment ids [b, n] or None; causal a bool or a `Mask` (with a window). R is b when
+    either is per row, else 1. Ranges make the rule exact for packed (sorted) ids and
+    conservative for any ids.
 
     Example: causal, positions 0..7 on both sides, tiles of 4, one document -> hi [[1, 2]],
     plan [[[MASKED, SKIP], [FULL, MASKED]]].
@@ -77,6 +98,8 @@ def tile_plan(q_pos, k_pos, q_seg, k_seg, tile_q: int, tile_k: int, causal: bool
     hi = key_tile_limits(q_pos, k_pos, tile_q, tile_k, causal, xp)  # [1 or b, Tq]
     full = fully_visible(q_pos, k_pos, tile_q, tile_k, causal, xp)  # [1 or b, Tq, Tk]
     runs = xp.arange(full.shape[-1])[None, None, :] < hi[:, :, None]
+    if as_mask(causal).bounded:
+        runs = runs & tiles_may_meet(q_pos, k_pos, tile_q, tile_k, causal, xp)
     if q_seg is not None:
         (q_lo, q_hi), (k_lo, k_hi) = _ranges(q_seg, tile_q, xp), _ranges(k_seg, tile_k, xp)
         meet = (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
@@ -173,11 +196,21 @@ def critical_path(tiles) -> int:
     return int(np.asarray(tiles).max(axis=0).sum())
 
 
+def visible_pair_count(seq_len: int, causal=True) -> float:
+    """The (query, key) pairs of one document of seq_len tokens that the mask lets through.
+    Example: 4 tokens, Mask(causal=True, window=2) -> 1 + 2 + 2 + 2 = 7."""
+    i = np.arange(seq_len, dtype=np.float64)
+    mask = as_mask(causal)
+    before = i if mask.window is None else np.minimum(i, mask.window - 1)  # keys before i
+    after = 0.0 if mask.causal else (seq_len - 1 - i if mask.window is None
+                                     else np.minimum(seq_len - 1 - i, mask.window - 1))
+    return float((before + after + 1).sum())
+
+
 def ideal_tiles(seq_len: int, num_shards: int, tile_q: int, tile_k: int,
-                causal: bool = True) -> float:
+                causal=True) -> float:
     """The useful (query, key) pairs spread evenly over N devices, in tiles."""
-    pairs = seq_len * (seq_len + 1) / 2 if causal else float(seq_len) ** 2
-    return pairs / (num_shards * tile_q * tile_k)
+    return visible_pair_count(seq_len, causal) / (num_shards * tile_q * tile_k)
 
 
 def efficiency(tiles, seq_len: int, tile_q: int, tile_k: int, causal: bool = True) -> float:

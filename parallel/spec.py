@@ -18,6 +18,7 @@ from jax.sharding import Mesh
 from parallel.choice import resolve_tiles
 from parallel.kernels import Kernel, resolve_kernel
 from parallel.layouts import Layout, get_layout
+from parallel.mask import Mask, check_window
 from parallel.mesh import DATA, SEQ
 from parallel.strategies import Strategy, get_strategy
 
@@ -34,6 +35,12 @@ class TileSpec:
     precision: lax.Precision | None  # HIGHEST for float32 inputs (TPU would use bf16 passes)
     varying_axes: tuple[str, ...]  # mesh axes the kernel's values vary over (for check_vma)
     interpret: bool = False  # run a Pallas kernel in interpret mode (a platform it is not fused on)
+    window: int | None = None  # keys a query sees, itself included (parallel/mask.py)
+    soft_cap: float | None = None  # logits c tanh(scale s / c) (kernels/base.py: logits)
+
+    @property
+    def mask(self) -> Mask:
+        return Mask(causal=self.causal, window=self.window)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +60,8 @@ class AttentionSpec:
 
 
 def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, causal, tile_q,
-              tile_k, scale, ulysses_degree=None) -> AttentionSpec:
+              tile_k, scale, ulysses_degree=None, window=None, sinks=None,
+              logit_soft_cap=None) -> AttentionSpec:
     """Validates the arguments of `parallel.attention` and gathers the static parameters."""
     lay, strat = get_layout(layout), get_strategy(strategy)
     _check_mesh(mesh)
@@ -74,12 +82,36 @@ def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, ca
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
     if not scale > 0:
         raise ValueError(f"scale={scale} must be positive (default 1 / sqrt(head_dim))")
+    window = check_window(window)
+    soft_cap = _check_soft_cap(logit_soft_cap)
+    _check_sinks(sinks, q.shape[2])
     precision = lax.Precision.HIGHEST if jnp.dtype(q.dtype) == jnp.float32 else None
     interpret = kern.interpreted_on(platform)
     kern.check_tiles(tile_q, tile_k, interpret)
     tiles = TileSpec(tile_q=tile_q, tile_k=tile_k, causal=bool(causal), scale=scale,
-                     precision=precision, varying_axes=(DATA, SEQ), interpret=interpret)
+                     precision=precision, varying_axes=(DATA, SEQ), interpret=interpret,
+                     window=window, soft_cap=soft_cap)
     return AttentionSpec(mesh=mesh, layout=lay, strategy=strat, kernel=kern, tiles=tiles)
+
+
+def _check_soft_cap(cap):
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, (int, float, np.floating, np.integer)) \
+            or not cap > 0 or not math.isfinite(cap):
+        raise ValueError(f"logit_soft_cap={cap!r} must be a positive number (Gemma 2 uses 50.0) "
+                         f"or None for no cap")
+    return float(cap)
+
+
+def _check_sinks(sinks, q_heads):
+    if sinks is None:
+        return
+    if tuple(getattr(sinks, "shape", ())) != (q_heads,):
+        raise ValueError(f"sinks must be [q_heads] = ({q_heads},), one logit per query head; got "
+                         f"shape {tuple(getattr(sinks, 'shape', ()))}")
+    if not jnp.issubdtype(sinks.dtype, jnp.floating):
+        raise ValueError(f"sinks must be floats (learned logits); got {sinks.dtype}")
 
 
 def _check_mesh(mesh):

@@ -50,10 +50,11 @@ def take(x, order):
 
 
 def run_kernel(q, k, v, dout, seg, *, mesh, layout, causal, tile_q=None, tile_k=None, dtype=None,
-               with_order=None, **kw):
+               with_order=None, sinks=None, **kw):
     """Lays natural-order inputs out for `layout`, runs forward + VJP, puts results back in
     natural order. `order` goes to attention when with_order (default: when the layout needs
-    it); otherwise the layout's formula places the tokens."""
+    it); otherwise the layout's formula places the tokens. With sinks [H], their gradient is
+    the fourth of the grads."""
     order = layout_order(layout, seg, q.shape[0], q.shape[1], mesh.shape["seq"])
     inv = np.argsort(order, axis=1)
     if with_order is None:
@@ -63,25 +64,44 @@ def run_kernel(q, k, v, dout, seg, *, mesh, layout, causal, tile_q=None, tile_k=
     order_p = jnp.asarray(order) if with_order else None
 
     @jax.jit
-    def fwd_bwd(q, k, v, dout):
-        fn = lambda q, k, v: parallel.attention(q, k, v, mesh=mesh, layout=layout,
-                                                segment_ids=seg_p, order=order_p, causal=causal,
-                                                tile_q=tile_q, tile_k=tile_k, **kw)
-        out, vjp = jax.vjp(fn, q, k, v)
+    def fwd_bwd(q, k, v, dout, sinks):
+        fn = lambda q, k, v, sinks: parallel.attention(
+            q, k, v, mesh=mesh, layout=layout, segment_ids=seg_p, order=order_p, causal=causal,
+            tile_q=tile_q, tile_k=tile_k, sinks=sinks, **kw)
+        out, vjp = jax.vjp(fn, q, k, v, sinks)
         return out, vjp(dout)
 
-    out, grads = fwd_bwd(*(cast(take(x, order)) for x in (q, k, v, dout)))
+    sinks = None if sinks is None else jnp.asarray(sinks)
+    out, grads = fwd_bwd(*(cast(take(x, order)) for x in (q, k, v, dout)), sinks)
     back = lambda x: take(np.asarray(x.astype(jnp.float32)), inv)
-    return back(out), tuple(back(g) for g in grads)
+    return back(out), tuple(back(g) for g in grads[:3]) + (
+        () if sinks is None else (np.asarray(grads[3]),))
 
 
-
-def assert_matches_reference(out, grads, q, k, v, seg, causal, dout):
-    """Output and dq, dk, dv within 1e-5 relative of the float64 reference."""
-    want_out, want_grads = ref.attention(q, k, v, seg, causal, dout)
+def assert_matches_reference(out, grads, q, k, v, seg, causal, dout, **options):
+    """Output and dq, dk, dv (and dsinks) within 1e-5 relative of the float64 reference with
+    the same options (window, sinks, soft_cap)."""
+    want_out, want_grads = ref.attention(q, k, v, seg, causal, dout, **options)
     assert ref.relative_error(out, want_out) < 1e-5
-    for name, got, want in zip("qkv", grads, want_grads):
+    assert len(grads) == len(want_grads)
+    for name, got, want in zip(("q", "k", "v", "sinks"), grads, want_grads):
         assert ref.relative_error(got, want) < 1e-5, f"d{name}"
+
+
+# Windows, sinks and soft caps (issue: Mistral, Gemma, GPT-OSS), rotating over the cases: a
+# window inside one device's block (8 tokens at N = 8), windows across blocks, caps that bite
+# (scores here are about N(0, 1)).
+OPTIONS = [{}, {"window": 5}, {"window": 21, "sinks": True}, {"logit_soft_cap": 1.5},
+           {"window": 9, "logit_soft_cap": 2.0, "sinks": True}]
+
+
+def with_options(q_heads, options, seed=0):
+    """(attention keywords, reference keywords) of one OPTIONS entry: sinks drawn per head."""
+    sinks = (np.random.default_rng(seed).standard_normal(q_heads).astype(np.float32)
+             if options.get("sinks") else None)
+    common = {"window": options.get("window"), "sinks": sinks}
+    return ({**common, "logit_soft_cap": options.get("logit_soft_cap")},
+            {**common, "soft_cap": options.get("logit_soft_cap")})
 
 
 # Every layout x ring size, each with two of the four (causal, segments) modes in turn, so that
@@ -96,19 +116,23 @@ _PICKED = [(layout, n, mode)
            for i, (layout, n) in enumerate(itertools.product(parallel.LAYOUTS, (1, 2, 4, 8)))
            for j, mode in enumerate(MODES)
            if (layout in STATIC and (i + j) % 2 == 0) or (layout not in STATIC and n in (2, 8))]
-CASES = [(layout, n, *mode, HEADS[c % 3], TILES[c % 4], (c // 4) % 2 == 1)
+CASES = [(layout, n, *mode, HEADS[c % 3], TILES[c % 4], (c // 4) % 2 == 1, OPTIONS[c % 5])
          for c, (layout, n, mode) in enumerate(_PICKED)]
 
 
-@pytest.mark.parametrize("layout,num_shards,causal,segments,heads,tile,with_order", CASES)
-def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile, with_order):
+@pytest.mark.parametrize("layout,num_shards,causal,segments,heads,tile,with_order,options",
+                         CASES)
+def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile, with_order,
+                                 options):
     mesh = mesh_for(num_shards)
     batch = 2 * mesh.shape["data"]
     q, k, v, dout, seg = make_inputs(num_shards, batch, *heads, segments=segments)
+    given, reference = with_options(heads[0], options, seed=num_shards)
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=causal,
                             tile_q=tile[0], tile_k=tile[1],
-                            with_order=with_order or parallel.get_layout(layout).data_dependent)
-    assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
+                            with_order=with_order or parallel.get_layout(layout).data_dependent,
+                            **given)
+    assert_matches_reference(out, grads, q, k, v, seg, causal, dout, **reference)
 
 
 def test_reference_agrees_with_autodiff():

@@ -11,8 +11,8 @@ from jax import export
 import parallel
 from parallel.kernels import pallas_gpu, pallas_tpu
 from parallel.spec import TileSpec
-from tests.test_attention import (assert_matches_reference, layout_order, make_inputs, mesh_for,
-                                  run_kernel, take)
+from tests.test_attention import (OPTIONS, assert_matches_reference, layout_order, make_inputs,
+                                  mesh_for, run_kernel, take, with_options)
 
 # (num_shards, causal, segments, (q_heads, kv_heads), (tile_q, tile_k)) for every layout.
 CASES = [(2, True, "packed", (4, 2), (8, 8)), (4, False, "scattered", (4, 1), (4, 8)),
@@ -21,15 +21,23 @@ CASES = [(2, True, "packed", (4, 2), (8, 8)), (4, False, "scattered", (4, 1), (4
 PALLAS = ["pallas_gpu", "pallas_tpu"]
 
 
-@pytest.mark.parametrize("kernel", PALLAS)
-@pytest.mark.parametrize("layout,num_shards,causal,segments,heads,tile",
-                         [(layout, *case) for layout in parallel.LAYOUTS for case in CASES
-                          if layout != "balanced" or case[2] == "packed"])  # per-row orders
-def test_matches_dense_reference(kernel, layout, num_shards, causal, segments, heads, tile):
+# Every case of every layout (balanced: with segment ids, its rows' own orders) for each kernel,
+# the windows, sinks and soft caps rotating over them.
+_LAID = [(layout, *case) for layout in parallel.LAYOUTS for case in CASES
+         if layout != "balanced" or case[2] == "packed"]
+
+
+@pytest.mark.parametrize("kernel,layout,num_shards,causal,segments,heads,tile,options",
+                         [(kernel, *case, OPTIONS[(i + 3 * j) % len(OPTIONS)])
+                          for j, kernel in enumerate(PALLAS) for i, case in enumerate(_LAID)])
+def test_matches_dense_reference(kernel, layout, num_shards, causal, segments, heads, tile,
+                                 options):
     q, k, v, dout, seg = make_inputs(11, 2, *heads, segments=segments)
+    given, reference = with_options(heads[0], options)
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh_for(num_shards, data=2), layout=layout,
-                            causal=causal, tile_q=tile[0], tile_k=tile[1], kernel=kernel)
-    assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
+                            causal=causal, tile_q=tile[0], tile_k=tile[1], kernel=kernel,
+                            **given)
+    assert_matches_reference(out, grads, q, k, v, seg, causal, dout, **reference)
 
 
 @pytest.mark.parametrize("layout", ["striped", "zigzag"])

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import parallel
-from tests.test_attention import (HEADS, MODES, assert_matches_reference, layout_order,
-                                  make_inputs, mesh_for, run_kernel, take)
+from tests.test_attention import (HEADS, MODES, OPTIONS, assert_matches_reference, layout_order,
+                                  make_inputs, mesh_for, run_kernel, take, with_options)
 
 MESHES = [(1, 2), (2, 2), (1, 4), (1, 8), (2, 4)]  # data x seq
 USP_MESHES = [(1, 4, 2), (1, 8, 2), (1, 8, 4), (2, 4, 2)]  # data x seq, Ulysses degree
@@ -30,22 +30,26 @@ def _picked(meshes):
 
 
 CASES = [(strategy, layout, (data, seq), None, MODES[c % 4],
-          HEADS[c % 3] if strategy == "allgather" else ulysses_heads(seq, c))
-         for strategy in ("allgather", "ulysses")
+          HEADS[c % 3] if strategy == "allgather" else ulysses_heads(seq, c),
+          OPTIONS[(c + 2 * i) % len(OPTIONS)])
+         for i, strategy in enumerate(("allgather", "ulysses"))
          for c, (layout, (data, seq)) in enumerate(_picked(MESHES))]
-CASES += [("usp", layout, (data, seq), u, MODES[c % 4], ulysses_heads(u, c))
+CASES += [("usp", layout, (data, seq), u, MODES[c % 4], ulysses_heads(u, c),
+           OPTIONS[(c + 4) % len(OPTIONS)])
           for c, (layout, (data, seq, u)) in enumerate(_picked(USP_MESHES))]
 
 
-@pytest.mark.parametrize("strategy,layout,mesh_shape,degree,mode,heads", CASES)
-def test_matches_dense_reference(strategy, layout, mesh_shape, degree, mode, heads):
+@pytest.mark.parametrize("strategy,layout,mesh_shape,degree,mode,heads,options", CASES)
+def test_matches_dense_reference(strategy, layout, mesh_shape, degree, mode, heads, options):
     data, num_shards = mesh_shape
     causal, segments = mode
     mesh = mesh_for(num_shards, data=data)
     q, k, v, dout, seg = make_inputs(num_shards + data, 2 * data, *heads, segments=segments)
+    given, reference = with_options(heads[0], options, seed=num_shards)
     out, grads = run_kernel(q, k, v, dout, seg, mesh=mesh, layout=layout, causal=causal,
-                            tile_q=4, tile_k=4, strategy=strategy, ulysses_degree=degree)
-    assert_matches_reference(out, grads, q, k, v, seg, causal, dout)
+                            tile_q=4, tile_k=4, strategy=strategy, ulysses_degree=degree,
+                            **given)
+    assert_matches_reference(out, grads, q, k, v, seg, causal, dout, **reference)
 
 
 def test_all_strategies_cover_every_registered_one():

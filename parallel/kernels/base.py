@@ -18,8 +18,13 @@ Contract:
 - backward takes the GLOBAL lse and delta = rowsum(dO * O) of the GLOBAL output, so the
   probabilities it recomputes, exp(scale * s - lse), are final; it returns this block pair's
   float32 contributions to dq, dk and dv.
-- Masks: key j is visible to query i iff (not causal or k_pos[j] <= q_pos[i]) and, with
-  segment ids, q_seg[i] == k_seg[j]. A block pair with no visible pair never reaches a kernel.
+- Masks: key j is visible to query i iff tiles.mask (parallel/mask.py: causal, a window) lets
+  (q_pos[i], k_pos[j]) through and, with segment ids, q_seg[i] == k_seg[j]. A block pair with
+  no visible pair never reaches a kernel.
+- Soft cap: with tiles.soft_cap the softmax runs on c tanh(scale s / c) (`logits`), and the
+  backward multiplies dS by that function's slope (`probabilities`).
+- Sinks never reach a kernel or a strategy: parallel/attention.py folds them into the merged
+  result.
 
 A new kernel is one file with a `Kernel` subclass and its `KERNEL` instance, and one entry in
 `parallel/kernels/__init__.py`.
@@ -30,6 +35,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from parallel.mask import as_mask
 
 
 class Kernel:
@@ -96,7 +103,7 @@ def varying(x, tiles):
 def visible(q_pos, k_pos, q_seg, k_seg, causal):
     """The contract's mask from positions and segment ids [..., rows] and [..., keys] (leading
     axes, such as the KV slots of a group, broadcast): [..., rows, keys]; None when every pair
-    is visible (bidirectional, no documents)."""
+    is visible (bidirectional, no window, no documents). causal: a bool or a `Mask`."""
     return visible_pairs(q_pos[..., :, None], k_pos[..., None, :],
                          None if q_seg is None else q_seg[..., :, None],
                          None if k_seg is None else k_seg[..., None, :], causal)
@@ -106,13 +113,42 @@ def visible_pairs(q_pos, k_pos, q_seg, k_seg, causal):
     """The same rule on arrays already shaped to broadcast against each other: q_pos [rows, 1]
     with k_pos [1, keys] gives [rows, keys]; q_pos [1, rows] with k_pos [keys, 1] gives the
     transposed [keys, rows] (Pallas TPU kernels keep every value 2-D)."""
-    mask = None
-    if causal:
-        mask = k_pos <= q_pos
+    mask = as_mask(causal).visible(q_pos, k_pos)
     if q_seg is not None:
         same = q_seg == k_seg
         mask = same if mask is None else mask & same
     return mask
+
+
+def exponent_scale(tiles) -> float:
+    """The scale the softmax applies inside its exponent (softmax_fold, softmax_result): the
+    score scale, or 1 once a soft cap has spent it on the logits."""
+    return tiles.scale if tiles.soft_cap is None else 1.0
+
+
+def logits(s, tiles):
+    """Raw scores q.k -> the logits the softmax folds with `exponent_scale`: s itself (the scale
+    stays inside the exponent, exp(scale * (s - max))), or with cap c, c tanh(scale s / c)."""
+    if tiles.soft_cap is None:
+        return s
+    return tiles.soft_cap * jnp.tanh(s * (tiles.scale / tiles.soft_cap))
+
+
+def probabilities(s, lse, tiles):
+    """The backward's final probabilities exp(logit - lse) from raw scores s [..., rows, keys]
+    and the global lse [..., rows, 1] (broadcast), and the soft cap's slope d logit / d(scale s)
+    = 1 - tanh^2 that dS is multiplied by (None without a cap)."""
+    if tiles.soft_cap is None:
+        return jnp.exp(s * tiles.scale - lse), None
+    t = jnp.tanh(s * (tiles.scale / tiles.soft_cap))
+    return jnp.exp(tiles.soft_cap * t - lse), 1.0 - t * t
+
+
+def dscores(p, slope, dp_minus_delta):
+    """dS with respect to the raw scores (before the score scale, which the kernels apply to
+    dQ and dK at the end): p (dP - D), times the soft cap's slope when there is one."""
+    ds = p * dp_minus_delta
+    return ds if slope is None else ds * slope
 
 
 def softmax_fold(m, l, s, masked, scale):

@@ -20,8 +20,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 from parallel import cost
-from parallel.kernels.base import (InterpretableKernel, softmax_fold, softmax_result, varying,
-                                   visible)
+from parallel.kernels.base import (InterpretableKernel, dscores, exponent_scale, logits,
+                                   probabilities, softmax_fold, softmax_result, varying, visible)
 
 F32 = jnp.float32
 # Triton compiler parameters also select the Triton lowering (JAX's default is Mosaic GPU).
@@ -42,12 +42,18 @@ def _dot(a, b, contract_a, contract_b, tiles):
                            preferred_element_type=F32, precision=tiles.precision)
 
 
-def _unless_apart(q_seg, k_seg, compute, state):
-    """compute(state), or state unchanged when the tile's query and key segment-id ranges are
-    disjoint (no pair can be visible: cost.tile_plan's SKIP rule, per batch row)."""
-    if q_seg is None:
+def _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, state):
+    """compute(state), or state unchanged when no pair of the tile can be visible: its query
+    and key segment-id ranges are disjoint, or a window keeps its positions apart
+    (cost.tile_plan's SKIP rule, per batch row)."""
+    meet = None
+    if tiles.mask.bounded:
+        meet = tiles.mask.may_meet(q_pos[0], q_pos[-1], k_pos[0], k_pos[-1])
+    if q_seg is not None:
+        apart = (q_seg.min() <= k_seg.max()) & (k_seg.min() <= q_seg.max())
+        meet = apart if meet is None else meet & apart
+    if meet is None:
         return compute(state)
-    meet = (q_seg.min() <= k_seg.max()) & (k_seg.min() <= q_seg.max())
     return lax.cond(meet, compute, lambda state: state, state)
 
 
@@ -68,19 +74,20 @@ def _forward_kernel(hi_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles, w
         def compute(state):
             o, m, l = state
             k, v = k_ref[keys, :], v_ref[keys, :]
-            s = _dot(q, k, 1, 1, tiles)
-            mask = visible(q_pos, kp_ref[keys], q_seg, k_seg, tiles.causal)
+            s = logits(_dot(q, k, 1, 1, tiles), tiles)
+            mask = visible(q_pos, k_pos, q_seg, k_seg, tiles.mask)
             if mask is not None:
                 s = jnp.where(mask, s, -jnp.inf)
-            p, alpha, m, l = softmax_fold(m, l, s, mask is not None, tiles.scale)
+            p, alpha, m, l = softmax_fold(m, l, s, mask is not None, exponent_scale(tiles))
             return o * alpha[:, None] + _dot(p.astype(v.dtype), v, 1, 0, tiles), m, l
 
-        return _unless_apart(q_seg, k_seg, compute, state)
+        k_pos = kp_ref[keys]
+        return _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, state)
 
     rows, d = q.shape
     init = (jnp.zeros((rows, d), F32), jnp.full((rows,), -jnp.inf, F32), jnp.zeros((rows,), F32))
     o, m, l = lax.fori_loop(0, hi_ref[0], body, init)
-    o_ref[...], lse_ref[...] = softmax_result(o, m, l, tiles.scale)
+    o_ref[...], lse_ref[...] = softmax_result(o, m, l, exponent_scale(tiles))
 
 
 def _row_limits(limits, heads):
@@ -96,7 +103,7 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
     kv_heads = k.shape[1]
     g = heads // kv_heads
     tq, tk = tiles.tile_q, tiles.tile_k
-    hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, tq, tk, tiles.causal, xp=jnp)
+    hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, tq, tk, tiles.mask, xp=jnp)
     count = cost.tiles_run(plan, b, xp=jnp)  # what its programs compute, per batch row
     hi, hi_spec = _row_limits(hi, heads)
     flat = lambda x: x.reshape(-1, *x.shape[2:])
@@ -119,11 +126,12 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
 
 
 def _probabilities(q, k, lse, q_pos, k_pos, q_seg, k_seg, tiles):
-    """Final probabilities of a (query tile, key tile) from the GLOBAL lse, 0 where masked."""
-    s = _dot(q, k, 1, 1, tiles)
-    p = jnp.exp(s * tiles.scale - lse[:, None])
-    mask = visible(q_pos, k_pos, q_seg, k_seg, tiles.causal)
-    return p if mask is None else jnp.where(mask, p, 0.0)
+    """Final probabilities of a (query tile, key tile) from the GLOBAL lse, 0 where masked, and
+    the soft cap's slope (None without one: base.probabilities)."""
+    p, slope = probabilities(_dot(q, k, 1, 1, tiles), lse[:, None], tiles)
+    mask = visible(q_pos, k_pos, q_seg, k_seg, tiles.mask)
+    return (p if mask is None else jnp.where(mask, p, 0.0)), slope
+
 
 
 def _dkdv_kernel(lo_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref, kp_ref, *rest,
@@ -144,12 +152,13 @@ def _dkdv_kernel(lo_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref
         def compute(grads):
             dk, dv = grads
             q, do = q_ref[rows, :], do_ref[rows, :]
-            p = _probabilities(q, k, lse_ref[rows], qp_ref[rows], k_pos, q_seg, k_seg, tiles)
+            p, slope = _probabilities(q, k, lse_ref[rows], q_pos, k_pos, q_seg, k_seg, tiles)
             dv = dv + _dot(p.astype(do.dtype), do, 0, 0, tiles)
-            ds = p * (_dot(do, v, 1, 1, tiles) - delta_ref[rows][:, None])
+            ds = dscores(p, slope, _dot(do, v, 1, 1, tiles) - delta_ref[rows][:, None])
             return dk + _dot(ds.astype(q.dtype), q, 0, 0, tiles), dv
 
-        return _unless_apart(q_seg, k_seg, compute, grads)
+        q_pos = qp_ref[rows]
+        return _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, grads)
 
     zeros = jnp.zeros(k.shape, F32)
     dk, dv = lax.fori_loop(lo_ref[0], num_q_tiles, body, (zeros, zeros))
@@ -174,11 +183,12 @@ def _dq_kernel(hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref, 
 
         def compute(dq):
             k = k_ref[keys, :]
-            p = _probabilities(q, k, lse, q_pos, kp_ref[keys], q_seg, k_seg, tiles)
-            ds = p * (_dot(do, v_ref[keys, :], 1, 1, tiles) - delta[:, None])
+            p, slope = _probabilities(q, k, lse, q_pos, k_pos, q_seg, k_seg, tiles)
+            ds = dscores(p, slope, _dot(do, v_ref[keys, :], 1, 1, tiles) - delta[:, None])
             return dq + _dot(ds.astype(k.dtype), k, 1, 0, tiles)
 
-        return _unless_apart(q_seg, k_seg, compute, dq)
+        k_pos = kp_ref[keys]
+        return _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, dq)
 
     dq = lax.fori_loop(0, hi_ref[0], body, jnp.zeros(q.shape, F32))
     dq_ref[...] = dq * tiles.scale
@@ -189,7 +199,7 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
     kv_heads = k.shape[1]
     g = heads // kv_heads
     tq, tk = tiles.tile_q, tiles.tile_k
-    hi, _ = cost.tile_plan(q_pos, k_pos, None, None, tq, tk, tiles.causal, xp=jnp)
+    hi, _ = cost.tile_plan(q_pos, k_pos, None, None, tq, tk, tiles.mask, xp=jnp)
     # lo[row, kt]: the first query tile whose causal prefix reaches key tile kt.
     lo = (hi[:, :, None] <= jnp.arange(n // tk)[None, None, :]).sum(axis=1)
     (hi, hi_spec), (lo, lo_spec) = _row_limits(hi, heads), _row_limits(lo, heads)

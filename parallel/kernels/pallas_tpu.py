@@ -32,7 +32,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from parallel import cost
-from parallel.kernels.base import (InterpretableKernel, softmax_fold, softmax_result, varying,
+from parallel.kernels.base import (InterpretableKernel, dscores, exponent_scale, logits,
+                                   probabilities, softmax_fold, softmax_result, varying,
                                    visible_pairs)
 
 F32 = jnp.float32
@@ -62,7 +63,7 @@ class _Plan:
     def __init__(self, q_pos, k_pos, q_seg, k_seg, b, tiles):
         self.tq, self.tk = tiles.tile_q, tiles.tile_k
         self.num_q, self.num_k = q_pos.shape[-1] // self.tq, k_pos.shape[-1] // self.tk
-        hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, self.tq, self.tk, tiles.causal,
+        hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, self.tq, self.tk, tiles.mask,
                                   xp=jnp)
         # lo[row, kt]: the first query tile whose causal prefix reaches key tile kt.
         lo = (hi[:, :, None] <= jnp.arange(self.num_k)[None, None, :]).sum(axis=1)
@@ -104,7 +105,7 @@ def _when_tile(kind, runs, compute):
 
 
 def _mask(s, masked, q_pos, k_pos, q_seg, k_seg, tiles):
-    visible = visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal) if masked else None
+    visible = visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.mask) if masked else None
     # No rule at all (bidirectional, no segment ids): every pair is visible. The masked branch
     # is still traced (pl.when compiles both), so it must not need a mask.
     return s if visible is None else jnp.where(visible, s, -jnp.inf)
@@ -150,10 +151,10 @@ def _forward_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest
         l_acc[...] = jnp.zeros(l_acc.shape, F32)
 
     def compute(masked):
-        s = _dot(q_ref[...], k_ref[...], 1, 1, tiles)
+        s = logits(_dot(q_ref[...], k_ref[...], 1, 1, tiles), tiles)
         s = _mask(s, masked, qp_ref[...], kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
         p, alpha, m_acc[...], l_acc[...] = softmax_fold(m_acc[...], l_acc[...], s, masked,
-                                                        tiles.scale)
+                                                        exponent_scale(tiles))
         v = v_ref[...]
         o_acc[...] = o_acc[...] * alpha + _dot(p.astype(v.dtype), v, 1, 0, tiles)
 
@@ -162,7 +163,8 @@ def _forward_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest
 
     @pl.when(kt == plan.num_k - 1)
     def _():
-        o_ref[...], lse = softmax_result(o_acc[...], m_acc[...], l_acc[...], tiles.scale)
+        o_ref[...], lse = softmax_result(o_acc[...], m_acc[...], l_acc[...],
+                                         exponent_scale(tiles))
         lse_ref[...] = _column_to_row(lse)
 
 
@@ -225,10 +227,12 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
 
 
 def _probabilities(s, lse, masked, q_pos, k_pos, q_seg, k_seg, tiles):
-    """Final probabilities from raw scores and the GLOBAL lse (broadcast-ready), 0 where masked."""
-    p = jnp.exp(s * tiles.scale - lse)
-    visible = visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.causal) if masked else None
-    return p if visible is None else jnp.where(visible, p, 0.0)
+    """Final probabilities from raw scores and the GLOBAL lse (broadcast-ready), 0 where masked,
+    and the soft cap's slope (None without one: base.probabilities)."""
+    p, slope = probabilities(s, lse, tiles)
+    visible = visible_pairs(q_pos, k_pos, q_seg, k_seg, tiles.mask) if masked else None
+    return (p if visible is None else jnp.where(visible, p, 0.0)), slope
+
 
 
 def _dkdv_kernel(lo_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qp_ref,
@@ -247,10 +251,10 @@ def _dkdv_kernel(lo_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_r
 
     def compute(masked):
         q, do = q_ref[...], do_ref[...]
-        p = _probabilities(_dot(k_ref[...], q, 1, 1, tiles), lse_ref[...], masked, qp_ref[...],
-                           kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
+        p, slope = _probabilities(_dot(k_ref[...], q, 1, 1, tiles), lse_ref[...], masked,
+                                  qp_ref[...], kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
         dv_acc[...] += _dot(p.astype(do.dtype), do, 1, 0, tiles)
-        ds = p * (_dot(v_ref[...], do, 1, 1, tiles) - delta_ref[...])
+        ds = dscores(p, slope, _dot(v_ref[...], do, 1, 1, tiles) - delta_ref[...])
         dk_acc[...] += _dot(ds.astype(q.dtype), q, 1, 0, tiles)
 
     row = _div(r, kv_heads)
@@ -277,9 +281,9 @@ def _dq_kernel(hi_ref, plan_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref
 
     def compute(masked):
         k = k_ref[...]
-        p = _probabilities(_dot(q_ref[...], k, 1, 1, tiles), lse_col[...], masked, qp_ref[...],
-                           kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
-        ds = p * (_dot(do_ref[...], v_ref[...], 1, 1, tiles) - delta_col[...])
+        p, slope = _probabilities(_dot(q_ref[...], k, 1, 1, tiles), lse_col[...], masked,
+                                  qp_ref[...], kp_ref[...], _read(qs_ref), _read(ks_ref), tiles)
+        ds = dscores(p, slope, _dot(do_ref[...], v_ref[...], 1, 1, tiles) - delta_col[...])
         dq_acc[...] += _dot(ds.astype(k.dtype), k, 1, 0, tiles)
 
     row = _div(r, heads)

@@ -41,7 +41,8 @@ from jax import lax
 
 from parallel import cost
 from parallel.cost import FULL, MASKED, SKIP
-from parallel.kernels.base import Kernel, softmax_fold, softmax_result, varying, visible
+from parallel.kernels.base import (Kernel, dscores, exponent_scale, logits, probabilities,
+                                   softmax_fold, softmax_result, varying, visible)
 
 F32 = jnp.float32
 SCORE_BUDGET = 1 << 18  # float32 scores per inner step: 1 MiB (0.5 to 2 MiB measured alike)
@@ -117,9 +118,9 @@ def _slice(x, start, size, axis):
     return None if x is None else lax.dynamic_slice_in_dim(x, start, size, axis)
 
 
-def _mask(q_pos, k_pos, q_seg, k_seg, causal):
-    """[kv, 1, rows, tk] bool (the g axis added): key j visible to query i."""
-    mask = visible(q_pos, k_pos, q_seg, k_seg, causal)
+def _mask(q_pos, k_pos, q_seg, k_seg, rule):
+    """[kv, 1, rows, tk] bool (the g axis added): key j visible to query i (rule: a Mask)."""
+    mask = visible(q_pos, k_pos, q_seg, k_seg, rule)
     return None if mask is None else jnp.expand_dims(mask, -3)
 
 
@@ -130,9 +131,10 @@ def _matmul(spec, a, b, tiles):
 def _online_softmax_step(state, s, v_t, mask, tiles):
     """Folds one tile's raw scores s [kv, g, rows, tk] into the running (o, m, l)."""
     o, m, l = state
+    s = logits(s, tiles)
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
-    p, alpha, m, l = softmax_fold(m, l, s, mask is not None, tiles.scale)
+    p, alpha, m, l = softmax_fold(m, l, s, mask is not None, exponent_scale(tiles))
     pv = _matmul("kgqt,ktd->kgqd", p.astype(v_t.dtype), v_t, tiles)
     return o * alpha[..., None] + pv, m, l
 
@@ -146,9 +148,9 @@ def _sub_size(rows, width):
     return None if sub == rows and sub == width else sub
 
 
-def _piece_plan(qp, qs, kp, ks, sub, causal):
+def _piece_plan(qp, qs, kp, ks, sub, rule):
     """cost.tile_plan of a block's pieces, one plan for all the group's KV slots: [nr], [nr, nk]."""
-    hi, plan = cost.tile_plan(qp, kp, qs, ks, sub, sub, causal, xp=jnp)
+    hi, plan = cost.tile_plan(qp, kp, qs, ks, sub, sub, rule, xp=jnp)
     return hi.max(axis=0), jnp.where((plan == SKIP).all(axis=0), SKIP,
                          jnp.where((plan == FULL).all(axis=0), FULL, MASKED))
 
@@ -166,7 +168,7 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
         q_c, qp, qs = queries
         kp, ks = _slice(k_pos, k0, width, 1), _slice(k_seg, k0, width, 1)
         s = _matmul("kgqd,kdt->kgqt", q_c, _slice(k_tr, k0, width, 2), tiles)
-        mask = _mask(qp, kp, qs, ks, tiles.causal) if masked else None
+        mask = _mask(qp, kp, qs, ks, tiles.mask) if masked else None
         return _online_softmax_step(state, s, _slice(v, k0, width, 1), mask, tiles)
 
     def attend_masked(state, queries, k0):
@@ -175,7 +177,7 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
             return attend(state, queries, k0, tk, True)
         q_c, qp, qs = queries
         hi_p, plan_p = _piece_plan(qp, qs, _slice(k_pos, k0, tk, 1), _slice(k_seg, k0, tk, 1),
-                                   sub, tiles.causal)
+                                   sub, tiles.mask)
 
         def piece_rows(r, state):
             part = (_slice(q_c, r * sub, sub, 2), _slice(qp, r * sub, sub, 1),
@@ -207,7 +209,7 @@ def _forward_group(q, k, v, q_pos, k_pos, q_seg, k_seg, hi, plan, rows, tiles, c
         state = varying((jnp.zeros((kv, g, rows, d), F32), jnp.full((kv, g, rows), -jnp.inf, F32),
                          jnp.zeros((kv, g, rows), F32)), tiles)
         (o, m, l), count = lax.fori_loop(0, hi[qt], key_tile, (state, count))
-        out_c, lse_c = softmax_result(o, m, l, tiles.scale)
+        out_c, lse_c = softmax_result(o, m, l, exponent_scale(tiles))
         return (lax.dynamic_update_slice_in_dim(out, out_c, q0, 2),
                 lax.dynamic_update_slice_in_dim(lse, lse_c, q0, 2), count)
 
@@ -240,14 +242,14 @@ def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, pla
         q_c, q_c_tr, do_c, do_c_tr, lse_c, delta_c, qp, qs = side
         # Final probabilities from the global lse; rows with lse = -inf are all masked.
         s = _matmul("kgqd,kdt->kgqt", q_c, _slice(k_tr, k0, width, 2), tiles)
-        p = jnp.exp(s * tiles.scale - lse_c[..., None])
+        p, slope = probabilities(s, lse_c[..., None], tiles)
         mask = (_mask(qp, _slice(k_pos, k0, width, 1), qs, _slice(k_seg, k0, width, 1),
-                      tiles.causal) if masked else None)
+                      tiles.mask) if masked else None)
         if mask is not None:  # (None: bidirectional without documents, never masked)
             p = jnp.where(mask, p, 0.0)
         dv_t = _matmul("kgdq,kgqt->kdt", do_c_tr, p.astype(do.dtype), tiles)
-        ds = p * (_matmul("kgqd,kdt->kgqt", do_c, _slice(v_tr, k0, width, 2), tiles)
-                  - delta_c[..., None])
+        ds = dscores(p, slope, _matmul("kgqd,kdt->kgqt", do_c, _slice(v_tr, k0, width, 2), tiles)
+                     - delta_c[..., None])
         dq_c = _matmul("kgqt,ktd->kgqd", ds.astype(k.dtype), _slice(k, k0, width, 1), tiles)
         dk_t = _matmul("kgdq,kgqt->kdt", q_c_tr, ds.astype(q.dtype), tiles)
         return dq_c, dk_t, dv_t
@@ -258,7 +260,7 @@ def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, pla
         if sub is None:
             return grads(side, k0, tk, True)
         hi_p, plan_p = _piece_plan(side[6], side[7], _slice(k_pos, k0, tk, 1),
-                                   _slice(k_seg, k0, tk, 1), sub, tiles.causal)
+                                   _slice(k_seg, k0, tk, 1), sub, tiles.mask)
 
         def piece_rows(r, acc):
             part = take_rows(side, r * sub, sub)
@@ -310,7 +312,7 @@ def _setup(q, k, q_pos, k_pos, q_seg, k_seg, tiles):
     b, heads = q.shape[:2]
     groups = Groups.choose(b, heads, k.shape[1], tiles.tile_q, tiles.tile_k)
     hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, tiles.tile_q, tiles.tile_k,
-                              tiles.causal, xp=jnp)
+                              tiles.mask, xp=jnp)
     # One loop bound for all rows of a group; a row's tiles past its own prefix are SKIP.
     return groups, hi.max(axis=0), groups.plan(plan)
 

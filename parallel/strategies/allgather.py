@@ -47,14 +47,14 @@ def _pick(gathered, index):
 class AllGather(base.Strategy):
     name = "allgather"
 
-    def forward(self, spec, q, k, v, seg, order):
+    def forward(self, spec, q, k, v, seg, order, sinks=None):
         n_shards = spec.num_shards
         qh = base.to_heads(q)
         q_pos = base.positions(spec, order, *q.shape[:2])
         local = base.key_block(k, v, seg, q_pos)
         gathered = _gather(local, n_shards)  # issued before the local block's compute
         step = functools.partial(base.forward_step, spec, qh, q_pos, seg)
-        acc, count = step(local, base.empty_result(qh, spec.tiles))
+        acc, count = step(local, base.empty_result(qh, spec.tiles, sinks))
         counts = varying(jnp.zeros((n_shards,), jnp.int32), spec.tiles).at[0].set(count)
 
         def body(s, carry):

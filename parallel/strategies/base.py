@@ -3,7 +3,7 @@
 A strategy runs inside `jax.shard_map` on one device's shard, in the order the public API uses
 ([b, n, heads, d], seq-major, n = S / N):
 
-    forward(spec, q, k, v, seg, order)                  -> out [b,n,H,d] (q.dtype),
+    forward(spec, q, k, v, seg, order, sinks)           -> out [b,n,H,d] (q.dtype),
                                                            lse f32 [b,H,n], tiles int32 [N]
                                                            (tiles computed per step)
     backward(spec, q, k, v, seg, order, out, lse, dout) -> dq, dk, dv in the input dtypes
@@ -66,7 +66,9 @@ class Strategy:
         strategy='auto' know it from its registry line alone."""
         raise NotImplementedError(f"strategy {self.name!r} has no cost model")
 
-    def forward(self, spec, q, k, v, seg, order):
+    def forward(self, spec, q, k, v, seg, order, sinks=None):
+        """sinks: None, or float32 [H] for every query head (replicated): the merge starts from
+        them (`empty_result`)."""
         raise NotImplementedError
 
     def backward(self, spec, q, k, v, seg, order, out, lse, dout):
@@ -96,10 +98,12 @@ def positions(spec, order, batch, n):
     return varying(jnp.broadcast_to(pos, (batch, n)), spec.tiles)
 
 
-def pair_may_meet(q_pos, k_pos, q_seg, k_seg, causal):
-    """False when no (query, key) pair of the two blocks can be visible: no batch row where some
-    key is not in the queries' future and the segment-id ranges overlap. Positions [b, n]."""
-    meet = k_pos[:, 0] <= q_pos[:, -1] if causal else jnp.ones(q_pos.shape[:1], bool)
+def pair_may_meet(q_pos, k_pos, q_seg, k_seg, mask):
+    """False when no (query, key) pair of the two blocks can be visible: no batch row where the
+    mask (a `Mask`: causal, window) lets some pair of the blocks' position ranges through and
+    the segment-id ranges overlap. Positions [b, n], increasing along each row."""
+    meet = jnp.broadcast_to(mask.may_meet(q_pos[:, 0], q_pos[:, -1], k_pos[:, 0], k_pos[:, -1]),
+                            q_pos.shape[:1])
     if q_seg is not None:
         meet = meet & ((q_seg.min(axis=1) <= k_seg.max(axis=1))
                        & (k_seg.min(axis=1) <= q_seg.max(axis=1)))
@@ -118,7 +122,7 @@ def pair_forward(spec, q, k, v, q_pos, k_pos, q_seg, k_seg):
     def run():
         return spec.kernel.forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles)
 
-    return lax.cond(pair_may_meet(q_pos, k_pos, q_seg, k_seg, tiles.causal), run, empty)
+    return lax.cond(pair_may_meet(q_pos, k_pos, q_seg, k_seg, tiles.mask), run, empty)
 
 
 def key_block(k, v, seg, pos):
@@ -144,12 +148,17 @@ def pair_backward(spec, q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg):
     def run():
         return spec.kernel.backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles)
 
-    return lax.cond(pair_may_meet(q_pos, k_pos, q_seg, k_seg, tiles.causal), run, empty)
+    return lax.cond(pair_may_meet(q_pos, k_pos, q_seg, k_seg, tiles.mask), run, empty)
 
 
-def empty_result(q, tiles):
-    """The merge's starting point: out 0, lse -inf (nothing seen), head-major."""
-    return varying((jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32)), tiles)
+def empty_result(q, tiles, sinks=None):
+    """The merge's starting point, head-major: out 0 and lse -inf (nothing seen), or with
+    sinks [H] (this device's query heads) lse = the head's sink: a sink is a key of its own
+    with logit sinks[h] and no value, so the merge that starts from it adds exp(sinks[h]) to
+    every row's softmax denominator, whichever blocks follow."""
+    lse = (jnp.full(q.shape[:3], -jnp.inf, F32) if sinks is None else
+           jnp.broadcast_to(sinks.astype(F32)[None, :, None], q.shape[:3]))
+    return varying((jnp.zeros(q.shape, F32), lse), tiles)
 
 
 def merge(acc, out_b, lse_b):

@@ -78,9 +78,10 @@ def _hidden(steps):
     return lax.optimization_barrier(jnp.int32(steps))
 
 
-def ring_forward(spec, hops, qh, q_pos, q_seg, block):
+def ring_forward(spec, hops, qh, q_pos, q_seg, block, sinks=None):
     """The query block (head-major) against every block of the ring, starting with `block`
-    (this device's key_block): (out f32, lse f32 [b, H, n], tiles int32 [hops.steps])."""
+    (this device's key_block) and from `sinks` of qh's heads (base.empty_result):
+    (out f32, lse f32 [b, H, n], tiles int32 [hops.steps])."""
     step = functools.partial(base.forward_step, spec, qh, q_pos, q_seg)
 
     def body(s, carry):
@@ -90,7 +91,7 @@ def ring_forward(spec, hops, qh, q_pos, q_seg, block):
         return arriving, acc, counts.at[s].set(count)
 
     counts = varying(jnp.zeros((hops.steps,), jnp.int32), spec.tiles)
-    acc = base.empty_result(qh, spec.tiles)
+    acc = base.empty_result(qh, spec.tiles, sinks)
     if hops.steps > 1:  # (one step: no loop to compile)
         block, acc, counts = lax.fori_loop(0, _hidden(hops.steps - 1), body,
                                            (block, acc, counts))
@@ -127,11 +128,11 @@ def ring_backward(spec, hops, qh, doh, lse, delta, q_pos, q_seg, block):
 class Ring(base.Strategy):
     name = "ring"
 
-    def forward(self, spec, q, k, v, seg, order):
+    def forward(self, spec, q, k, v, seg, order, sinks=None):
         qh = base.to_heads(q)
         q_pos = base.positions(spec, order, *q.shape[:2])
         out, lse, counts = ring_forward(spec, Hops(spec.num_shards), qh, q_pos, seg,
-                                        base.key_block(k, v, seg, q_pos))
+                                        base.key_block(k, v, seg, q_pos), sinks)
         return base.from_heads(out).astype(q.dtype), lse, counts
 
     def backward(self, spec, q, k, v, seg, order, out, lse, dout):

@@ -80,6 +80,14 @@ class _Group:
             return x
         return jax.vmap(lambda xr, pr: jnp.take(xr, pr, axis=axis - 1))(x, perm)
 
+    def own_heads(self, x):
+        """[H] per query head -> [H/u]: the heads this device holds after `to_heads` (the
+        all-to-all gives group member j the j-th of u equal slices). None stays None."""
+        if x is None or self.degree == 1:
+            return x
+        size = x.shape[0] // self.degree
+        return lax.dynamic_slice_in_dim(x, (lax.axis_index(SEQ) % self.degree) * size, size)
+
     def to_heads(self, x):
         """[b, H, n, ...] -> [b, H/u, u n, ...], sorted."""
         if self.degree > 1:
@@ -136,11 +144,12 @@ class Ulysses(base.Strategy):
         x = base.to_heads(x)
         return group.to_heads(jnp.repeat(x, _kv_copies(x.shape[1], group.degree), axis=1))
 
-    def forward(self, spec, q, k, v, seg, order):
+    def forward(self, spec, q, k, v, seg, order, sinks=None):
         group, hops = self._setup(spec, q, seg, order)
         qh = group.to_heads(base.to_heads(q))
         block = (self._kv_to_heads(group, k), self._kv_to_heads(group, v), group.seg, group.pos)
-        out, lse, counts = ring_forward(spec, hops, qh, group.pos, group.seg, block)
+        out, lse, counts = ring_forward(spec, hops, qh, group.pos, group.seg, block,
+                                        group.own_heads(sinks))
         out = group.to_seq(out.astype(q.dtype))  # cast first: the all-to-all moves q's dtype
         lse = group.to_seq(lse[..., None])[..., 0]
         counts = jnp.zeros((spec.num_shards,), jnp.int32).at[:hops.steps].set(counts)
