@@ -16,7 +16,7 @@ Public API:
   attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,
             strategy='ring', kernel='auto', tile_q=None, tile_k=None, scale=None,
             ulysses_degree=None)
-  attention_with_stats(...)                      (out, tiles computed per device and step)
+  attention_with_stats(...)                      (out, tiles per device and step, K/V received)
   choose(layout=, strategy=, kernel=, tile_q=, tile_k=, seq_len=, num_shards=, platform=,
          q_heads=)                               a run's AttentionChoice: no 'auto', tiles set;
                                                  choice.attention_kwargs() and

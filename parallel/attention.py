@@ -1,7 +1,7 @@
 """The public attention functions: checks, the custom VJP, and the shard_map around a strategy.
 
     attention(q, k, v, *, mesh, layout, ...)             exact attention, differentiable
-    attention_with_stats(q, k, v, *, mesh, layout, ...)  (out, tiles[N, N]) from the kernel
+    attention_with_stats(q, k, v, *, mesh, layout, ...)  (out, tiles[N, N], kv_tokens[N])
 
 Data path: global [B, S, heads, d] arrays (seq in the layout's order) -> shard_map over the
 ('data', 'seq') mesh -> the strategy's per-device forward/backward -> the kernel on block pairs.
@@ -164,16 +164,21 @@ def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None,
                          ulysses_degree=None, window=None, sinks=None, logit_soft_cap=None):
     """`attention`'s forward, plus the work it did.
 
-    Returns (out, tiles): tiles [N, N] int32, tiles[d, s] = tile_q x tile_k tiles that seq shard
-    d computed on step s, counted inside the kernel's own loop, one per batch row (all the
-    heads the device holds: all of them, or H / u for ulysses and usp, whose N / u steps fill
-    the first columns);
-    the maximum over 'data' shards when the batch is sharded, since those may skip different
-    tiles.
+    Returns (out, tiles, kv_tokens):
+      tiles [N, N] int32, tiles[d, s] = tile_q x tile_k tiles that seq shard d computed on step
+        s (the block of device d - s; for ulysses and usp, whose N / u steps fill the first
+        columns, of the group d - s u), counted inside the kernel's own loop, one per batch row
+        (all the heads the device holds: all of them, or H / u for ulysses and usp); the
+        maximum over 'data' shards when the batch is sharded, since those may skip different
+        tiles.
+      kv_tokens [N] float64: key/value tokens seq shard d received from the others, per batch
+        row, counted in tokens of every KV head (the strategy's own count: a halo under a
+        window, N - 1 blocks for the full ring and allgather, head shares for ulysses).
     """
     spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
                      ulysses_degree=ulysses_degree, window=window, sinks=sinks,
                      logit_soft_cap=logit_soft_cap)
     out, _, counts = _forward(spec, q, k, v, segment_ids, order, sinks)
-    return out, counts.max(axis=0)
+    block = q.shape[1] // spec.num_shards
+    return out, counts.max(axis=0), spec.strategy.kv_tokens_received(spec, block, k.shape[2])

@@ -49,6 +49,15 @@ class Mask:
         low = None if self.window is None else q_first - self.window + 1
         return low, high
 
+    def query_bounds(self, k_pos):
+        """(lowest, highest) query position that may see key position k_pos (arrays), the
+        mirror of `key_bounds`; an unbounded side is the int32 extreme."""
+        far = np.iinfo(np.int32).max
+        low = k_pos if self.causal else (
+            k_pos - far if self.window is None else k_pos - self.window + 1)
+        high = k_pos + far if self.window is None else k_pos + self.window - 1
+        return low, high
+
     def may_meet(self, q_first, q_last, k_first, k_last):
         """Whether some query in [q_first, q_last] may see some key in [k_first, k_last]
         (elementwise, broadcasting the four)."""

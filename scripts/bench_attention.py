@@ -91,7 +91,7 @@ def tile_table(shards, tiles_per_block):
         x = np.zeros((1, seq_len, 1, 8), np.float32)
         ideal = cost.ideal_tiles(seq_len, n, tile, tile)
         for layout in LAYOUTS:
-            _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout,
+            _, tiles, _ = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout,
                                                      tile_q=tile, tile_k=tile)
             tiles = np.asarray(tiles)
             path = cost.critical_path(tiles)

@@ -75,7 +75,7 @@ def kernel_counts(seg_row, layout, shards, tile, kernel):
     placing = time.perf_counter() - start
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
     x = np.zeros((1, seq_len, 1, 8), np.float32)
-    _, tiles = parallel.attention_with_stats(
+    _, tiles, _ = parallel.attention_with_stats(
         x, x, x, mesh=mesh, layout=layout, segment_ids=np.take_along_axis(seg_row[None], order, 1),
         order=order, tile_q=tile, tile_k=tile, kernel=kernel)
     return np.asarray(tiles), placing

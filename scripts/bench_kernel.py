@@ -60,7 +60,7 @@ def programs(tile, args):
                    for _ in range(4))
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
     kw = dict(mesh=mesh, layout="ring", kernel=args.kernel, tile_q=t, tile_k=t)
-    _, counts = parallel.attention_with_stats(q, k, v, **kw)
+    _, counts, _ = parallel.attention_with_stats(q, k, v, **kw)
     tiles = int(np.asarray(counts).sum())
 
     attend = lambda q, k, v: parallel.attention(q, k, v, **kw)

@@ -22,7 +22,7 @@ def tile_counts(layout, num_shards, causal=True, segment_ids=None, batch=1, data
     order = layout_order(layout, segment_ids, batch, seq_len, num_shards, tile=TILE)
     x = np.ones((batch, seq_len, 1, 4), np.float32)
     seg = None if segment_ids is None else take(segment_ids, order)
-    _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout, segment_ids=seg,
+    _, tiles, _ = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout, segment_ids=seg,
                                              order=order, causal=causal, tile_q=TILE, tile_k=TILE,
                                              kernel=kernel)
     return np.asarray(tiles)

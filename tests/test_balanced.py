@@ -162,7 +162,7 @@ def test_an_order_and_tiles_from_two_places_are_an_error_from_one_choice_they_ag
                              tile_k=32, seq_len=seq_len, num_shards=n, platform="cpu", q_heads=2)
     assert choice.balance_unit == 64
     order = choice.permutation(seq_len, n, segment_ids=seg)
-    _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, order=order,
+    _, tiles, _ = parallel.attention_with_stats(x, x, x, mesh=mesh, order=order,
                                              segment_ids=np.take_along_axis(seg, order, 1),
                                              **choice.attention_kwargs())
     single = cost.single_device_tiles(seg[0], 64, 32)

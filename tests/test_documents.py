@@ -98,7 +98,7 @@ def test_layout_counts_are_the_kernels_per_row(layout):
     x = np.zeros((1, seq_len, 1, 8), np.float32)
     for r in range(2):
         order = parallel.row_order(layout, seg[r:r + 1], n, tile=tile)
-        _, tiles = parallel.attention_with_stats(
+        _, tiles, _ = parallel.attention_with_stats(
             x, x, x, mesh=mesh, layout=layout, order=order, tile_q=tile, tile_k=tile,
             segment_ids=np.take_along_axis(seg[r:r + 1], order, 1))
         assert np.array_equal(counts[r], np.asarray(tiles))

@@ -132,7 +132,7 @@ def test_critical_path_matches_the_kernels_tile_counts(layout):
     assert sum(steps) == {"ring": 58, "striped": 40, "zigzag": 34}[layout]
     mesh = parallel.make_mesh(1, n, devices=jax.devices()[:n])
     x = np.zeros((1, n * t * tile, 1, 8), np.float32)
-    _, tiles = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout, tile_q=tile,
+    _, tiles, _ = parallel.attention_with_stats(x, x, x, mesh=mesh, layout=layout, tile_q=tile,
                                              tile_k=tile)
     slowest_per_step = np.asarray(tiles).max(axis=0)  # tiles[device, ring step]
     assert slowest_per_step.tolist() == CRITICAL_PATHS[layout]

@@ -78,7 +78,7 @@ def test_ulysses_tiles_are_the_sorted_groups_causal_triangle(strategy, degree):
     mesh = mesh_for(4, data=1)
     q, k, v, _, _ = make_inputs(5, 1, 4, 2)
     order = layout_order("striped", None, 1, q.shape[1], 4)
-    _, tiles = parallel.attention_with_stats(
+    _, tiles, _ = parallel.attention_with_stats(
         *[take(x, order) for x in (q, k, v)], mesh=mesh, layout="striped", strategy=strategy,
         ulysses_degree=degree, tile_q=4, tile_k=4)
     tiles = np.asarray(tiles)
@@ -100,7 +100,7 @@ def test_cost_model_counts_the_ulysses_groups_tiles(layout, num_shards, degree):
     mesh = mesh_for(num_shards, data=1)
     q, k, v, _, seg = make_inputs(3, 1, 4, 2, segments="packed")
     order = layout_order(layout, seg, 1, q.shape[1], num_shards, tile=4)
-    _, tiles = parallel.attention_with_stats(
+    _, tiles, _ = parallel.attention_with_stats(
         *[take(x, order) for x in (q, k, v)], mesh=mesh, layout=layout,
         segment_ids=take(seg, order), order=order, strategy="usp", ulysses_degree=degree,
         tile_q=4, tile_k=4)

@@ -5,10 +5,10 @@ computes one such meeting. Arrays are head-major, the order the matmuls want (th
 transposes once per call, not per tile):
 
     q, do, out, dq   [b, H, n, d]     H = h * g query heads; query head i uses KV head i // g
-    k, v, dk, dv     [b, h, n, d]
+    k, v, dk, dv     [b, h, m, d]     m = n, or fewer keys (a halo: strategies/halo.py)
     lse, delta       [b, H, n]        float32
-    q_pos, k_pos     [b, n]           original token indices of each block, increasing per row
-    q_seg, k_seg     [b, n] or None   segment (document) ids
+    q_pos, k_pos     [b, n], [b, m]   original token indices of each block, increasing per row
+    q_seg, k_seg     [b, n], [b, m]   segment (document) ids, or None
 
 Contract:
 - forward returns the block pair's own softmax result: out (float32, normalised over this key

@@ -103,14 +103,15 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
     kv_heads = k.shape[1]
     g = heads // kv_heads
     tq, tk = tiles.tile_q, tiles.tile_k
+    n_k = k.shape[2]  # a halo's key block may be shorter than the query block
     hi, plan = cost.tile_plan(q_pos, k_pos, q_seg, k_seg, tq, tk, tiles.mask, xp=jnp)
     count = cost.tiles_run(plan, b, xp=jnp)  # what its programs compute, per batch row
     hi, hi_spec = _row_limits(hi, heads)
     flat = lambda x: x.reshape(-1, *x.shape[2:])
     row_q = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
-    row_kv = pl.BlockSpec((None, n, d), lambda r, i: (r // g, 0, 0))
+    row_kv = pl.BlockSpec((None, n_k, d), lambda r, i: (r // g, 0, 0))
     q_rows = pl.BlockSpec((None, tq), lambda r, i: (r // heads, i))
-    k_rows = pl.BlockSpec((None, n), lambda r, i: (r // heads, 0))
+    k_rows = pl.BlockSpec((None, n_k), lambda r, i: (r // heads, 0))
     inputs = [hi, flat(q), flat(k), flat(v), q_pos, k_pos]
     specs = [hi_spec, row_q, row_kv, row_kv, q_rows, k_rows]
     if q_seg is not None:
@@ -199,13 +200,14 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
     kv_heads = k.shape[1]
     g = heads // kv_heads
     tq, tk = tiles.tile_q, tiles.tile_k
+    n_k = k.shape[2]  # a halo's key block may be shorter than the query block
     hi, _ = cost.tile_plan(q_pos, k_pos, None, None, tq, tk, tiles.mask, xp=jnp)
     # lo[row, kt]: the first query tile whose causal prefix reaches key tile kt.
-    lo = (hi[:, :, None] <= jnp.arange(n // tk)[None, None, :]).sum(axis=1)
+    lo = (hi[:, :, None] <= jnp.arange(n_k // tk)[None, None, :]).sum(axis=1)
     (hi, hi_spec), (lo, lo_spec) = _row_limits(hi, heads), _row_limits(lo, heads)
     flat = lambda x: x.reshape(-1, *x.shape[2:])
     whole_q = pl.BlockSpec((None, n, d), lambda r, i: (r, 0, 0))
-    whole_kv = pl.BlockSpec((None, n, d), lambda r, i: (r // g, 0, 0))
+    whole_kv = pl.BlockSpec((None, n_k, d), lambda r, i: (r // g, 0, 0))
     whole_row = pl.BlockSpec((None, n), lambda r, i: (r, 0))
     # Positions and segment ids: the batch row of query head r, whole or one tile of it.
     of_row = lambda size, block: pl.BlockSpec((None, size), lambda r, i: (r // heads, block(i)))
@@ -221,13 +223,13 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, tiles=tiles, with_segments=with_segments,
                           num_q_tiles=n // tq),
-        grid=(b * heads, n // tk), in_specs=dkdv_specs, out_specs=[out_tile, out_tile],
-        out_shape=[_f32_like(q, (b * heads, n, d))] * 2,
+        grid=(b * heads, n_k // tk), in_specs=dkdv_specs, out_specs=[out_tile, out_tile],
+        out_shape=[_f32_like(q, (b * heads, n_k, d))] * 2,
         compiler_params=_TRITON, interpret=interpret)(*varying([lo, *arrays, *segs], tiles))
 
     query_tile = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
     row_tile = pl.BlockSpec((None, tq), lambda r, i: (r, i))
-    dq_rows = [of_row(tq, lambda i: i), of_row(n, lambda i: 0)]
+    dq_rows = [of_row(tq, lambda i: i), of_row(n_k, lambda i: 0)]
     dq_specs = [hi_spec, query_tile, whole_kv, whole_kv, query_tile, row_tile, row_tile,
                 *dq_rows, *(dq_rows if with_segments else [])]
     dq = pl.pallas_call(
@@ -236,7 +238,7 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
         out_shape=_f32_like(q, (b * heads, n, d)),
         compiler_params=_TRITON, interpret=interpret)(*varying([hi, *arrays, *segs], tiles))
     # dK, dV were made per query head; the g query heads of a KV head add up.
-    per_kv = lambda x: x.reshape(b, kv_heads, g, n, d).sum(axis=2)
+    per_kv = lambda x: x.reshape(b, kv_heads, g, n_k, d).sum(axis=2)
     return dq.reshape(q.shape), per_kv(dk), per_kv(dv)
 
 

@@ -326,7 +326,7 @@ def _dkdv(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, plan, tiles, inte
                                with_segments=q_seg is not None)
     dk, dv = pl.pallas_call(
         kernel, grid_spec=grid, compiler_params=_REDUCE_LAST, interpret=interpret,
-        out_shape=[_f32_like(q, (b * kv_heads, n, d))] * 2,
+        out_shape=[_f32_like(q, (b * kv_heads, k.shape[2], d))] * 2,  # (a halo: n_k < n)
     )(*varying([plan.lo, plan.plan, *arrays], tiles))
     return dk.reshape(k.shape), dv.reshape(v.shape)
 

@@ -297,8 +297,9 @@ def _backward_group(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, hi, pla
         dq_c, dk_tr, dv_tr = lax.fori_loop(0, hi[qt], key_tile, (dq_c, dk_tr, dv_tr))
         return lax.dynamic_update_slice_in_dim(dq, dq_c * tiles.scale, q0, 2), dk_tr, dv_tr
 
-    init = varying((jnp.zeros((kv, g, n, d), F32), jnp.zeros((kv, d, n), F32),
-                    jnp.zeros((kv, d, n), F32)), tiles)
+    n_k = k.shape[1]  # a halo's key block may be shorter than the query block
+    init = varying((jnp.zeros((kv, g, n, d), F32), jnp.zeros((kv, d, n_k), F32),
+                    jnp.zeros((kv, d, n_k), F32)), tiles)
     dq, dk_tr, dv_tr = lax.fori_loop(0, n // rows, query_rows, init)
     return dq, jnp.swapaxes(dk_tr, 1, 2) * tiles.scale, jnp.swapaxes(dv_tr, 1, 2)
 
@@ -358,8 +359,9 @@ class XlaKernel(Kernel):
             return dq, add(dk, dk_g), add(dv, dv_g)
 
         kv_rows = b * k.shape[1]
-        init = varying((jnp.zeros((b * heads, n, d), F32), jnp.zeros((kv_rows, n, d), F32),
-                        jnp.zeros((kv_rows, n, d), F32)), tiles)
+        n_k = k.shape[2]
+        init = varying((jnp.zeros((b * heads, n, d), F32), jnp.zeros((kv_rows, n_k, d), F32),
+                        jnp.zeros((kv_rows, n_k, d), F32)), tiles)
         dq, dk, dv = lax.fori_loop(0, groups.count, group, init)
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 

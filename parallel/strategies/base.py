@@ -22,6 +22,7 @@ import dataclasses
 from typing import ClassVar
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from parallel.kernels.base import varying
@@ -65,6 +66,12 @@ class Strategy:
         'compute_s'}. Every strategy prices itself here, so that the planner and
         strategy='auto' know it from its registry line alone."""
         raise NotImplementedError(f"strategy {self.name!r} has no cost model")
+
+    def kv_tokens_received(self, spec, block: int, kv_heads: int):
+        """float64 [N]: the key/value tokens each 'seq' device receives in one forward, counted
+        in tokens of every KV head (a strategy that shards heads receives a share of each
+        token's heads: a fraction of a token). Default: every other device's block."""
+        return np.full(spec.num_shards, (spec.num_shards - 1) * block, np.float64)
 
     def forward(self, spec, q, k, v, seg, order, sinks=None):
         """sinks: None, or float32 [H] for every query head (replicated): the merge starts from

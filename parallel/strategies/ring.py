@@ -11,7 +11,8 @@ N hops; dQ stays local. Residuals are the local q, k, v, the output
 and the float32 log-sum-exp: O(S / N) per device whatever N.
 
 `ring_forward` and `ring_backward` are the two passes on head-major blocks over any ring of
-devices (`Hops`); `usp` runs them over the Ulysses groups.
+devices (`Hops`); `usp` runs them over the Ulysses groups. Under a sliding window that leaves
+most blocks unseen, a device receives only the keys its window reaches (strategies/halo.py).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from parallel import strategy_cost
 from parallel.mesh import SEQ
-from parallel.strategies import base
+from parallel.strategies import base, halo
 from parallel.kernels.base import varying
 
 
@@ -125,21 +127,41 @@ def ring_backward(spec, hops, qh, doh, lse, delta, q_pos, q_seg, block):
     return dq, dk, dv
 
 
+def _halo_plan(spec, block):
+    """The halo exchange that replaces the full ring under a window (strategies/halo.py), or
+    None."""
+    return halo.plan(spec.layout, spec.num_shards, block, spec.tiles.mask, spec.tiles.tile_k)
+
+
 class Ring(base.Strategy):
     name = "ring"
+
+    def kv_tokens_received(self, spec, block, kv_heads):
+        """N - 1 blocks, or under a window the halo (strategies/halo.py)."""
+        return halo.received_tokens(_halo_plan(spec, block), spec.num_shards,
+                                    block).astype(np.float64)
 
     def forward(self, spec, q, k, v, seg, order, sinks=None):
         qh = base.to_heads(q)
         q_pos = base.positions(spec, order, *q.shape[:2])
-        out, lse, counts = ring_forward(spec, Hops(spec.num_shards), qh, q_pos, seg,
-                                        base.key_block(k, v, seg, q_pos), sinks)
+        block = base.key_block(k, v, seg, q_pos)
+        shifts = _halo_plan(spec, q.shape[1])
+        if shifts is None:
+            out, lse, counts = ring_forward(spec, Hops(spec.num_shards), qh, q_pos, seg, block,
+                                            sinks)
+        else:
+            out, lse, counts = halo.halo_forward(spec, shifts, qh, q_pos, seg, block, sinks)
         return base.from_heads(out).astype(q.dtype), lse, counts
 
     def backward(self, spec, q, k, v, seg, order, out, lse, dout):
         q_pos = base.positions(spec, order, *q.shape[:2])
-        dq, dk, dv = ring_backward(spec, Hops(spec.num_shards), base.to_heads(q),
-                                   base.to_heads(dout), lse, base.delta_rows(out, dout), q_pos,
-                                   seg, base.key_block(k, v, seg, q_pos))
+        args = (base.to_heads(q), base.to_heads(dout), lse, base.delta_rows(out, dout), q_pos,
+                seg, base.key_block(k, v, seg, q_pos))
+        shifts = _halo_plan(spec, q.shape[1])
+        if shifts is None:
+            dq, dk, dv = ring_backward(spec, Hops(spec.num_shards), *args)
+        else:
+            dq, dk, dv = halo.halo_backward(spec, shifts, *args)
         return (base.from_heads(dq).astype(q.dtype), base.from_heads(dk).astype(k.dtype),
                 base.from_heads(dv).astype(v.dtype))
 

@@ -176,6 +176,14 @@ class Ulysses(base.Strategy):
     def degrees(self, num_shards, q_heads):
         return [num_shards] if num_shards > 1 and q_heads % num_shards == 0 else []
 
+    def kv_tokens_received(self, spec, block, kv_heads):
+        """The all-to-all brings the group's other u - 1 blocks for h'/u of the h' (repeated)
+        KV heads; the ring over the N / u groups then N / u - 1 blocks of u n tokens of them."""
+        u, copies = self.degree, _kv_copies(kv_heads, self.degree)
+        share = kv_heads * copies / u / kv_heads  # of a token's KV heads that a device holds
+        tokens = (u - 1) * block + (spec.num_shards // u - 1) * u * block
+        return np.full(spec.num_shards, tokens * share, np.float64)
+
     def cost(self, shape, net, degree, documents=None, step_counts=None):
         """All-to-alls in and out (none overlaps compute: each feeds or drains the whole
         attention) around the ring over the N / u groups, whose blocks are u n tokens of h'/u
