@@ -90,6 +90,19 @@ def get_config():
         truncate=True))  # yarn: ramp ends at whole dimensions
     config.model.norm_eps = 1e-5  # RMSNorm epsilon
     config.model.tie_embeddings = False  # output projection = embedding transposed
+    # Attention per layer, as Hugging Face names it (Mistral, Qwen3, Gemma 2/3, GPT-OSS); the
+    # defaults are a Llama model: every layer full causal attention, nothing else.
+    config.model.layer_types = ()  # per layer 'full_attention' | 'sliding_attention'; () = all full
+    config.model.sliding_window = 0  # keys a sliding layer's query sees, itself included
+    config.model.rope_local_theta = 0.0  # RoPE base of sliding layers (unscaled); 0 = rope_theta
+    config.model.qk_norm = False  # RMSNorm of every query and key head (Qwen3, Gemma 3)
+    config.model.attn_logit_soft_cap = 0.0  # attention scores c tanh(s / c) (Gemma 2); 0 = none
+    config.model.final_logit_soft_cap = 0.0  # output logits c tanh(z / c) (Gemma 2); 0 = none
+    config.model.attention_sinks = False  # a learned logit per head in its softmax (GPT-OSS)
+    config.model.query_scale = 0.0  # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
+    config.model.mlp_activation = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU, Gemma)
+    config.model.sandwich_norms = False  # Gemma: a norm after attention and the MLP as well
+    config.model.embed_scale = False  # Gemma: embeddings times sqrt(d_model)
     config.model.remat = False  # recompute each block in the backward pass
     config.model.remat_policy = "nothing"  # with remat, a block keeps: 'nothing' | 'dots' (matmuls) | 'offload' (input on host)
     config.model.scan_layers = False  # one lax.scan over stacked blocks: compile time flat in depth

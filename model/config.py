@@ -20,6 +20,11 @@ REMAT_POLICIES = {"nothing": "nothing_saveable",  # name -> jax.checkpoint_polic
 BLOCK_INPUT = "block_input"  # the checkpoint name of a block's input (what 'offload' moves)
 
 
+FULL, SLIDING = "full_attention", "sliding_attention"
+LAYER_TYPES = (FULL, SLIDING)  # Hugging Face's names of a layer's attention
+MLP_ACTIVATIONS = ("silu", "gelu_tanh")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     vocab_size: int
@@ -46,6 +51,21 @@ class ModelConfig:
     ulysses_degree: int = 0  # strategy 'usp': devices per all-to-all group; 0 = not set
     tile_q: int = 0  # attention tile sizes; 0 = parallel.attention's default
     tile_k: int = 0
+    # Attention per layer (Hugging Face's names and meanings). The defaults leave a Llama model
+    # as it was: every layer full causal attention, no caps, no sinks, no norms on q and k.
+    layer_types: tuple[str, ...] = ()  # per block, LAYER_TYPES; () = all 'full_attention'
+    sliding_window: int = 0  # keys a sliding layer's query sees, itself included
+    rope_local_theta: float = 0.0  # RoPE base of sliding layers (no scaling); 0 = as full ones
+    qk_norm: bool = False  # RMSNorm over head_dim of each query and key head (Qwen3, Gemma 3)
+    attn_logit_soft_cap: float = 0.0  # scores c tanh(s / c) (Gemma 2); 0 = none
+    final_logit_soft_cap: float = 0.0  # output logits c tanh(z / c) (Gemma 2); 0 = none
+    attention_sinks: bool = False  # a learned logit per head in its softmax (GPT-OSS)
+    query_scale: float = 0.0  # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
+    # Gemma's block: a GELU (tanh) gated MLP, norms after attention and the MLP as well as
+    # before, the embedding multiplied by sqrt(d_model).
+    mlp_activation: str = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU)
+    sandwich_norms: bool = False
+    embed_scale: bool = False
 
     @classmethod
     def from_config(cls, model_cfg, attention=None) -> "ModelConfig":
@@ -62,6 +82,36 @@ class ModelConfig:
                           ulysses_degree=(attention.ulysses_degree
                                           if attention.strategy == "usp" else 0))
         return cls(**values)
+
+    def __post_init__(self):
+        # ml_collections and JSON give lists: a tuple keeps the config hashable (static in jit).
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))
+
+    def layer_type(self, i: int) -> str:
+        """Block i's attention: 'full_attention' or 'sliding_attention'."""
+        return self.layer_types[i] if self.layer_types else FULL
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The attention kinds the blocks use, in LAYER_TYPES order."""
+        used = {self.layer_type(i) for i in range(self.num_layers)}
+        return tuple(k for k in LAYER_TYPES if k in used)
+
+    def window(self, kind: str) -> int | None:
+        """The window of a layer of this kind (parallel.attention's `window`)."""
+        return self.sliding_window if kind == SLIDING and self.sliding_window else None
+
+    def rope_for(self, kind: str) -> tuple[float, RopeScaling]:
+        """(RoPE base, scaling) of a layer of this kind: sliding layers take rope_local_theta
+        and no scaling when it is set (Gemma 3), else the full layers' (Mistral, Qwen3)."""
+        if kind == SLIDING and self.rope_local_theta:
+            return self.rope_local_theta, RopeScaling()
+        return self.rope_theta, self.rope_scaling
+
+    @property
+    def score_scale(self) -> float | None:
+        """The attention score scale (None: parallel.attention's 1 / sqrt(head_dim))."""
+        return self.query_scale ** -0.5 if self.query_scale else None
 
     @property
     def compute_dtype(self):

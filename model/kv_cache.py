@@ -41,24 +41,52 @@ def init_cache(cfg, batch: int, max_len: int) -> list[KVCache]:
             for _ in range(cfg.num_layers)]
 
 
-def attend_cached(q, k, v, positions, cache: KVCache):
+def _scores(q, k, scale, logit_soft_cap):
+    """Float32 scores [B, K, G, T, L] of q [B, T, H, Dh] against k [B, L, K, Dh] (GQA: G query
+    heads per KV head): scaled (1 / sqrt(Dh) by default), soft-capped when asked, as
+    parallel.attention scores them."""
+    b, t, heads, dim = q.shape
+    kv_heads = k.shape[2]
+    grouped = q.reshape(b, t, kv_heads, heads // kv_heads, dim)
+    s = jnp.einsum("bthgd,blhd->bhgtl", grouped, k, preferred_element_type=jnp.float32)
+    s = s * (dim ** -0.5 if scale is None else scale)
+    if logit_soft_cap:
+        s = logit_soft_cap * jnp.tanh(s / logit_soft_cap)
+    return s
+
+
+def _in_window(query_pos, key_pos, window):
+    """Whether keys at key_pos are inside the sliding window of queries at query_pos (both
+    broadcast; causality is checked by the caller): query - key < window."""
+    return True if window is None else query_pos - key_pos < window
+
+
+def _sink_stats(sinks, kv_heads):
+    """The sinks [H] as a partial softmax of one key with no value: (max, sum, out) in the
+    [B, K, G, T] layout `_partial` returns, to merge with the keys' own."""
+    m = sinks.astype(jnp.float32).reshape(1, kv_heads, -1, 1)
+    return m, jnp.ones_like(m), jnp.zeros((*m.shape, 1), jnp.float32)
+
+
+def attend_cached(q, k, v, positions, cache: KVCache, window=None, sinks=None,
+                  logit_soft_cap=None, scale=None):
     """Writes k, v [B, T, K, Dh] into the cache at positions[0] and attends q [B, T, H, Dh] to
-    the cache: query t sees slots 0 .. positions[:, t]. Softmax in float32.
-    Returns (out [B, T, H, Dh] in q's dtype, the updated cache)."""
+    the cache: query t sees slots 0 .. positions[:, t] (those inside `window` of it, with one).
+    Softmax in float32, with the layer's sinks, soft cap and scale (parallel.attention's
+    meanings). Returns (out [B, T, H, Dh] in q's dtype, the updated cache)."""
     start = positions[0, 0]
     cache = KVCache(*(jax.lax.dynamic_update_slice_in_dim(c, x.astype(c.dtype), start, 1)
                       for c, x in ((cache.k, k), (cache.v, v))))
     b, t, heads, dim = q.shape
-    kv_heads = cache.k.shape[2]
-    grouped = q.reshape(b, t, kv_heads, heads // kv_heads, dim)  # GQA: query heads per kv head
-    s = jnp.einsum("bthgd,blhd->bhgtl", grouped, cache.k,
-                   preferred_element_type=jnp.float32) * dim ** -0.5
-    visible = jnp.arange(cache.k.shape[1]) <= positions[:, :, None]  # [B, T, L]
-    s = jnp.where(visible[:, None, None], s, -jnp.inf)
-    p = jax.nn.softmax(s, axis=-1)
-    out = jnp.einsum("bhgtl,blhd->bthgd", p.astype(cache.v.dtype), cache.v,
-                     preferred_element_type=jnp.float32)
-    return out.reshape(b, t, heads, dim).astype(q.dtype), cache
+    slots = jnp.arange(cache.k.shape[1])
+    query = positions[:, :, None]
+    visible = (slots <= query) & _in_window(query, slots, window)  # [B, T, L]
+    stats = _partial(q, cache.k, cache.v, visible, scale, logit_soft_cap)
+    if sinks is not None:
+        stats = _merge(stats, _sink_stats(sinks, cache.k.shape[2]))
+    _, l, out = stats
+    out = out / l[..., None]  # [B, K, G, T, Dh]
+    return jnp.moveaxis(out, 3, 1).reshape(b, t, heads, dim).astype(q.dtype), cache
 
 
 class ShardedCache(NamedTuple):
@@ -74,15 +102,11 @@ class ShardedCache(NamedTuple):
     lengths: jax.Array
 
 
-def _partial(q, k, v, visible):
+def _partial(q, k, v, visible, scale=None, logit_soft_cap=None):
     """Softmax statistics of q [B, T, H, Dh] over keys k, v [B, L, K, Dh] where visible
     [B, T, L]: (max [B, K, G, T], sum of exp [B, K, G, T], unnormalised out [B, K, G, T, Dh]),
     float32; an all-hidden row has max -inf, sum 0, out 0."""
-    b, t, heads, dim = q.shape
-    kv_heads = k.shape[2]
-    grouped = q.reshape(b, t, kv_heads, heads // kv_heads, dim)
-    s = jnp.einsum("bthgd,blhd->bhgtl", grouped, k,
-                   preferred_element_type=jnp.float32) * dim ** -0.5
+    s = _scores(q, k, scale, logit_soft_cap)
     s = jnp.where(visible[:, None, None], s, -jnp.inf)
     m = jnp.max(s, axis=-1)
     p = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0)[..., None])
@@ -100,31 +124,40 @@ def _merge(a, b):
     return m, la * wa + lb * wb, oa * wa[..., None] + ob * wb[..., None]
 
 
-def attend_sharded(q, k, v, positions, cache: ShardedCache, mesh):
+def attend_sharded(q, k, v, positions, cache: ShardedCache, mesh, window=None, sinks=None,
+                   logit_soft_cap=None, scale=None):
     """New tokens q, k, v [B, T, ...] at positions [B, T] (each row's lengths[b] + i ..) against
-    the prompt's sharded keys and the decoded tail; their k, v go into the tail at i. Returns
-    (out [B, T, H, Dh], the updated cache)."""
+    the prompt's sharded keys and the decoded tail; their k, v go into the tail at i. window,
+    sinks, soft cap and scale as attend_cached. Returns (out [B, T, H, Dh], the updated
+    cache)."""
     index = positions[0, 0] - cache.lengths[0]  # the same tail slot in every row (lock step)
     tail_k, tail_v = (jax.lax.dynamic_update_slice_in_dim(c, x.astype(c.dtype), index, 1)
                       for c, x in ((cache.tail_k, k), (cache.tail_v, v)))
     cache = cache._replace(tail_k=tail_k, tail_v=tail_v)
     rows, seq = jax.P(parallel.DATA), jax.P(parallel.DATA, parallel.SEQ)
 
-    @jax.shard_map(mesh=mesh, in_specs=(rows, seq, seq, seq, rows), out_specs=rows)
-    def prompt_part(q, k, v, slot_positions, lengths):
+    @jax.shard_map(mesh=mesh, in_specs=(rows, seq, seq, seq, rows, rows), out_specs=rows)
+    def prompt_part(q, k, v, slot_positions, lengths, positions):
         valid = (slot_positions >= 0) & (slot_positions < lengths[:, None])  # [B, s]
-        m, l, out = _partial(q, k, v, jnp.broadcast_to(valid[:, None], (*q.shape[:2],
-                                                                       valid.shape[1])))
+        visible = valid[:, None] & _in_window(positions[:, :, None], slot_positions[:, None],
+                                               window)
+        m, l, out = _partial(q, k, v, jnp.broadcast_to(visible, (*q.shape[:2], valid.shape[1])),
+                             scale, logit_soft_cap)
         top = jax.lax.pmax(m, parallel.SEQ)
         w = jnp.exp(m - jnp.where(jnp.isfinite(top), top, 0.0))
         return (top, jax.lax.psum(l * w, parallel.SEQ),
                 jax.lax.psum(out * w[..., None], parallel.SEQ))
 
     b, t, heads, dim = q.shape
-    decoded = jnp.arange(cache.tail_k.shape[1])[None, None] <= index + jnp.arange(t)[None, :,
-                                                                                         None]
-    m, l, out = _merge(prompt_part(q, cache.k, cache.v, cache.slot_positions, cache.lengths),
-                       _partial(q, tail_k, tail_v, jnp.broadcast_to(decoded, (b, t,
-                                                                             tail_k.shape[1]))))
+    slots = jnp.arange(cache.tail_k.shape[1])[None, None]
+    query = index + jnp.arange(t)[None, :, None]  # the tail slot of each new token
+    decoded = (slots <= query) & _in_window(query, slots, window)
+    stats = _merge(prompt_part(q, cache.k, cache.v, cache.slot_positions, cache.lengths,
+                               positions),
+                   _partial(q, tail_k, tail_v, jnp.broadcast_to(decoded, (b, t, slots.shape[-1])),
+                            scale, logit_soft_cap))
+    if sinks is not None:
+        stats = _merge(stats, _sink_stats(sinks, cache.k.shape[2]))
+    _, l, out = stats
     out = out / l[..., None]  # [B, K, G, T, Dh]
     return jnp.moveaxis(out, 3, 1).reshape(b, t, heads, dim).astype(q.dtype), cache

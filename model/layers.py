@@ -1,5 +1,5 @@
 """Building blocks of the decoder: RMSNorm, RoPE, attention (sequence-parallel, or cached for
-decoding), SwiGLU MLP.
+decoding), the gated MLP (SwiGLU or GeGLU).
 
 Shapes: B batch, S sequence (in the attention layout's order, sharded over 'seq'), D d_model,
 H query heads, K key/value heads, Dh head dim. Parameters carry sharding annotations: every
@@ -17,7 +17,7 @@ from flax import nnx
 
 import parallel
 from model.chunks import map_chunks
-from model.config import ModelConfig
+from model.config import FULL, ModelConfig
 from model.kv_cache import KVCache, ShardedCache, attend_cached, attend_sharded
 from model.rope import RopeScaling, frequencies
 
@@ -33,12 +33,14 @@ def dense(cfg: ModelConfig, d_in: int, d_out: int, rngs: nnx.Rngs, scale: float 
 
 
 class RMSNorm(nnx.Module):
-    """x / rms(x) * scale, computed in float32. [..., D] -> [..., D] in the compute dtype."""
+    """x / rms(x) * scale, computed in float32. [..., D] -> [..., D] in the compute dtype (D:
+    d_model, or `dim`: head_dim for the norms of queries and keys)."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dim: int | None = None):
         del rngs
         self.eps, self.dtype = cfg.norm_eps, cfg.compute_dtype
-        self.scale = nnx.Param(jnp.ones((cfg.d_model,), cfg.weights_dtype), out_sharding=(None,))
+        self.scale = nnx.Param(jnp.ones((dim or cfg.d_model,), cfg.weights_dtype),
+                               out_sharding=(None,))
 
     def __call__(self, x):
         return rms_norm(x, self.scale[...], self.eps, self.dtype)
@@ -93,7 +95,12 @@ def rope(x, positions, theta: float, scaling: RopeScaling = RopeScaling()):
 
 
 class Attention(nnx.Module):
-    """Causal self-attention with RoPE and GQA; the attention itself is parallel.attention."""
+    """Causal self-attention with RoPE and GQA; the attention itself is parallel.attention.
+
+    What a layer's kind (cfg.layer_type: full or sliding) changes is its window and its RoPE
+    (cfg.window, cfg.rope_for); the parameters are the same for both kinds, so that stacked
+    blocks of mixed kinds scan. Optional: RMSNorm of each query and key head (qk_norm), learned
+    sinks, a soft cap on the scores, Gemma's query scale."""
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         self.cfg, self.mesh = cfg, mesh
@@ -102,11 +109,26 @@ class Attention(nnx.Module):
         self.v = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs)
         self.o = dense(cfg, cfg.num_heads * cfg.head_dim, cfg.d_model, rngs,
                        scale=1.0 / cfg.num_layers)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg, rngs, dim=cfg.head_dim)
+            self.k_norm = RMSNorm(cfg, rngs, dim=cfg.head_dim)
+        if cfg.attention_sinks:
+            self.sinks = nnx.Param(jnp.zeros((cfg.num_heads,), cfg.weights_dtype),
+                                   out_sharding=(None,))
+
+    def options(self, kind: str) -> dict:
+        """parallel.attention's keywords for a layer of this kind (window, sinks, cap, scale),
+        which the decoding paths take too."""
+        cfg = self.cfg
+        return dict(window=cfg.window(kind),
+                    sinks=self.sinks[...].astype(jnp.float32) if cfg.attention_sinks else None,
+                    logit_soft_cap=cfg.attn_logit_soft_cap or None, scale=cfg.score_scale)
 
     def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
-                 collect: bool = False):
+                 collect: bool = False, kind: str = FULL):
         """x [B, S, D] -> [B, S, D]; positions (RoPE), segment_ids and order (the original
-        index of each token, parallel.attention's `order`) [B, S]; the last two may be None.
+        index of each token, parallel.attention's `order`) [B, S]; the last two may be None;
+        kind: this layer's attention ('full_attention' | 'sliding_attention').
 
         Training (cache None): the sequence-parallel attention of the configured layout,
         strategy and kernel; with `collect` (a sequence-parallel prefill) also returns this
@@ -118,43 +140,53 @@ class Attention(nnx.Module):
         q = self.q(x).reshape(b, s, cfg.num_heads, cfg.head_dim)
         k = self.k(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
-        q = rope(q, positions, cfg.rope_theta, cfg.rope_scaling)
-        k = rope(k, positions, cfg.rope_theta, cfg.rope_scaling)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        theta, scaling = cfg.rope_for(kind)
+        q, k = rope(q, positions, theta, scaling), rope(k, positions, theta, scaling)
+        options = self.options(kind)
         if cache is None:
             out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
                                      strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
                                      segment_ids=segment_ids, order=order,
                                      tile_q=cfg.tile_q or None, tile_k=cfg.tile_k or None,
-                                     ulysses_degree=cfg.ulysses_degree or None)
+                                     ulysses_degree=cfg.ulysses_degree or None, **options)
         elif isinstance(cache, ShardedCache):
-            out, cache = attend_sharded(q, k, v, positions, cache, self.mesh)
+            out, cache = attend_sharded(q, k, v, positions, cache, self.mesh, **options)
         else:
-            out, cache = attend_cached(q, k, v, positions, cache)
+            out, cache = attend_cached(q, k, v, positions, cache, **options)
         out = self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))
         if collect:
             return out, KVCache(k, v)
         return out if cache is None else (out, cache)
 
 
-class SwiGLU(nnx.Module):
-    """down(silu(gate(x)) * up(x)). [B, S, D] -> [B, S, D]; with cfg.mlp_chunk, a chunk of each
-    device's tokens at a time (model/chunks.py), so the [B, S, F] hidden values never exist."""
+class GatedMLP(nnx.Module):
+    """down(act(gate(x)) * up(x)): SwiGLU (act silu, Llama) or GeGLU (GELU with the tanh
+    approximation, Gemma). [B, S, D] -> [B, S, D]; with cfg.mlp_chunk, a chunk of each device's
+    tokens at a time (model/chunks.py), so the [B, S, F] hidden values never exist."""
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         self.mesh, self.chunk, self.dtype = mesh, cfg.mlp_chunk, cfg.compute_dtype
+        self.activation = cfg.mlp_activation
         self.gate = dense(cfg, cfg.d_model, cfg.mlp_dim, rngs)
         self.up = dense(cfg, cfg.d_model, cfg.mlp_dim, rngs)
         self.down = dense(cfg, cfg.mlp_dim, cfg.d_model, rngs, scale=1.0 / cfg.num_layers)
 
     def __call__(self, x):
         weights = tuple(layer.kernel[...] for layer in (self.gate, self.up, self.down))
-        return map_chunks(functools.partial(swiglu, dtype=self.dtype), weights, x,
+        return map_chunks(functools.partial(gated_mlp, dtype=self.dtype,
+                                            activation=self.activation), weights, x,
                           mesh=self.mesh, chunk=self.chunk)
 
 
-def swiglu(weights, x, dtype):
-    """down(silu(x gate) * (x up)) with weights (gate [D, F], up [D, F], down [F, D]); matmuls in
+_ACTIVATIONS = {"silu": jax.nn.silu,
+                "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True)}
+
+
+def gated_mlp(weights, x, dtype, activation: str = "silu"):
+    """down(act(x gate) * (x up)) with weights (gate [D, F], up [D, F], down [F, D]); matmuls in
     `dtype`, as nnx.Linear computes them."""
     gate, up, down = (w.astype(dtype) for w in weights)
     x = x.astype(dtype)
-    return jnp.dot(jax.nn.silu(jnp.dot(x, gate)) * jnp.dot(x, up), down)
+    return jnp.dot(_ACTIVATIONS[activation](jnp.dot(x, gate)) * jnp.dot(x, up), down)

@@ -40,26 +40,35 @@ def plain_nll_sum(logits, targets, weights):
     return jnp.sum((jax.nn.logsumexp(logits, axis=-1) - target_logit) * weights)
 
 
-def chunked_nll_sum(x, w, targets, weights, *, mesh, chunk: int):
+def chunked_nll_sum(x, w, targets, weights, *, mesh, chunk: int, soft_cap: float = 0.0):
     """The same sum as plain_nll_sum(logits(x, w), ...) from x [B, S, D] (after the final norm,
     compute dtype, sharded P('data', 'seq')) and the head w [D, V], `chunk` tokens of a device at
-    a time; differentiable in x and w. `chunk` must divide the tokens per device."""
+    a time; differentiable in x and w. `chunk` must divide the tokens per device. soft_cap c:
+    the logits are c tanh(x w / c) (the model's final_logit_soft_cap)."""
     check_chunk(chunk, tokens_per_device(x, mesh), "loss chunk")
-    return _nll_sum(x, w, targets, weights, mesh, chunk)
+    return _nll_sum(x, w, targets, weights, mesh, chunk, float(soft_cap))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _nll_sum(x, w, targets, weights, mesh, chunk):
-    total, _, _ = _over_chunks(x, w, targets, weights, mesh, chunk, with_grads=False)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _nll_sum(x, w, targets, weights, mesh, chunk, soft_cap):
+    total, _, _ = _over_chunks(x, w, targets, weights, mesh, chunk, soft_cap, with_grads=False)
     return total
 
 
-def _nll_sum_fwd(x, w, targets, weights, mesh, chunk):
-    total, dx, dw = _over_chunks(x, w, targets, weights, mesh, chunk, with_grads=True)
+def _nll_sum_fwd(x, w, targets, weights, mesh, chunk, soft_cap):
+    total, dx, dw = _over_chunks(x, w, targets, weights, mesh, chunk, soft_cap, with_grads=True)
     return total, (dx, dw.astype(w.dtype))
 
 
-def _nll_sum_bwd(mesh, chunk, residuals, g):
+def _capped(raw, soft_cap):
+    """(logits, d logits / d raw or None): c tanh(raw / c) and its slope, or raw itself."""
+    if not soft_cap:
+        return raw, None
+    t = jnp.tanh(raw / soft_cap)
+    return soft_cap * t, 1.0 - t * t
+
+
+def _nll_sum_bwd(mesh, chunk, soft_cap, residuals, g):
     dx, dw = residuals
     return (g.astype(dx.dtype) * dx, g.astype(dw.dtype) * dw, None, None)
 
@@ -67,7 +76,7 @@ def _nll_sum_bwd(mesh, chunk, residuals, g):
 _nll_sum.defvjp(_nll_sum_fwd, _nll_sum_bwd)
 
 
-def _over_chunks(x, w, targets, weights, mesh, chunk, with_grads: bool):
+def _over_chunks(x, w, targets, weights, mesh, chunk, soft_cap, with_grads: bool):
     """(total, dx [B, S, D] or None, dW [D, V] float32 or None), one shard_map over the mesh."""
     dtype = x.dtype
 
@@ -77,7 +86,7 @@ def _over_chunks(x, w, targets, weights, mesh, chunk, with_grads: bool):
         def step(carry, chunk_in):
             total, dw = carry
             xc, tc, wc = chunk_in  # [b, chunk, D], [b, chunk], [b, chunk]
-            logits = jnp.dot(xc, w).astype(jnp.float32)
+            logits, slope = _capped(jnp.dot(xc, w).astype(jnp.float32), soft_cap)
             lse = jax.nn.logsumexp(logits, axis=-1)
             target_logit = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
             total = total + jnp.sum((lse - target_logit) * wc)
@@ -85,6 +94,8 @@ def _over_chunks(x, w, targets, weights, mesh, chunk, with_grads: bool):
                 return (total, dw), None
             probs = jnp.exp(logits - lse[..., None])
             dlogits = (probs - jax.nn.one_hot(tc, w.shape[1], dtype=jnp.float32)) * wc[..., None]
+            if slope is not None:
+                dlogits = dlogits * slope
             dlogits = dlogits.astype(dtype)
             dxc = jnp.dot(dlogits, w.T)
             dw = dw + jnp.einsum("bkd,bkv->dv", xc, dlogits, preferred_element_type=jnp.float32)
@@ -111,10 +122,11 @@ def _over_chunks(x, w, targets, weights, mesh, chunk, with_grads: bool):
     return out if with_grads else (out, None, None)
 
 
-def token_nll(x, w, targets, *, mesh, chunk: int = 0):
+def token_nll(x, w, targets, *, mesh, chunk: int = 0, soft_cap: float = 0.0):
     """Each token's cross-entropy, [B, S] float32 (layout order, sharded like x), from x
     [B, S, D] after the final norm and the head w [D, V]: for evaluation (no gradient), each
-    device's tokens `chunk` at a time (0: all at once), so the logits never exist whole."""
+    device's tokens `chunk` at a time (0: all at once), so the logits never exist whole.
+    soft_cap as chunked_nll_sum's."""
     block = tokens_per_device(x, mesh)
     chunk = chunk if splits(chunk, block) else block
     check_chunk(chunk, block, "loss chunk")
@@ -122,7 +134,8 @@ def token_nll(x, w, targets, *, mesh, chunk: int = 0):
     def local(w, x, targets):
         def one(pieces):
             xc, tc = pieces
-            logits = jnp.dot(xc, w.astype(xc.dtype), preferred_element_type=jnp.float32)
+            logits, _ = _capped(jnp.dot(xc, w.astype(xc.dtype),
+                                        preferred_element_type=jnp.float32), soft_cap)
             picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
             return jax.nn.logsumexp(logits, axis=-1) - picked
         return join_local(jax.lax.map(one, (split_local(x, chunk), split_local(targets, chunk))))

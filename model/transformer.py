@@ -7,30 +7,37 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from model.config import BLOCK_INPUT, REMAT_POLICIES, ModelConfig
-from model.layers import ACTIVATIONS, FSDP, Attention, RMSNorm, SwiGLU, dense
+from model.config import BLOCK_INPUT, FULL, REMAT_POLICIES, ModelConfig
+from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
 
 
 class Block(nnx.Module):
-    """x + attention(norm(x)), then + mlp(norm(x))."""
+    """x + attention(norm(x)), then + mlp(norm(x)); with cfg.sandwich_norms (Gemma) each
+    sub-block's output is normalised too before it is added: x + norm(attention(norm(x)))."""
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
         self.attention = Attention(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
-        self.mlp = SwiGLU(cfg, mesh, rngs)
+        self.mlp = GatedMLP(cfg, mesh, rngs)
+        if cfg.sandwich_norms:
+            self.post_attention_norm = RMSNorm(cfg, rngs)
+            self.post_mlp_norm = RMSNorm(cfg, rngs)
 
     def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
-                 collect: bool = False):
+                 collect: bool = False, kind: str = FULL):
         """Training: x -> x; with `collect`, (x, this layer's keys and values). Decoding
-        (cache: this block's KVCache or ShardedCache): x -> (x, updated cache)."""
+        (cache: this block's KVCache or ShardedCache): x -> (x, updated cache). kind: the
+        layer's attention (cfg.layer_type)."""
         h = self.attention(self.attention_norm(x), positions, segment_ids, order, cache=cache,
-                           collect=collect)
+                           collect=collect, kind=kind)
         if cache is not None or collect:
             h, cache = h
-        x = x + h
-        x = x + self.mlp(self.mlp_norm(x))
+        sandwich = hasattr(self, "post_attention_norm")
+        x = x + (self.post_attention_norm(h) if sandwich else h)
+        h = self.mlp(self.mlp_norm(x))
+        x = x + (self.post_mlp_norm(h) if sandwich else h)
         if cache is not None and not collect:  # decoding: natural order, not sharded
             return x, cache
         x = jax.lax.with_sharding_constraint(x, self.activations)
@@ -108,17 +115,18 @@ class Transformer(nnx.Module):
         """[B, S] -> the final norm's output [B, S, d_model] in the compute dtype."""
         x = self._embed(tokens)
 
-        def run(block, x):
+        def run(block, x, kind):
             # Named so that remat_policy 'offload' keeps it in host memory; else a no-op.
-            return block(checkpoint_name(x, BLOCK_INPUT), positions, segment_ids, order)
+            return block(checkpoint_name(x, BLOCK_INPUT), positions, segment_ids, order,
+                         kind=kind)
 
         if self.cfg.remat:
-            run = nnx.remat(run, policy=_remat_policy(self.cfg.remat_policy))
+            run = nnx.remat(run, policy=_remat_policy(self.cfg.remat_policy), static_argnums=2)
         if self.cfg.scan_layers:
-            x = _scan_blocks(run, self.blocks, x)
+            x = _scan_blocks(run, self.blocks, x, self.cfg)
         else:
-            for block in self.blocks:
-                x = run(block, x)
+            for i, block in enumerate(self.blocks):
+                x = run(block, x, self.cfg.layer_type(i))
         return self.final_norm(x)
 
     def prefill(self, tokens, positions, segment_ids=None, order=None):
@@ -126,8 +134,9 @@ class Transformer(nnx.Module):
         Dh] in the layout's order, sharded like the tokens): a long prompt's forward pass run
         sequence-parallel, as in training, whose cache stays where it was computed."""
         x, caches = self._embed(tokens), []
-        for block in self.layers():
-            x, kv = block(x, positions, segment_ids, order, collect=True)
+        for i, block in enumerate(self.layers()):
+            x, kv = block(x, positions, segment_ids, order, collect=True,
+                          kind=self.cfg.layer_type(i))
             caches.append(kv)
         return self.final_norm(x), caches
 
@@ -135,14 +144,22 @@ class Transformer(nnx.Module):
         """The embedding of tokens in the training layout, sharded as activations. A sharding on
         the model's own mesh (not a bare spec), so that the model is also callable outside
         `jax.set_mesh`, as `hf.load(path)(tokens)` is in a notebook."""
-        return jax.lax.with_sharding_constraint(self.embed(tokens),
+        return jax.lax.with_sharding_constraint(self._embedding(tokens),
                                                 jax.NamedSharding(self.mesh, ACTIVATIONS))
+
+    def _embedding(self, tokens):
+        """The embedding rows, times sqrt(d_model) in the compute dtype with cfg.embed_scale
+        (Gemma)."""
+        x = self.embed(tokens)
+        if self.cfg.embed_scale:
+            x = x * jnp.asarray(self.cfg.d_model ** 0.5, x.dtype)
+        return x
 
     def decode_hidden(self, tokens, positions, cache):
         """hidden() for decoding: the same blocks with their caches; returns (x, new caches)."""
-        x, new_cache = self.embed(tokens), []
-        for block, layer_cache in zip(self.layers(), cache, strict=True):
-            x, layer_cache = block(x, positions, cache=layer_cache)
+        x, new_cache = self._embedding(tokens), []
+        for i, (block, layer_cache) in enumerate(zip(self.layers(), cache, strict=True)):
+            x, layer_cache = block(x, positions, cache=layer_cache, kind=self.cfg.layer_type(i))
             new_cache.append(layer_cache)
         return self.final_norm(x), new_cache
 
@@ -154,9 +171,10 @@ class Transformer(nnx.Module):
         return self.lm_head.kernel[...]
 
     def logits(self, x):
-        """[B, S, d_model] -> [B, S, vocab] float32."""
+        """[B, S, d_model] -> [B, S, vocab] float32 (soft-capped with cfg.final_logit_soft_cap,
+        as the chunked loss caps them: model/loss.py)."""
         logits = self.embed.attend(x) if self.cfg.tie_embeddings else self.lm_head(x)
-        return logits.astype(jnp.float32)
+        return soft_cap(logits.astype(jnp.float32), self.cfg.final_logit_soft_cap)
 
     def layers(self):
         """The blocks in order, as Block modules (slices of the stacked ones with scan_layers)."""
@@ -168,15 +186,29 @@ class Transformer(nnx.Module):
             yield nnx.merge(graphdef, jax.tree.map(lambda a, i=i: a[i], state))
 
 
-def _scan_blocks(run, blocks, x):
+def _scan_blocks(run, blocks, x, cfg: ModelConfig):
     """x through the stacked blocks with one lax.scan: the program holds one block's code
-    whatever the depth, so compile time and program size stay flat in num_layers."""
+    whatever the depth, so compile time and program size stay flat in num_layers. Blocks of
+    mixed attention kinds (local and global) share their parameters' shapes: each step switches
+    to its layer's kind, so the program holds one block per kind."""
     graphdef, state = nnx.split(blocks)
+    kinds = cfg.kinds
+    index = jnp.asarray([kinds.index(cfg.layer_type(i)) for i in range(cfg.num_layers)])
 
-    def body(x, layer_state):
-        return run(nnx.merge(graphdef, layer_state), x), None
+    def body(x, step):
+        layer_state, which = step
+        branches = [lambda x, st, kind=kind: run(nnx.merge(graphdef, st), x, kind)
+                    for kind in kinds]
+        if len(branches) == 1:
+            return branches[0](x, layer_state), None
+        return jax.lax.switch(which, branches, x, layer_state), None
 
-    return jax.lax.scan(body, x, state)[0]
+    return jax.lax.scan(body, x, (state, index))[0]
+
+
+def soft_cap(x, cap: float):
+    """cap tanh(x / cap), or x when cap is 0 (Gemma 2's final logits)."""
+    return x if not cap else cap * jnp.tanh(x / cap)
 
 
 def create(cfg: ModelConfig, mesh, seed: int) -> Transformer:

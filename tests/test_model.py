@@ -66,6 +66,36 @@ def test_same_loss_and_gradients_as_one_device(single_device, layout, data, seq,
     assert max(jax.tree.leaves(errors)) < 1e-4
 
 
+# Gemma 2/3, Mistral, Qwen3, GPT-OSS options at once: local (window 6, its own RoPE base) and
+# global layers, norms of q and k, caps on scores and logits, sinks, Gemma's query scale, GeGLU,
+# sandwich norms and the embedding scale.
+MIXED = dict(layer_types=("sliding_attention", "full_attention"), sliding_window=6,
+             rope_local_theta=1000.0, qk_norm=True, attn_logit_soft_cap=3.0,
+             final_logit_soft_cap=5.0, attention_sinks=True, query_scale=12.0,
+             mlp_activation="gelu_tanh", sandwich_norms=True, embed_scale=True)
+
+
+@pytest.fixture(scope="module")
+def single_device_mixed():
+    return loss_and_grads("ring", 1, 1, **MIXED)
+
+
+@pytest.mark.parametrize("layout,data,seq,overrides", [
+    ("ring", 1, 4, {}), ("zigzag", 1, 4, dict(scan_layers=True)), ("striped", 2, 4, {}),
+    ("balanced", 2, 4, dict(loss_chunk=4))])
+def test_local_and_global_layers_with_every_option_as_one_device(single_device_mixed, layout,
+                                                                 data, seq, overrides):
+    want_loss, want_grads, _ = single_device_mixed
+    loss, grads, _ = loss_and_grads(layout, data, seq, **MIXED, **overrides)
+    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
+    grads, want_grads = nnx.to_pure_dict(grads), nnx.to_pure_dict(want_grads)
+    if overrides.get("scan_layers"):  # stacked: compare layer by layer
+        grads["blocks"] = {i: jax.tree.map(lambda a, i=i: a[i], grads["blocks"])
+                           for i in range(SIZES["num_layers"])}
+    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
+    assert max(jax.tree.leaves(errors)) < 1e-4
+
+
 def test_parameters_are_sharded_over_the_whole_mesh():
     _, _, params = loss_and_grads("striped", 2, 4)
     kernel = params["blocks"][0]["attention"]["q"]["kernel"][...]

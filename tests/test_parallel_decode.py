@@ -16,9 +16,9 @@ SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=
 LAYOUTS = ["ring", "striped", "zigzag", "balanced"]
 
 
-def build(layout: str, shards: int):
+def build(layout: str, shards: int, **options):
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    cfg = model.ModelConfig(attention_layout=layout, **SIZES)
+    cfg = model.ModelConfig(attention_layout=layout, **SIZES, **options)
     return mesh, *nnx.split(model.create(cfg, mesh, seed=5), nnx.Param)
 
 
@@ -79,3 +79,20 @@ def test_a_prompt_longer_than_a_device_holds_is_sharded(prompts):
     assert list(rows[0][1001:]) == list(decode.generate(single[1], single[2], np.array([prompt]),
                                                         3)[0, 1001:])
     assert len(rows[0]) == 1004
+
+
+def test_local_and_global_layers_decode_as_they_train(prompts):
+    """Sliding-window and global layers with sinks, caps, q/k norms (tests/test_model.py's
+    MIXED, window 6): each greedy token, prefilled over 4 devices or on one, is the training
+    forward's argmax on the finished row (and windows shorter than the prompts bite)."""
+    from tests.test_model import MIXED
+    one = build("ring", 1, **MIXED)
+    forward = jax.jit(lambda p, t: nnx.merge(one[1], p)(t))
+    mesh, graphdef, params = build("zigzag", 4, **MIXED)
+    rows = decode.generate_sharded(graphdef, params, prompts, 8, mesh)
+    for prompt, row in zip(prompts, rows):
+        cached = decode.generate(one[1], one[2], np.array([prompt]), 8)[0]
+        assert list(row) == list(cached)
+        with jax.set_mesh(one[0]):
+            logits = np.asarray(forward(one[2], np.array([row[:-1]]))[0])
+        assert list(logits[len(prompt) - 1:].argmax(-1)) == list(row[len(prompt):])

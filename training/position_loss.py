@@ -68,7 +68,7 @@ def make_position_eval(graphdef, buckets: int):
         x = net.hidden(batch["inputs"], batch["positions"], batch["segment_ids"],
                        batch["order"])
         nll = loss.token_nll(x, net.head_weight(), batch["targets"], mesh=net.mesh,
-                             chunk=net.cfg.loss_chunk)
+                             chunk=net.cfg.loss_chunk, soft_cap=net.cfg.final_logit_soft_cap)
         bucket = (batch["order"] * buckets // batch["order"].shape[1]).reshape(-1)
         sums = jnp.zeros(buckets, jnp.float32).at[bucket].add(nll.reshape(-1))
         return sums, jnp.zeros(buckets, jnp.float32).at[bucket].add(1.0)

@@ -25,7 +25,8 @@ def token_loss_sums(graphdef, params, batch, mask_documents: bool):
     targets, weights = batch["targets"], batch["weights"]
     if net.cfg.loss_chunk:  # never makes the [B, S, V] logits (model/loss.py)
         total = loss.chunked_nll_sum(x, net.head_weight(), targets, weights, mesh=net.mesh,
-                                     chunk=net.cfg.loss_chunk)
+                                     chunk=net.cfg.loss_chunk,
+                                     soft_cap=net.cfg.final_logit_soft_cap)
     else:
         total = loss.plain_nll_sum(net.logits(x), targets, weights)
     return total, jnp.sum(weights)

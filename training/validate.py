@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import parallel
-from model.config import REMAT_POLICIES
+from model.config import FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.rope import RopeScaling
 from planner.attention import choice_from_config
 
@@ -196,3 +196,29 @@ def _validate_model(m, device_count):
                           f"{', '.join(REMAT_POLICIES)}")
     if m.dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"model.dtype={m.dtype!r}: choose float32, bfloat16 or float16")
+    _validate_attention_kinds(m)
+
+
+def _validate_attention_kinds(m):
+    """Per-layer attention (model.layer_types and what goes with it), one line each."""
+    types = tuple(m.get("layer_types", ()) or ())
+    if types and len(types) != m.num_layers:
+        raise ConfigError(f"model.layer_types has {len(types)} entries for "
+                          f"model.num_layers={m.num_layers}: give one per layer, or () for all "
+                          f"'{FULL}'")
+    unknown = sorted(set(types) - set(LAYER_TYPES))
+    if unknown:
+        raise ConfigError(f"model.layer_types: {unknown[0]!r} is not a layer type: use "
+                          f"{' or '.join(repr(t) for t in LAYER_TYPES)}")
+    window = m.get("sliding_window", 0)
+    if window < 0 or (SLIDING in types and not window):
+        raise ConfigError(f"model.sliding_window={window}: sliding layers need a window of at "
+                          f"least 1 token (keys a query sees, itself included)")
+    activation = m.get("mlp_activation", "silu")
+    if activation not in MLP_ACTIVATIONS:
+        raise ConfigError(f"model.mlp_activation={activation!r}: choose one of "
+                          f"{', '.join(MLP_ACTIVATIONS)}")
+    for field in ("attn_logit_soft_cap", "final_logit_soft_cap", "query_scale",
+                  "rope_local_theta"):
+        if m.get(field, 0.0) < 0:
+            raise ConfigError(f"model.{field}={m.get(field)} must be positive, or 0 for none")
