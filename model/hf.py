@@ -1,12 +1,14 @@
-"""Hugging Face Llama checkpoints in and out: `config.json` + safetensors (one file or sharded).
+"""Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
+Llama, Mistral, Qwen3, Gemma 2 and Gemma 3 (text) families (model/hf_families.py).
 
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up
     logits = m(tokens)                        # [B, S] int -> [B, S, vocab] float32
     hf.save(m, "/tmp/out")                    # a directory transformers' LlamaForCausalLM loads
 
-What maps to what (our NNX parameter: Hugging Face tensor; kernels are stored transposed, as
-torch's Linear keeps [out, in]; the rotate-half RoPE pairing is the same in both):
+What maps to what in a Llama (our NNX parameter: Hugging Face tensor; kernels are stored
+transposed, as torch's Linear keeps [out, in]; the rotate-half RoPE pairing is the same in both;
+the other families add and rename norms: hf_families.py):
 
     embed.embedding                   model.embed_tokens.weight
     blocks[i].attention_norm.scale    model.layers.i.input_layernorm.weight
@@ -20,8 +22,8 @@ Loading is tensor by tensor onto the target shardings (`load_params`): each devi
 read from the memory-mapped files, so no host ever holds the whole model, and a training run
 (`--config.init_from=hf:PATH`) loads straight onto its mesh, layers stacked or not. Everything a
 checkpoint says is checked before a byte is loaded: HFError, one line, for a missing directory, an
-architecture other than Llama, options Llama models here do not have (biases, another
-activation), and tensors whose names or shapes contradict config.json.
+architecture outside the families, options the model here does not have (biases, another
+activation, mixture-of-experts layers), and tensors whose names or shapes contradict config.json.
 """
 
 from __future__ import annotations
@@ -34,27 +36,19 @@ import jax
 import numpy as np
 from flax import nnx
 
-from model.config import ModelConfig
+from model.config import FULL, SLIDING, ModelConfig
+from model.hf_families import FAMILIES, Family, FamilyError, family_of
 from model.rope import RopeScaling
 from model.safetensors_dir import SafetensorsDir, write
 from model.transformer import Transformer
 
-ARCHITECTURE, MODEL_TYPE = "LlamaForCausalLM", "llama"
 _TOP = {("embed", "embedding"): "model.embed_tokens.weight",
         ("final_norm", "scale"): "model.norm.weight",
         ("lm_head", "kernel"): "lm_head.weight"}
-_LAYER = {("attention_norm", "scale"): "input_layernorm.weight",
-          ("attention", "q", "kernel"): "self_attn.q_proj.weight",
-          ("attention", "k", "kernel"): "self_attn.k_proj.weight",
-          ("attention", "v", "kernel"): "self_attn.v_proj.weight",
-          ("attention", "o", "kernel"): "self_attn.o_proj.weight",
-          ("mlp_norm", "scale"): "post_attention_layernorm.weight",
-          ("mlp", "gate", "kernel"): "mlp.gate_proj.weight",
-          ("mlp", "up", "kernel"): "mlp.up_proj.weight",
-          ("mlp", "down", "kernel"): "mlp.down_proj.weight"}
 # Tensors some checkpoints carry that the model computes instead (older Llama files).
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+_READS = ", ".join(f.architecture for f in FAMILIES.values())
 
 
 class HFError(ValueError):
@@ -76,16 +70,15 @@ def read_config(path: str) -> tuple[dict, str]:
                       f"has config.json beside its *.safetensors") from None
     except json.JSONDecodeError as e:
         raise HFError(f"{file} is not valid JSON ({e.msg}, line {e.lineno})") from None
-    architectures = c.get("architectures") or [ARCHITECTURE]
-    if c.get("model_type") != MODEL_TYPE or architectures != [ARCHITECTURE]:
+    family = FAMILIES.get(c.get("model_type"))
+    architectures = c.get("architectures") or [family.architecture if family else "?"]
+    if family is None or architectures != [family.architecture]:
         raise HFError(f"{path}: {'/'.join(architectures)} (model_type {c.get('model_type')!r}) "
-                      f"is not a Llama checkpoint: model.hf reads {ARCHITECTURE} "
-                      f"(model_type 'llama')")
-    for key, supported in (("hidden_act", "silu"), ("attention_bias", False),
-                           ("mlp_bias", False)):
-        if c.get(key, supported) != supported:
-            raise HFError(f"{file}: {key}={c[key]!r} is not supported (this model has "
-                          f"{key}={supported!r})")
+                      f"is not a family model.hf reads: {_READS}")
+    try:
+        options = family.read(c)
+    except FamilyError as e:
+        raise HFError(f"{file}: {e}") from None
     heads = c["num_attention_heads"]
     fields = dict(vocab_size=c["vocab_size"], d_model=c["hidden_size"],
                   num_layers=c["num_hidden_layers"], num_heads=heads,
@@ -93,14 +86,31 @@ def read_config(path: str) -> tuple[dict, str]:
                   head_dim=c.get("head_dim") or c["hidden_size"] // heads,
                   mlp_dim=c["intermediate_size"], norm_eps=c.get("rms_norm_eps", 1e-6),
                   tie_embeddings=bool(c.get("tie_word_embeddings", False)))
-    fields.update(_read_rope(c, file))
+    fields.update(options)
+    fields.update(_read_rope(c, file, family))
     dtype = c.get("dtype") or c.get("torch_dtype") or "float32"
     return fields, _DTYPES.get(dtype, "float32")
 
 
-def _read_rope(c: dict, file: str) -> dict:
-    """rope_theta and rope_scaling (a dict of RopeScaling's fields) from a config.json. Where both
-    layouts are present transformers reads the older one, and so do we."""
+def _read_rope(c: dict, file: str, family: Family) -> dict:
+    """rope_theta and rope_scaling (a dict of RopeScaling's fields) from a config.json, and for
+    a family with a RoPE per layer type (Gemma 3) rope_local_theta: the sliding layers' base,
+    unscaled. Where both layouts are present transformers reads the older one, and so do we."""
+    if family.rope_per_layer_type:
+        per_type = c.get("rope_parameters") or {}
+        if FULL in per_type or SLIDING in per_type:  # transformers 5: one entry per type
+            local = dict(per_type.get(SLIDING) or {})
+            if local.get("rope_type", "default") != "default":
+                raise HFError(f"{file}: a scaled RoPE on sliding layers "
+                              f"({local['rope_type']!r}) is not supported")
+            flat = {k: v for k, v in c.items() if k not in ("rope_parameters", "rope_theta",
+                                                             "rope_scaling")}
+            out = _read_rope({**flat, "rope_parameters": per_type.get(FULL) or {}}, file,
+                             FAMILIES["llama"])
+            return {**out, "rope_local_theta": float(local.get("rope_theta", 10_000.0))}
+        out = _read_rope({k: v for k, v in c.items() if k != "rope_parameters"}, file,
+                         FAMILIES["llama"])
+        return {**out, "rope_local_theta": float(c.get("rope_local_base_freq", 10_000.0))}
     if "rope_scaling" in c or "rope_theta" in c or not c.get("rope_parameters"):
         params = dict(c.get("rope_scaling") or {})
         theta = c.get("rope_theta", 10_000.0)
@@ -123,18 +133,26 @@ def _read_rope(c: dict, file: str) -> dict:
 
 def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0,
                 eos_token_id: int | None = None) -> dict:
-    """What `save` writes as config.json: transformers 5's layout, with the RoPE settings also
-    in transformers 4's keys (which 5 reads first) so that either version loads them."""
+    """What `save` writes as config.json, in the family that holds the model (family_of):
+    transformers 5's layout, with the RoPE settings also in transformers 4's keys (which 5
+    reads first) so that either version loads them; Gemma 3's RoPE per layer type."""
+    family = _family(cfg)
     scaling = cfg.rope_scaling.parameters()
-    out = {"architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": cfg.vocab_size,
+    out = {"architectures": [family.architecture], "model_type": family.model_type,
+           "vocab_size": cfg.vocab_size,
            "hidden_size": cfg.d_model, "intermediate_size": cfg.mlp_dim,
            "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
            "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-           "hidden_act": "silu", "rms_norm_eps": cfg.norm_eps, "attention_bias": False,
-           "mlp_bias": False, "tie_word_embeddings": cfg.tie_embeddings, "dtype": dtype,
-           "rope_parameters": {**scaling, "rope_theta": cfg.rope_theta},
-           "rope_theta": cfg.rope_theta,
-           "rope_scaling": None if scaling["rope_type"] == "default" else scaling}
+           "rms_norm_eps": cfg.norm_eps, "tie_word_embeddings": cfg.tie_embeddings,
+           "dtype": dtype, **family.write(cfg)}
+    if family.rope_per_layer_type:
+        local = cfg.rope_local_theta or cfg.rope_theta
+        out["rope_parameters"] = {FULL: {**scaling, "rope_theta": cfg.rope_theta},
+                                  SLIDING: {"rope_type": "default", "rope_theta": local}}
+    else:
+        out.update({"rope_parameters": {**scaling, "rope_theta": cfg.rope_theta},
+                    "rope_theta": cfg.rope_theta,
+                    "rope_scaling": None if scaling["rope_type"] == "default" else scaling})
     original = cfg.rope_scaling.original_max_position_embeddings
     if not max_position_embeddings and original and cfg.rope_scaling.rope_type != "default":
         max_position_embeddings = original * cfg.rope_scaling.factor  # the extended context
@@ -146,15 +164,29 @@ def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0,
 
 
 
-def _source(path: tuple, num_layers: int) -> tuple[list[str], bool, bool]:
+def _family(cfg: ModelConfig) -> Family:
+    try:
+        return family_of(cfg)
+    except FamilyError as e:
+        raise HFError(f"hf: {e}") from None
+
+
+def _source(path: tuple, cfg: ModelConfig) -> tuple[list[str], bool, bool]:
     """Our parameter's path -> (the Hugging Face tensor of each layer it holds, stored
     transposed?, stacked over layers?)."""
+    layer = _family(cfg).layer
     transposed = path[-1] == "kernel"
     if path[0] != "blocks":
         return [_TOP[path]], transposed, False
     if isinstance(path[1], int):  # blocks[i]...
-        return [f"model.layers.{path[1]}.{_LAYER[path[2:]]}"], transposed, False
-    return [f"model.layers.{i}.{_LAYER[path[1:]]}" for i in range(num_layers)], transposed, True
+        return [f"model.layers.{path[1]}.{layer[path[2:]]}"], transposed, False
+    return ([f"model.layers.{i}.{layer[path[1:]]}" for i in range(cfg.num_layers)], transposed,
+            True)
+
+
+def _offset(path: tuple, cfg: ModelConfig) -> float:
+    """What the family stores a parameter less by: Gemma's norm scales are kept as scale - 1."""
+    return _family(cfg).norm_offset if path[-1] == "scale" else 0.0
 
 
 def _key_path(path) -> tuple:
@@ -165,11 +197,9 @@ def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Each Hugging Face tensor name of a model with this config, with its shape."""
     q, kv, d, f = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.d_model, \
         cfg.mlp_dim
-    layer = {"input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,),
-             "self_attn.q_proj.weight": (q, d), "self_attn.k_proj.weight": (kv, d),
-             "self_attn.v_proj.weight": (kv, d), "self_attn.o_proj.weight": (d, q),
-             "mlp.gate_proj.weight": (f, d), "mlp.up_proj.weight": (f, d),
-             "mlp.down_proj.weight": (d, f)}
+    shapes = {"q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "gate": (f, d), "up": (f, d),
+              "down": (d, f), "q_norm": (cfg.head_dim,), "k_norm": (cfg.head_dim,)}
+    layer = {name: shapes.get(path[-2], (d,)) for path, name in _family(cfg).layer.items()}
     out = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,)}
     if not cfg.tie_embeddings:
         out["lm_head.weight"] = (cfg.vocab_size, d)
@@ -200,8 +230,9 @@ def open_weights(path: str, cfg: ModelConfig) -> SafetensorsDir:
     extra = sorted(n for n in names - set(expected) - ignored
                    if not n.endswith(_IGNORED_SUFFIXES))
     if extra:
-        raise HFError(f"{path}: tensor {extra[0]} has no place in a Llama model "
-                      f"({len(extra)} such tensors): not a checkpoint this loader reads")
+        raise HFError(f"{path}: tensor {extra[0]} has no place in a "
+                      f"{_family(cfg).architecture} model ({len(extra)} such tensors): not a "
+                      f"checkpoint this loader reads")
     return weights
 
 
@@ -211,7 +242,8 @@ def load_params(weights: SafetensorsDir, cfg: ModelConfig, abstract, mesh):
     from the memory-mapped files, so a host reads only what its devices hold."""
 
     def place(path, leaf):
-        names, transposed, stacked = _source(_key_path(path), cfg.num_layers)
+        names, transposed, stacked = _source(_key_path(path), cfg)
+        offset = _offset(_key_path(path), cfg)
 
         def read(index):
             layers = range(len(names))[index[0]] if stacked else [0]
@@ -221,6 +253,8 @@ def load_params(weights: SafetensorsDir, cfg: ModelConfig, abstract, mesh):
                 part = weights.read(names[i], inner[::-1] if transposed else inner)
                 parts.append(part.T if transposed else part)
             out = np.stack(parts) if stacked else parts[0]
+            if offset:
+                out = out.astype(np.float32) + offset
             return out.astype(leaf.dtype)
 
         sharding = jax.NamedSharding(mesh, leaf.sharding.spec)
@@ -267,21 +301,24 @@ def hf_tensors(params, cfg: ModelConfig, dtype: str):
     from jax.experimental import multihost_utils
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     for path, leaf in flat:
-        names, transposed, stacked = _source(_key_path(path), cfg.num_layers)
+        names, transposed, stacked = _source(_key_path(path), cfg)
+        offset = _offset(_key_path(path), cfg)
         if jax.process_count() > 1:
             host = np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
         else:
             host = np.asarray(jax.device_get(leaf))
         for i, name in enumerate(names):
             part = host[i] if stacked else host
+            if offset:
+                part = part.astype(np.float32) - offset
             yield name, (part.T if transposed else part).astype(jax.numpy.dtype(dtype))
 
 
 def save(m: Transformer, path: str, *, dtype: str | None = None,
          max_shard_bytes: int = 5 << 30, max_position_embeddings: int = 0,
          eos_token_id: int | None = None) -> list[str]:
-    """Writes the model as a Hugging Face Llama directory (config.json and safetensors, sharded
-    past max_shard_bytes) into PATH, in `dtype` (default: the parameters' own); the context
+    """Writes the model as a Hugging Face directory of its family (config.json and safetensors,
+    sharded past max_shard_bytes) into PATH, in `dtype` (default: the parameters' own); the context
     length it was trained for and its tokenizer's end-of-sequence id go into config.json when
     given. The files are
     written into PATH.tmp and PATH replaced only once they are complete; with several
@@ -290,6 +327,7 @@ def save(m: Transformer, path: str, *, dtype: str | None = None,
     dtype = dtype or cfg.param_dtype
     if dtype not in _DTYPES:
         raise HFError(f"hf.save: dtype {dtype!r}: choose one of {', '.join(_DTYPES)}")
+    config = config_json(cfg, dtype, max_position_embeddings, eos_token_id)  # HFError first
     tensors = hf_tensors(nnx.state(m, nnx.Param), cfg, dtype)
     if jax.process_index() != 0:  # the other processes take part in each tensor's gather
         for _ in tensors:
@@ -300,7 +338,7 @@ def save(m: Transformer, path: str, *, dtype: str | None = None,
     os.makedirs(tmp)
     files = write(tmp, tensors, max_shard_bytes)
     with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(config_json(cfg, dtype, max_position_embeddings, eos_token_id), f, indent=2)
+        json.dump(config, f, indent=2)
     _replace_dir(tmp, path)
     return files + ["config.json"]
 

@@ -34,12 +34,14 @@ def dense(cfg: ModelConfig, d_in: int, d_out: int, rngs: nnx.Rngs, scale: float 
 
 class RMSNorm(nnx.Module):
     """x / rms(x) * scale, computed in float32. [..., D] -> [..., D] in the compute dtype (D:
-    d_model, or `dim`: head_dim for the norms of queries and keys)."""
+    d_model, or `dim`: head_dim for the norms of queries and keys). The scale is float32
+    whatever the parameters' dtype: D numbers a layer, and Gemma's stored scale - 1 comes back
+    exactly (in bfloat16, 1 + w would lose w's low bits)."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dim: int | None = None):
         del rngs
         self.eps, self.dtype = cfg.norm_eps, cfg.compute_dtype
-        self.scale = nnx.Param(jnp.ones((dim or cfg.d_model,), cfg.weights_dtype),
+        self.scale = nnx.Param(jnp.ones((dim or cfg.d_model,), jnp.float32),
                                out_sharding=(None,))
 
     def __call__(self, x):

@@ -1,4 +1,6 @@
-"""Our model against Hugging Face transformers' LlamaForCausalLM on the same directory: the check
+"""Our model against Hugging Face transformers' own model (LlamaForCausalLM, MistralForCausalLM,
+Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM: its config.json says) on the same
+directory: the check
 that what model.hf.save and scripts/export_hf.py write is what transformers reads.
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers -e .
@@ -19,7 +21,7 @@ import tempfile
 import numpy as np
 import torch
 import transformers
-from transformers import AutoTokenizer, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import data
 from model import hf
@@ -29,7 +31,8 @@ def compare(path: str) -> float:
     ours = hf.load(path, param_dtype="float32")
     tokens = np.random.default_rng(0).integers(0, ours.cfg.vocab_size, (2, 160))
     mine = np.asarray(ours(tokens))
-    theirs = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                  attn_implementation="eager").eval()
     with torch.no_grad():
         reference = theirs(torch.from_numpy(tokens)).logits.numpy()
     return float(np.abs(mine - reference).max() / np.abs(reference).max())

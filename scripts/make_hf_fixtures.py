@@ -1,6 +1,7 @@
-"""Writes tests/fixtures/hf/: tiny Llama checkpoints saved by Hugging Face `transformers`, and the
-logits its own LlamaForCausalLM (PyTorch) computes from them, the reference tests/test_hf.py
-checks model.hf against (make test reads the files; it needs no PyTorch).
+"""Writes tests/fixtures/hf/: tiny checkpoints saved by Hugging Face `transformers` (Llama under
+every RoPE rule; Mistral, Qwen3, Gemma 2 and Gemma 3 with sliding windows shorter than the
+reference), and the logits its own PyTorch models compute from them, the reference
+tests/test_hf.py checks model.hf against (make test reads the files; it needs no PyTorch).
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy
     /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
@@ -39,6 +40,35 @@ CASES = {  # name: (rope_parameters without theta, tied, dtype, shard size, old 
 }
 
 
+# The other families, each with windows shorter than the reference's 96 tokens and the options
+# that set it apart: (transformers classes, config keywords, tied, dtype).
+FAMILY_CASES = {
+    "mistral_window": ("MistralConfig", "MistralForCausalLM",
+                       dict(sliding_window=16, rope_parameters={"rope_type": "default",
+                                                                "rope_theta": THETA}),
+                       False, torch.float32),
+    "qwen3_window": ("Qwen3Config", "Qwen3ForCausalLM",  # layer 0 full, layer 1 sliding
+                     dict(use_sliding_window=True, sliding_window=16, max_window_layers=1,
+                          rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+                     True, torch.float32),
+    "gemma2_caps": ("Gemma2Config", "Gemma2ForCausalLM",  # sliding, full; caps that bite
+                    dict(sliding_window=16, query_pre_attn_scalar=16, attn_logit_softcapping=5.0,
+                         final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh",
+                         rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+                    True, torch.bfloat16),
+    "gemma3_local_global": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+                            dict(sliding_window=16, query_pre_attn_scalar=12,
+                                 layer_types=["sliding_attention", "full_attention"],
+                                 hidden_activation="gelu_pytorch_tanh",
+                                 rope_parameters={
+                                     "sliding_attention": {"rope_type": "default",
+                                                           "rope_theta": THETA},
+                                     "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                        "rope_theta": 1_000_000.0}}),
+                            False, torch.float32),
+}
+
+
 def old_layout(path: str) -> None:
     """Rewrites config.json as transformers 4 wrote it: rope_theta and rope_scaling on top."""
     with open(os.path.join(path, "config.json")) as f:
@@ -71,6 +101,26 @@ def main() -> None:
         if old:
             old_layout(path)
         reloaded = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        with torch.no_grad():
+            out = reloaded(torch.from_numpy(tokens)).logits
+        logits[name] = out.numpy().astype(np.float32)
+        print(name, sorted(os.listdir(path)), float(out.abs().mean()))
+    for i, (name, (config_class, model_class, options, tied, dtype)) in enumerate(
+            FAMILY_CASES.items(), start=len(CASES)):
+        torch.manual_seed(i)
+        config = getattr(transformers, config_class)(**SIZES, tie_word_embeddings=tied,
+                                                     initializer_range=0.2, **options)
+        model = getattr(transformers, model_class)(config)
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                if pname.endswith("norm.weight"):
+                    p.copy_(0.5 + 0.3 * torch.randn_like(p))  # Gemma adds 1, the others not
+        model = model.to(dtype)
+        path = os.path.join(OUT, name)
+        model.save_pretrained(path)
+        os.remove(os.path.join(path, "generation_config.json"))
+        reloaded = getattr(transformers, model_class).from_pretrained(
+            path, dtype=torch.float32, attn_implementation="eager").eval()
         with torch.no_grad():
             out = reloaded(torch.from_numpy(tokens)).logits
         logits[name] = out.numpy().astype(np.float32)

@@ -107,8 +107,8 @@ def test_bad_sources_are_refused_before_anything_is_written(edit, expected, mode
 
 
 @pytest.mark.parametrize("change,expected", [
-    ({"model_type": "mistral", "architectures": ["MistralForCausalLM"]},
-     "is not a Llama checkpoint"),
+    ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]},  # experts
+     "is not a family model.hf reads"),
     ({"intermediate_size": 64}, "has shape"),  # the tensors are 96 wide
 ])
 def test_a_checkpoint_that_is_not_what_it_says_is_refused(change, expected, model_dir,

@@ -1,0 +1,200 @@
+"""The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Gemma 2 and
+Gemma 3 (text). A family is how one `model_type`'s config.json maps onto ModelConfig and back,
+and how its layers' tensors are named; one `Family` each, and one line in FAMILIES.
+
+    family        attention per layer                  besides Llama's block
+    llama         full                                 -
+    mistral       every layer a sliding window         -
+    qwen3         full, or sliding from a layer on     RMSNorm of q and k heads
+    gemma2        sliding and full alternating         GeGLU, sandwich norms, embedding scale,
+                                                       query scale, soft caps (scores, logits)
+    gemma3_text   5 sliding : 1 full, local RoPE base  as Gemma 2 with q/k norms, no caps
+
+Gemma stores its RMSNorm scales as (scale - 1) (its norm multiplies by 1 + weight):
+`norm_offset` adds the 1 on reading and takes it off on writing. An option a family does not
+have, or a model no family holds (mixture-of-experts layers, biases, sinks), is a one-line
+HFError, never a model that loads and computes something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from model.config import FULL, SLIDING, ModelConfig
+
+# Our parameter path (inside a block) -> the tensor's name inside model.layers.i.
+LLAMA_LAYER = {("attention_norm", "scale"): "input_layernorm.weight",
+               ("attention", "q", "kernel"): "self_attn.q_proj.weight",
+               ("attention", "k", "kernel"): "self_attn.k_proj.weight",
+               ("attention", "v", "kernel"): "self_attn.v_proj.weight",
+               ("attention", "o", "kernel"): "self_attn.o_proj.weight",
+               ("mlp_norm", "scale"): "post_attention_layernorm.weight",
+               ("mlp", "gate", "kernel"): "mlp.gate_proj.weight",
+               ("mlp", "up", "kernel"): "mlp.up_proj.weight",
+               ("mlp", "down", "kernel"): "mlp.down_proj.weight"}
+QK_NORMS = {("attention", "q_norm", "scale"): "self_attn.q_norm.weight",
+            ("attention", "k_norm", "scale"): "self_attn.k_norm.weight"}
+GEMMA_NORMS = {("mlp_norm", "scale"): "pre_feedforward_layernorm.weight",
+               ("post_attention_norm", "scale"): "post_attention_layernorm.weight",
+               ("post_mlp_norm", "scale"): "post_feedforward_layernorm.weight"}
+
+
+class FamilyError(ValueError):
+    """config.json asks for something the family's model here does not compute (one line)."""
+
+
+def _refuse(c: dict, checks) -> None:
+    """FamilyError for the first (key, allowed values) config.json contradicts."""
+    for key, allowed in checks:
+        if key in c and c[key] not in allowed:
+            raise FamilyError(f"{key}={c[key]!r} is not supported (this model has "
+                              f"{key} in {list(allowed)})")
+
+
+def _window(c: dict) -> int:
+    return int(c.get("sliding_window") or 0)
+
+
+def _types(c: dict, default: Callable[[int], str]) -> tuple[str, ...]:
+    """config.json's layer_types, or the family's rule for files written before it had them."""
+    n = c["num_hidden_layers"]
+    return tuple(c.get("layer_types") or [default(i) for i in range(n)])
+
+
+# ------------------------------------------------------------------------- config.json -> ours
+
+def _llama(c):
+    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]), ("mlp_bias", [False])])
+    return {}
+
+
+def _mistral(c):
+    _refuse(c, [("hidden_act", ["silu"])])
+    window = _window(c)
+    return dict(layer_types=(SLIDING,) * c["num_hidden_layers"] if window else (),
+                sliding_window=window)
+
+
+def _qwen3(c):
+    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
+    window = _window(c) if c.get("use_sliding_window") else 0
+    types = _types(c, lambda i: FULL)
+    if not window:  # transformers ignores the window without use_sliding_window
+        types = ()
+    return dict(qk_norm=True, layer_types=types if SLIDING in types else (),
+                sliding_window=window if SLIDING in types else 0)
+
+
+def _gemma(c, *, qk_norm: bool, default_types):
+    _refuse(c, [("hidden_activation", ["gelu_pytorch_tanh", "gelu_tanh"]),
+                ("hidden_act", ["gelu_pytorch_tanh", "gelu_tanh", None]),
+                ("attention_bias", [False]), ("use_bidirectional_attention", [False, None])])
+    return dict(layer_types=_types(c, default_types), sliding_window=_window(c),
+                qk_norm=qk_norm, attn_logit_soft_cap=float(c.get("attn_logit_softcapping") or 0),
+                final_logit_soft_cap=float(c.get("final_logit_softcapping") or 0),
+                query_scale=float(c.get("query_pre_attn_scalar") or c["head_dim"]),
+                mlp_activation="gelu_tanh", sandwich_norms=True, embed_scale=True,
+                tie_embeddings=bool(c.get("tie_word_embeddings", True)))
+
+
+# ------------------------------------------------------------------------- ours -> config.json
+
+def _llama_json(cfg):
+    return {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+
+
+def _mistral_json(cfg):
+    return {"hidden_act": "silu", "sliding_window": cfg.sliding_window or None}
+
+
+def _qwen3_json(cfg):
+    types = [cfg.layer_type(i) for i in range(cfg.num_layers)]
+    first = types.index(SLIDING) if SLIDING in types else cfg.num_layers
+    return {"hidden_act": "silu", "attention_bias": False, "layer_types": types,
+            "use_sliding_window": SLIDING in types, "sliding_window": cfg.sliding_window or None,
+            "max_window_layers": first}
+
+
+def _int_if_whole(x):
+    """transformers' Gemma configs type query_pre_attn_scalar as an int."""
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _gemma_json(cfg):
+    return {"hidden_activation": "gelu_pytorch_tanh", "attention_bias": False,
+            "layer_types": [cfg.layer_type(i) for i in range(cfg.num_layers)],
+            "sliding_window": cfg.sliding_window or None,
+            "query_pre_attn_scalar": _int_if_whole(cfg.query_scale or cfg.head_dim),
+            "attn_logit_softcapping": cfg.attn_logit_soft_cap or None,
+            "final_logit_softcapping": cfg.final_logit_soft_cap or None}
+
+
+# The ModelConfig fields a family decides (beyond Llama's shapes and RoPE).
+OPTIONS = ("layer_types", "sliding_window", "rope_local_theta", "qk_norm", "attn_logit_soft_cap",
+           "final_logit_soft_cap", "attention_sinks", "query_scale", "mlp_activation",
+           "sandwich_norms", "embed_scale")
+
+
+def _options(fields: dict, head_dim: int) -> dict:
+    """The OPTIONS of a config, written one way: all-full layer types as (), no window without
+    sliding layers, Gemma's query scale equal to head_dim as the default 0."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in OPTIONS}
+    out = {**defaults, **{k: v for k, v in fields.items() if k in OPTIONS}}
+    types = tuple(out["layer_types"])
+    out["layer_types"] = types if SLIDING in types else ()
+    if SLIDING not in types:
+        out["sliding_window"] = 0
+    if out["query_scale"] == head_dim:
+        out["query_scale"] = 0.0
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    model_type: str
+    architecture: str
+    read: Callable[[dict], dict]  # config.json -> ModelConfig fields besides Llama's
+    write: Callable[[ModelConfig], dict]  # ModelConfig -> config.json keys besides Llama's
+    layer: dict  # our block parameter path -> tensor name in model.layers.i
+    norm_offset: float = 0.0  # stored norm scale = ours - norm_offset
+    rope_per_layer_type: bool = False  # rope_parameters keyed by layer type (Gemma 3)
+
+    def matches(self, cfg: ModelConfig) -> bool:
+        """Whether this family's files hold a model with this config exactly: what `write`
+        puts in config.json, `read` gives back."""
+        import json
+        c = json.loads(json.dumps({"num_hidden_layers": cfg.num_layers,
+                                   "head_dim": cfg.head_dim, **self.write(cfg)}))
+        ours = _options(dataclasses.asdict(cfg), cfg.head_dim)
+        back = _options(self.read(c), cfg.head_dim)
+        if self.rope_per_layer_type:  # config.json's per-type RoPE (model/hf.py) holds it
+            back["rope_local_theta"] = ours["rope_local_theta"]
+        return back == ours
+
+
+FAMILIES = {f.model_type: f for f in (
+    Family("llama", "LlamaForCausalLM", _llama, _llama_json, LLAMA_LAYER),
+    Family("mistral", "MistralForCausalLM", _mistral, _mistral_json, LLAMA_LAYER),
+    Family("qwen3", "Qwen3ForCausalLM", _qwen3, _qwen3_json, {**LLAMA_LAYER, **QK_NORMS}),
+    Family("gemma2", "Gemma2ForCausalLM",
+           lambda c: _gemma(c, qk_norm=False, default_types=lambda i: (SLIDING, FULL)[i % 2]),
+           _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS}, norm_offset=1.0),
+    Family("gemma3_text", "Gemma3ForCausalLM",
+           lambda c: _gemma(c, qk_norm=True,
+                            default_types=lambda i: FULL if (i + 1) % 6 == 0 else SLIDING),
+           _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS, **QK_NORMS}, norm_offset=1.0,
+           rope_per_layer_type=True),
+)}
+
+
+def family_of(cfg: ModelConfig) -> Family:
+    """The family whose files hold this model exactly (the first in FAMILIES order), or
+    FamilyError naming what none of them has."""
+    for family in FAMILIES.values():
+        if family.matches(cfg):
+            return family
+    if cfg.attention_sinks:
+        raise FamilyError("attention sinks: none of the families written here has them")
+    raise FamilyError("no Hugging Face family here holds this combination of attention "
+                      "options (layer_types, qk_norm, soft caps, Gemma's block)")
