@@ -2,7 +2,8 @@
 
 The reference for the first step is the loaded model itself on one device (model.hf, checked
 against transformers in test_hf.py), on step 0's rows in their natural order: every layout
-sharded over 4 devices must log exactly that loss at step 1.
+sharded over 4 devices must log exactly that loss at step 1 (a Gemma 3 model of local and global
+layers in every layout, a Llama one in one).
 """
 
 import json
@@ -25,10 +26,23 @@ SEQ_LEN, BATCH = 64, 2
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def corpus(tmp_path_factory):
+    return write_text(str(tmp_path_factory.mktemp("text") / "corpus.txt"))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, corpus):
     root = tmp_path_factory.mktemp("hf")
-    corpus = write_text(str(root / "corpus.txt"))
     return make_model_dir(str(root / "model"), corpus), corpus, str(root / "cache")
+
+
+@pytest.fixture(scope="module")
+def gemma3_dir(tmp_path_factory, corpus):
+    """Gemma 3 (text): a sliding layer (window 16, a device's block here) and a global one,
+    q/k norms, GeGLU, sandwich norms: saved by transformers (tests/fixtures/hf)."""
+    root = tmp_path_factory.mktemp("gemma3")
+    return (make_model_dir(str(root / "model"), corpus, case="gemma3_local_global"), corpus,
+            str(root / "cache"))
 
 
 def run_config(model_dir, layout="zigzag", **changes):
@@ -46,7 +60,6 @@ def run_config(model_dir, layout="zigzag", **changes):
     return config
 
 
-@pytest.fixture(scope="module")
 def single_device_loss(model_dir) -> float:
     """Step 0's rows in natural order through hf.load's model on one device."""
     path, corpus, cache_dir = model_dir
@@ -61,11 +74,20 @@ def single_device_loss(model_dir) -> float:
     return float(total / weight)
 
 
-@pytest.mark.parametrize("layout", ["ring", "striped", "zigzag", "balanced"])
-def test_first_step_loss_is_the_loaded_models(layout, model_dir, single_device_loss, tmp_path):
-    reference = single_device_loss
-    train_and_evaluate(run_config(model_dir, layout), str(tmp_path / layout))
+@pytest.fixture(scope="module")
+def references(model_dir, gemma3_dir):
+    return {"llama": single_device_loss(model_dir), "gemma3": single_device_loss(gemma3_dir)}
+
+
+@pytest.mark.parametrize("layout,family", [("ring", "gemma3"), ("striped", "gemma3"),
+                                           ("zigzag", "gemma3"), ("balanced", "gemma3"),
+                                           ("zigzag", "llama")])
+def test_first_step_loss_is_the_loaded_models(layout, family, model_dir, gemma3_dir, references,
+                                              tmp_path):
+    source = gemma3_dir if family == "gemma3" else model_dir
+    train_and_evaluate(run_config(source, layout), str(tmp_path / layout))
     first = losses(read_metrics(tmp_path / layout))[1]
+    reference = references[family]
     assert abs(first - reference) < 1e-5 * abs(reference), (layout, first, reference)
 
 

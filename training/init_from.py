@@ -1,7 +1,8 @@
 """Where a run's first weights come from: `config.init_from`.
 
     ''                       random weights, drawn from config.seed
-    'hf:PATH'                a Hugging Face Llama directory (model/hf.py): config.json fills
+    'hf:PATH'                a Hugging Face directory (model/hf.py: Llama, Mistral, Qwen3,
+                             Gemma 2, Gemma 3): config.json fills
                              config.model, its tokenizer (tokenizer.json, or tokenizer.model)
                              becomes the run's
     'run:WORKDIR[@STEP]'     another run's checkpoint (its latest, or STEP): the weights only, the
@@ -24,11 +25,19 @@ import dataclasses
 import os
 
 import storage
+from model.config import ModelConfig
 from training.validate import ConfigError
 
 SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                "mlp_dim", "tie_embeddings")
-CHOSEN_FIELDS = ("rope_theta", "rope_scaling", "norm_eps")  # the source's unless set explicitly
+                "mlp_dim", "tie_embeddings",
+                # what the weights were trained to compute: the layers' kinds and their options
+                "layer_types", "qk_norm", "attention_sinks", "attn_logit_soft_cap",
+                "final_logit_soft_cap", "query_scale", "mlp_activation", "sandwich_norms",
+                "embed_scale")
+# The source's unless set explicitly: what a context extension changes.
+CHOSEN_FIELDS = ("rope_theta", "rope_scaling", "norm_eps", "rope_local_theta", "sliding_window")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in
+             SHAPE_FIELDS + CHOSEN_FIELDS and f.default is not dataclasses.MISSING}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,14 +91,15 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
                               f"{'' if fields['scan_layers'] else 'not '}stacked: set "
                               f"--config.model.scan_layers={fields['scan_layers']}")
     explicit = set(explicit)
+    fields = {**_DEFAULTS, **fields}  # a source from before a field existed: its default
     with config.unlocked():
         for name in SHAPE_FIELDS:
             given = f"model.{name}" in explicit
-            if given and config.model[name] != fields[name]:
+            if given and _same(config.model[name]) != _same(fields[name]):
                 raise ConfigError(f"model.{name}={config.model[name]} contradicts {source} "
                                   f"({name} {fields[name]}): drop --config.model.{name}, whose "
                                   f"value the checkpoint fixes")
-            config.model[name] = fields[name]
+            config.model[name] = _same(fields[name])
         for name in CHOSEN_FIELDS:
             if f"model.{name}" in explicit:
                 continue
@@ -104,6 +114,11 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
     if source.kind == "hf" and not saved_steps(workdir):
         _check_hf_files(source.path, config)
     return source
+
+
+def _same(value):
+    """A config value as it compares: a list (JSON, ml_collections) as the tuple it stands for."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _from_hf(path: str) -> tuple[dict, str]:
@@ -148,7 +163,8 @@ def _from_run(source: Source) -> tuple[Source, dict, str]:
     except RunError as e:
         raise ConfigError(f"init_from={source}: {e}") from None
     saved = saved_config(meta)
-    fields = {name: saved.model[name] for name in SHAPE_FIELDS + ("rope_theta", "norm_eps")}
+    fields = {name: saved.model[name] for name in SHAPE_FIELDS + CHOSEN_FIELDS
+              if name in saved.model and name != "rope_scaling"}
     fields["rope_scaling"] = dict(saved.model.get("rope_scaling") or {"rope_type": "default"})
     fields["scan_layers"] = saved.model.get("scan_layers", False)
     tokenizer = saved_tokenizer_file(meta, saved, source.path)
