@@ -180,5 +180,7 @@ def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None,
                      ulysses_degree=ulysses_degree, window=window, sinks=sinks,
                      logit_soft_cap=logit_soft_cap)
     out, _, counts = _forward(spec, q, k, v, segment_ids, order, sinks)
-    block = q.shape[1] // spec.num_shards
-    return out, counts.max(axis=0), spec.strategy.kv_tokens_received(spec, block, k.shape[2])
+    received = spec.strategy.kv_tokens_received(spec.layout, spec.num_shards,
+                                                q.shape[1] // spec.num_shards, spec.tiles.mask,
+                                                spec.tiles.tile_k, k.shape[2])
+    return out, counts.max(axis=0), received

@@ -8,6 +8,9 @@ the key tiles a query tile can see are a prefix: key tile kt may hold a visible 
 tile qt iff its first key index <= the query tile's last index. Tiles past the prefix never run;
 inside it, with segment ids, a tile whose query and key documents cannot meet is skipped too.
 
+Every count takes the mask as `causal`: a bool (causal or not), or a parallel.mask.Mask with a
+sliding window, whose tiles out of reach are skipped like those past the causal edge.
+
 Closed forms (causal, one document, square tiles, T = tiles per block side, W = T^2 = one dense
 block pair), slowest device per ring step:
 
@@ -123,7 +126,7 @@ def _ranges(seg, tile, xp):
 
 
 def ring_tile_counts(layout: str, num_shards: int, block: int, tile_q: int, tile_k: int,
-                     causal: bool = True) -> np.ndarray:
+                     causal=True) -> np.ndarray:
     """tiles[d, s]: tiles device d computes on ring step s (one document), int64 [N, N].
 
     On step s device d holds the key block of device (d - s) mod N.
@@ -135,7 +138,7 @@ def ring_tile_counts(layout: str, num_shards: int, block: int, tile_q: int, tile
 
 
 def placement_tile_counts(order, segment_ids, num_shards: int, tile_q: int, tile_k: int,
-                          causal: bool = True) -> np.ndarray:
+                          causal=True) -> np.ndarray:
     """tiles[d, s] for one row of any placement, int64 [N, N]: order [S] is the original index
     at each slot (a layout's permutation, or one row of balanced's), segment_ids [S] in natural
     order (None: one document). The kernels' rule, so it equals attention_with_stats.
@@ -156,7 +159,7 @@ def placement_tile_counts(order, segment_ids, num_shards: int, tile_q: int, tile
 
 
 def layout_tile_counts(layout: str, segment_ids, num_shards: int, tile_q: int, tile_k: int,
-                       causal: bool = True) -> np.ndarray:
+                       causal=True) -> np.ndarray:
     """tiles[r, d, s] for rows segment_ids [R, S] (natural order) laid out by `layout`, int64
     [R, N, N]: what attention_with_stats reports, row by row. balanced places each row on
     units of lcm(tile_q, tile_k), as training does (training.loop.balance_tile).
@@ -169,14 +172,14 @@ def layout_tile_counts(layout: str, segment_ids, num_shards: int, tile_q: int, t
 
 
 def _row_counts(orders, segment_ids, num_shards: int, tiles: tuple[int, int],
-                causal: bool = True) -> np.ndarray:
+                causal=True) -> np.ndarray:
     """placement_tile_counts of every row: orders [R, S], segment_ids [R, S] or None."""
     segs = [None] * len(orders) if segment_ids is None else segment_ids
     return np.stack([placement_tile_counts(o, s, num_shards, *tiles, causal)
                      for o, s in zip(orders, segs)])
 
 
-def single_device_tiles(segment_ids, tile_q: int, tile_k: int, causal: bool = True) -> int:
+def single_device_tiles(segment_ids, tile_q: int, tile_k: int, causal=True) -> int:
     """Tiles one device computes on a whole row [S] in natural order: the work N devices share
     (the numerator of `document_efficiency`)."""
     return int(placement_tile_counts(np.arange(len(segment_ids)), segment_ids, 1, tile_q,
@@ -213,7 +216,7 @@ def ideal_tiles(seq_len: int, num_shards: int, tile_q: int, tile_k: int,
     return visible_pair_count(seq_len, causal) / (num_shards * tile_q * tile_k)
 
 
-def efficiency(tiles, seq_len: int, tile_q: int, tile_k: int, causal: bool = True) -> float:
+def efficiency(tiles, seq_len: int, tile_q: int, tile_k: int, causal=True) -> float:
     """ideal / critical path: 1.0 is a perfectly balanced ring that computes no masked pair."""
     tiles = np.asarray(tiles)
     return ideal_tiles(seq_len, tiles.shape[0], tile_q, tile_k, causal) / critical_path(tiles)
@@ -232,10 +235,11 @@ def layout_orders(layout: str, num_shards: int, block: int, tiles: tuple[int, in
 
 
 def step_tile_counts(layout: str, num_shards: int, block: int, tiles: tuple[int, int],
-                     documents=None) -> np.ndarray:
+                     documents=None, causal=True) -> np.ndarray:
     """tiles[r, d, s]: tiles device d computes on ring step s for row r (int64 [R, N, N]);
-    documents: segment ids [R, S] in natural order (None: one causal document, R = 1)."""
-    return group_tile_counts(layout, num_shards, 1, block, tiles, documents)
+    documents: segment ids [R, S] in natural order (None: one causal document, R = 1); causal:
+    a bool or a Mask (a sliding window)."""
+    return group_tile_counts(layout, num_shards, 1, block, tiles, documents, causal)
 
 
 def group_orders(orders, num_shards: int, degree: int) -> np.ndarray:
@@ -248,21 +252,22 @@ def group_orders(orders, num_shards: int, degree: int) -> np.ndarray:
 
 
 def group_tile_counts(layout: str, num_shards: int, degree: int, block: int,
-                      tiles: tuple[int, int], documents=None) -> np.ndarray:
+                      tiles: tuple[int, int], documents=None, causal=True) -> np.ndarray:
     """tiles[r, g, s] for usp with `degree` (ulysses: degree = N; the ring: 1): group g's device
     on step s of the ring over the N / degree groups; each tile spans H / degree heads.
     [R, N/u, N/u]. One document's counts are computed once per shape (the planner and the
     calibration ask for them again and again); read-only."""
     if documents is None:
-        return _one_document_counts(layout, num_shards, degree, block, tuple(tiles))
+        return _one_document_counts(layout, num_shards, degree, block, tuple(tiles),
+                                    as_mask(causal))
     orders = group_orders(layout_orders(layout, num_shards, block, tiles, documents),
                           num_shards, degree)
-    return _row_counts(orders, np.asarray(documents), num_shards // degree, tiles)
+    return _row_counts(orders, np.asarray(documents), num_shards // degree, tiles, causal)
 
 
 @functools.lru_cache(maxsize=256)
-def _one_document_counts(layout, num_shards, degree, block, tiles) -> np.ndarray:
+def _one_document_counts(layout, num_shards, degree, block, tiles, mask) -> np.ndarray:
     orders = group_orders(layout_orders(layout, num_shards, block, tiles), num_shards, degree)
-    counts = _row_counts(orders, None, num_shards // degree, tiles)
+    counts = _row_counts(orders, None, num_shards // degree, tiles, mask)
     counts.setflags(write=False)
     return counts

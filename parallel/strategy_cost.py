@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 
 from parallel import cost
+from parallel.mask import Mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,10 +68,15 @@ class LayerShape:
     layout: str
     tiles: tuple[int, int]
     with_segments: bool = False
+    window: int | None = None  # a sliding layer's window (causal)
 
     @property
     def block(self) -> int:
         return self.seq_len // self.num_shards
+
+    @property
+    def mask(self) -> Mask:
+        return Mask(causal=True, window=self.window)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +139,7 @@ def step_counts(x: LayerShape, documents=None, given=None):
     when the caller counted them already."""
     if given is not None:
         return given
-    return cost.step_tile_counts(x.layout, x.num_shards, x.block, x.tiles, documents)
+    return cost.step_tile_counts(x.layout, x.num_shards, x.block, x.tiles, documents, x.mask)
 
 
 def estimate(x: LayerShape, net: Network, strategy: str, degree: int = 1,

@@ -6,14 +6,15 @@ FLOPs per token (forward + backward = 3 x forward; a multiply-add is 2 FLOPs):
                                                     projections and the output head; not the
                                                     embedding lookup)
     attention = 3 * L * 4 * S * H * Dh * c         QK^T and PV per query: 2 * S * H * Dh each;
-                                                    c = 1/2 for causal (half the S x S scores)
+                                                    c = 1/2 for causal (half the S x S scores);
+                                                    a sliding layer: the keys its window leaves
 
     model TFLOP/s per device = FLOPs per token * tokens/s / devices / 1e12
     MFU                      = model TFLOP/s per device / peak TFLOP/s of one device
 
 Recomputation (remat) is not counted: this is model FLOPs utilisation. With documents masked
 (data.mask_documents) a query sees only its own document's earlier keys, so c * S becomes the
-mean keys per query of the rows (`keys_per_query`): the train loop measures it on the run's
+mean keys per query of the rows (`document_keys_per_query`): the train loop measures it on the run's
 first rows, the planner on the rows it plans with; both count the same way, here.
 """
 
@@ -56,21 +57,47 @@ def matmul_params(m) -> int:
     return m.num_layers * (attention + mlp) + m.d_model * m.vocab_size
 
 
+def layer_windows(m) -> dict:
+    """{window or None: number of layers} of a model config (sliding layers' window; None for
+    full attention)."""
+    types = tuple(getattr(m, "layer_types", ()) or ())
+    sliding = sum(t == "sliding_attention" for t in types)
+    window = getattr(m, "sliding_window", 0) or None
+    out = {None: m.num_layers - sliding} if m.num_layers - sliding else {}
+    if sliding:
+        out[window] = sliding
+    return out
+
+
 def flops_per_token(m, seq_len: int, causal: bool = True,
-                    keys_per_query: float | None = None) -> float:
-    """keys_per_query: the mean number of keys a query attends to, in place of c * S (packed
-    documents, masked: sum over documents of L (L + 1) / 2, divided by S)."""
+                    keys_per_query: float | None = None, segment_ids=None) -> float:
+    """keys_per_query: the mean number of keys a query attends to in a full layer, in place of
+    c * S (packed documents, masked: sum over documents of L (L + 1) / 2, divided by S). A
+    sliding layer counts the keys its window leaves (from segment_ids' documents when given)."""
     dense = 6 * matmul_params(m)
-    if keys_per_query is None:
-        keys_per_query = seq_len * (0.5 if causal else 1.0)
-    return dense + 3 * m.num_layers * 4 * keys_per_query * m.num_heads * m.head_dim
+    attention = 0.0
+    for window, layers in layer_windows(m).items():
+        if window is None and keys_per_query is not None:
+            kpq = keys_per_query
+        elif segment_ids is not None:
+            kpq = document_keys_per_query(segment_ids, window)
+        else:  # c S, and for a window the band of the S x S scores it leaves
+            full = seq_len * (0.5 if causal else 1.0)
+            w = min(window or seq_len, seq_len)
+            kpq = full if w >= seq_len else (w - w * w / (2 * seq_len)) * (1 if causal else 2)
+        attention += layers * kpq
+    return dense + 3 * 4 * attention * m.num_heads * m.head_dim
 
 
-def keys_per_query(segment_ids) -> float | None:
+def document_keys_per_query(segment_ids, window: int | None = None) -> float | None:
     """Mean keys a query sees with documents masked, causal: sum over documents of
-    L (L + 1) / 2, over all tokens; segment_ids [R, S] natural order (None: one document)."""
+    L (L + 1) / 2 (with a window W: the pairs less than W apart), over all tokens; segment_ids
+    [R, S] natural order (None: one document)."""
     if segment_ids is None:
         return None
     from data.document_lengths import document_lengths
     lengths = document_lengths(segment_ids).astype(np.float64)
-    return float((lengths * (lengths + 1) / 2).sum() / np.asarray(segment_ids).size)
+    if window is None:
+        return float((lengths * (lengths + 1) / 2).sum() / np.asarray(segment_ids).size)
+    w = np.minimum(lengths, window)  # per document: W (W + 1) / 2 + (L - W) W
+    return float((w * (w + 1) / 2 + (lengths - w) * w).sum() / np.asarray(segment_ids).size)

@@ -12,7 +12,7 @@ import parallel
 from planner import memory, recommend, time
 from planner.devices import DEVICES, Device
 from planner.documents import describe_documents, sample_documents
-from planner.flops import flops_per_token, keys_per_query, peak_flops
+from planner.flops import flops_per_token, peak_flops
 from planner.run import Run, make_run, process_count
 from planner.sizes import size_rows
 
@@ -43,7 +43,7 @@ def analytic_plan(config, device: Device, run: Run, choice, efficiency: float = 
     state = memory.state_memory(m, run)
     acts = memory.activation_memory(m, run, choice.tiles)
     total = sum(state.values()) + sum(acts.values())
-    model_flops = (flops_per_token(m, run.seq_len, keys_per_query=keys_per_query(documents))
+    model_flops = (flops_per_token(m, run.seq_len, segment_ids=documents)
                    * run.tokens_per_step)  # as the loop's MFU counts them
     masked = bool(config.data.mask_documents)
     times = {layout: time.step_time(m, run, layout_tiles(config, choice, layout, run.block,

@@ -17,7 +17,7 @@ from parallel import strategy_cost
 from planner import memory, time
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind
-from planner.flops import flops_per_token, keys_per_query
+from planner.flops import flops_per_token
 from planner.run import Run, make_run
 
 
@@ -54,7 +54,7 @@ def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: D
     m = run_model(config, choice)
     acts = memory.activation_memory(m, run, choice.tiles)
     total = sum(memory.state_memory(m, run).values()) + sum(acts.values())
-    model_flops = (flops_per_token(m, run.seq_len, keys_per_query=keys_per_query(documents))
+    model_flops = (flops_per_token(m, run.seq_len, segment_ids=documents)
                    * run.tokens_per_step)
     rows = strategy_rows(m, run, choice.tiles, device, efficiency,
                          bool(config.data.mask_documents), model_flops, documents, total,

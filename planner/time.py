@@ -10,7 +10,7 @@ import numpy as np
 
 from parallel import cost, strategy_cost
 from planner.devices import Device
-from planner.flops import peak_flops
+from planner.flops import layer_windows, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 
@@ -27,12 +27,13 @@ def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
         latency_s=device.latency_s + cal.ring_step_s, hop_exposed=cal.hop_exposed)
 
 
-def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool):
-    """One attention layer on one device, as parallel.strategy_cost takes it."""
+def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool, window=None):
+    """One attention layer on one device, as parallel.strategy_cost takes it (window: a
+    sliding layer's)."""
     return strategy_cost.LayerShape(
         rows=run.rows, seq_len=run.seq_len, num_shards=run.seq, q_heads=m.num_heads,
         kv_heads=m.num_kv_heads, head_dim=m.head_dim, itemsize=dtype_bytes(m.dtype),
-        layout=layout, tiles=tuple(tiles), with_segments=with_segments)
+        layout=layout, tiles=tuple(tiles), with_segments=with_segments, window=window)
 
 
 def ring_step_tiles(layout: str, num_shards: int, block: int, tiles, documents=None) -> list:
@@ -51,11 +52,11 @@ def document_efficiency(counts, documents, tiles) -> float:
 
 def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.Network,
                             with_segments: bool, documents=None, strategy: str = "ring",
-                            degree: int = 1) -> dict:
+                            degree: int = 1, window=None) -> dict:
     """One layer's attention, forward (x2 with remat) and backward, on the critical path; with
-    documents [R, S] (segment ids of sample rows), the mean row's."""
-    shape = layer_shape(m, run, layout, tiles, with_segments)
-    counts = cost.step_tile_counts(layout, run.seq, run.block, tiles, documents)
+    documents [R, S] (segment ids of sample rows), the mean row's; window: a sliding layer's."""
+    shape = layer_shape(m, run, layout, tiles, with_segments, window)
+    counts = cost.step_tile_counts(layout, run.seq, run.block, tiles, documents, shape.mask)
     est = strategy_cost.estimate(shape, net, strategy, degree, documents, step_counts=counts)
     tile_s = strategy_cost.tile_seconds(shape, net)
     compute = [t * tile_s for t in counts.max(axis=1).mean(axis=0).tolist()]
@@ -103,15 +104,20 @@ def step_time(m, run: Run, choice_tiles, layout: str, device: Device, efficiency
     """Predicted step time, tokens/s and MFU for one layout and strategy on tiles
     `choice_tiles`."""
     net = network(device, efficiency)
-    attn = attention_layer_seconds(m, run, layout, choice_tiles, net, mask_documents,
-                                   documents, strategy=strategy, degree=degree)
+    kinds = {window: (layers, attention_layer_seconds(
+        m, run, layout, choice_tiles, net, mask_documents, documents, strategy=strategy,
+        degree=degree, window=window)) for window, layers in layer_windows(m).items()}
+    attention_s = sum(layers * attn["seconds"] for layers, attn in kinds.values())
+    # The report's layer: a full-attention one where the model has them, else a sliding one.
+    attn = kinds[None][1] if None in kinds else next(iter(kinds.values()))[1]
     dense = dense_seconds(m, run, device, efficiency)
     opt = optimizer_seconds(m, run, device, efficiency)
-    seconds = run.accum * (m.num_layers * attn["seconds"] + dense["seconds"]) + opt
+    seconds = run.accum * (attention_s + dense["seconds"]) + opt
     peak = peak_flops(device.flops_key)
     return {"layout": layout, "strategy": strategy, "degree": degree,
             "tiles": list(choice_tiles), "attention_layer": attn, "dense": dense,
-            "attention_s": run.accum * m.num_layers * attn["seconds"],
+            "sliding_layer": next((a for w, (_, a) in kinds.items() if w is not None), None),
+            "attention_s": run.accum * attention_s,
             "dense_s": run.accum * dense["seconds"], "optimizer_s": opt, "step_s": seconds,
             "tokens_per_s": run.tokens_per_step / seconds,
             "mfu": model_flops / (seconds * run.devices * peak)}

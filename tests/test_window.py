@@ -89,3 +89,37 @@ def test_a_bad_window_cap_or_sinks_is_one_line():
                           (dict(sinks=np.zeros(2, np.int32)), "sinks must be floats")):
         with pytest.raises(ValueError, match=re.escape(words)):
             parallel.attention(q, q, q, mesh=mesh, layout="ring", **kwargs)
+
+
+def test_the_planner_prices_local_and_global_layers(tmp_path):
+    """configs/gemma3_cpu.py (5 local : 1 global, window 128, blocks of 256 on 4 devices):
+    local layers cost a fraction of a global one's tiles; with the ring strategy the ring and
+    zigzag layouts receive their halos, not the other blocks; the model's FLOPs count the
+    window; scripts/bench_window.py prints the table and the planner's choice."""
+    import subprocess
+    import sys
+
+    from configs import gemma3_cpu
+    from planner import flops, windows
+    from planner.devices import DEVICES
+    from tests.train_runs import ROOT, clean_env
+
+    config = gemma3_cpu.get_config()
+    rows = windows.kind_table(config, DEVICES["cpu"], 4)
+    ring = {r["layout"]: r for r in rows if r["strategy"] == "ring"}
+    for layout, halo_keys in (("ring", 128), ("zigzag", 2 * 128)):
+        local, glob = ring[layout]["kinds"]["local (window 128)"], ring[layout]["kinds"]["global"]
+        assert local["critical_path_tiles"] < glob["critical_path_tiles"] / 2
+        assert local["kv_tokens"] <= halo_keys + 32 and glob["kv_tokens"] == 3 * 256
+    assert ring["striped"]["kinds"]["local (window 128)"]["kv_tokens"] == 3 * 256
+    assert windows.recommended(rows) in rows
+    m = config.model
+    with config.unlocked():
+        full = gemma3_cpu.get_config().model
+        full.layer_types = ()
+    assert flops.flops_per_token(m, 1024) < flops.flops_per_token(full, 1024)
+    out = subprocess.run([sys.executable, "scripts/bench_window.py",
+                          "--config=configs/gemma3_cpu.py", f"--json={tmp_path / 'w.json'}"],
+                         cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "planner's choice: layout" in out.stdout and (tmp_path / "w.json").exists()

@@ -53,9 +53,9 @@ def mesh_shape_of(mesh) -> tuple[int, int]:
 def model_flops_per_token(config, model_cfg, cache, spec) -> float:
     """planner/flops.py's count; with documents masked, each document's causal triangle, as the
     mean over step 0's rows (the planner's --documents data counts the same rows)."""
-    kpq = (flops.keys_per_query(data.natural_segment_ids(cache, spec, config.global_batch_size))
-           if config.data.mask_documents else None)
-    return flops.flops_per_token(model_cfg, config.seq_len, keys_per_query=kpq)
+    rows = (data.natural_segment_ids(cache, spec, config.global_batch_size)
+            if config.data.mask_documents else None)
+    return flops.flops_per_token(model_cfg, config.seq_len, segment_ids=rows)
 
 
 def _throughput(config, flops_per_token, mesh, steps: int, seconds: float, peak: float) -> dict:

@@ -67,11 +67,14 @@ class Strategy:
         strategy='auto' know it from its registry line alone."""
         raise NotImplementedError(f"strategy {self.name!r} has no cost model")
 
-    def kv_tokens_received(self, spec, block: int, kv_heads: int):
-        """float64 [N]: the key/value tokens each 'seq' device receives in one forward, counted
-        in tokens of every KV head (a strategy that shards heads receives a share of each
-        token's heads: a fraction of a token). Default: every other device's block."""
-        return np.full(spec.num_shards, (spec.num_shards - 1) * block, np.float64)
+    def kv_tokens_received(self, layout, num_shards: int, block: int, mask, tile_k: int,
+                           kv_heads: int):
+        """float64 [N]: the key/value tokens each of the N 'seq' devices receives in one forward
+        of `layout` (a Layout) under `mask` (parallel.mask.Mask), counted in tokens of every KV
+        head (a strategy that shards heads receives a share of each token's heads: a fraction
+        of a token). What attention_with_stats reports and the cost model prices. Default:
+        every other device's block."""
+        return np.full(num_shards, (num_shards - 1) * block, np.float64)
 
     def forward(self, spec, q, k, v, seg, order, sinks=None):
         """sinks: None, or float32 [H] for every query head (replicated): the merge starts from

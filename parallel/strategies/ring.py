@@ -26,6 +26,7 @@ import numpy as np
 from jax import lax
 
 from parallel import strategy_cost
+from parallel.layouts import get_layout
 from parallel.mesh import SEQ
 from parallel.strategies import base, halo
 from parallel.kernels.base import varying
@@ -133,13 +134,25 @@ def _halo_plan(spec, block):
     return halo.plan(spec.layout, spec.num_shards, block, spec.tiles.mask, spec.tiles.tile_k)
 
 
+def _halo_cost(shape, net, steps, shifts, kv_per_token, dkv_per_token):
+    """The ring's cost terms under a halo plan: step 0 (the own block) overlaps every halo's
+    transfer, the halos' steps follow; backward likewise, then the halos' dK/dV go home."""
+    tokens = max(halo.received_tokens(shifts, shape.num_shards, shape.block))
+    kv, dkv = tokens * kv_per_token, tokens * dkv_per_token
+    later = sum(float(steps[s.distance]) for s in shifts)
+    forward = net.hop(float(steps[0]), kv) + later
+    backward = net.hop(2 * float(steps[0]), kv) + 2 * later + net.collective(dkv)
+    return {"forward_s": forward, "backward_s": backward, "bytes_sent": 2 * kv + dkv,
+            "buffer_bytes": 2 * (kv + dkv), "compute_s": float(steps.sum())}
+
+
 class Ring(base.Strategy):
     name = "ring"
 
-    def kv_tokens_received(self, spec, block, kv_heads):
+    def kv_tokens_received(self, layout, num_shards, block, mask, tile_k, kv_heads):
         """N - 1 blocks, or under a window the halo (strategies/halo.py)."""
-        return halo.received_tokens(_halo_plan(spec, block), spec.num_shards,
-                                    block).astype(np.float64)
+        shifts = halo.plan(layout, num_shards, block, mask, tile_k)
+        return halo.received_tokens(shifts, num_shards, block).astype(np.float64)
 
     def forward(self, spec, q, k, v, seg, order, sinks=None):
         qh = base.to_heads(q)
@@ -167,10 +180,16 @@ class Ring(base.Strategy):
 
 
     def cost(self, shape, net, degree, documents=None, step_counts=None):
-        """Devices wait at every hop: step s costs the busiest device's tiles on it."""
+        """Devices wait at every hop: step s costs the busiest device's tiles on it. Under a
+        window with a halo plan, the halos travel at once while the own block computes, then
+        their tiles follow; dK and dV of the halos go back after the backward's."""
         _, kv, dkv = strategy_cost.block_bytes(shape, shape.kv_heads)
         counts = strategy_cost.step_counts(shape, documents, given=step_counts)
         steps = (counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net))
+        shifts = halo.plan(get_layout(shape.layout), shape.num_shards, shape.block, shape.mask,
+                           shape.tiles[1])
+        if shifts is not None:
+            return _halo_cost(shape, net, steps, shifts, kv / shape.block, dkv / shape.block)
         forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
         n = shape.num_shards
         return {"forward_s": forward, "backward_s": backward,

@@ -176,13 +176,13 @@ class Ulysses(base.Strategy):
     def degrees(self, num_shards, q_heads):
         return [num_shards] if num_shards > 1 and q_heads % num_shards == 0 else []
 
-    def kv_tokens_received(self, spec, block, kv_heads):
+    def kv_tokens_received(self, layout, num_shards, block, mask, tile_k, kv_heads):
         """The all-to-all brings the group's other u - 1 blocks for h'/u of the h' (repeated)
         KV heads; the ring over the N / u groups then N / u - 1 blocks of u n tokens of them."""
         u, copies = self.degree, _kv_copies(kv_heads, self.degree)
         share = kv_heads * copies / u / kv_heads  # of a token's KV heads that a device holds
-        tokens = (u - 1) * block + (spec.num_shards // u - 1) * u * block
-        return np.full(spec.num_shards, tokens * share, np.float64)
+        tokens = (u - 1) * block + (num_shards // u - 1) * u * block
+        return np.full(num_shards, tokens * share, np.float64)
 
     def cost(self, shape, net, degree, documents=None, step_counts=None):
         """All-to-alls in and out (none overlaps compute: each feeds or drains the whole
@@ -192,7 +192,7 @@ class Ulysses(base.Strategy):
         q, kv, dkv = strategy_cost.block_bytes(shape, kv_heads)
         share = (degree - 1) / degree
         counts = cost.group_tile_counts(shape.layout, shape.num_shards, degree, shape.block,
-                                        shape.tiles, documents)
+                                        shape.tiles, documents, shape.mask)
         steps = counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net) / degree
         forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
         rows_f32 = 8 * shape.rows * shape.block * shape.q_heads  # lse and D
