@@ -1,5 +1,6 @@
 """Sampling: the KV-cache decoder equals full recomputation; a trained model continues its corpus."""
 
+import json
 import subprocess
 import sys
 
@@ -94,6 +95,21 @@ def test_model_trained_on_a_repeating_corpus_continues_it(tmp_path):
     first, second = sharded.stdout.split("-" * 40)[:2]
     assert first == text and second.strip().startswith(longer + " three four five")
     assert "over 4 devices (zigzag); KV cache" in sharded.stderr
+    # The retrieval probes on the same checkpoint: the table and the heatmap beside it.
+    table = tmp_path / "probes.json"
+    probes = subprocess.run([sys.executable, "scripts/eval_long.py", "--workdir",
+                             str(tmp_path / "run"), "--lengths", "320", "--depths", "0",
+                             "1", "--samples", "2", "--seq_shards", "2", "--json", str(table)],
+                            cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert probes.returncode == 0, probes.stderr[-3000:]
+    result = json.loads(table.read_text())
+    assert result["lengths"] == [320] and result["trained_seq_len"] == 128
+    for probe in ("passkey", "needle"):
+        cells = [v for row in result["accuracy"][probe].values() for v in row.values()]
+        assert len(cells) == 2 and all(v in (0.0, 0.5, 1.0) for v in cells)
+    assert (tmp_path / "probes.png").stat().st_size > 10_000
+    assert "2/2 cells" in probes.stderr  # the progress bar
 
 
 def test_sample_without_checkpoints_is_a_clear_error(tmp_path):
