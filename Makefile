@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -n 2 --dist loadfile -q tests
+	$(PY) -m pytest -n 3 --dist loadfile -q tests
 
 train: install
 	$(PY) train.py --config configs/default.py --workdir runs/default

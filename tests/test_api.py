@@ -14,10 +14,12 @@ from parallel.strategies.ring import Ring
 from tests import dense_reference as ref
 
 ATTENTION_PARAMETERS = ["q", "k", "v", "mesh", "layout", "segment_ids", "order", "causal",
-                        "strategy", "kernel", "tile_q", "tile_k", "scale", "ulysses_degree"]
+                        "strategy", "kernel", "tile_q", "tile_k", "scale", "ulysses_degree",
+                        "window", "sinks", "logit_soft_cap"]
 ATTENTION_DEFAULTS = {"segment_ids": None, "order": None, "causal": True, "strategy": "ring",
                       "kernel": "auto",
-                      "tile_q": None, "tile_k": None, "scale": None, "ulysses_degree": None}
+                      "tile_q": None, "tile_k": None, "scale": None, "ulysses_degree": None,
+                      "window": None, "sinks": None, "logit_soft_cap": None}
 
 
 @pytest.mark.parametrize("fn", [parallel.attention, parallel.attention_with_stats])
