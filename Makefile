@@ -9,7 +9,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: install test train bench bench-train lock clean
+.PHONY: install test test-slow train bench bench-train lock clean
 
 install: $(STAMP)
 
@@ -21,7 +21,11 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -n 3 --dist loadfile -q tests
+	$(PY) -m pytest -n 2 --dist loadfile -q -m "not heavy" tests
+
+# The whole-config TPU compiles that do not fit make test's 15 minutes (about 2 minutes)
+test-slow: install
+	$(PY) -m pytest -q -m heavy tests
 
 train: install
 	$(PY) train.py --config configs/default.py --workdir runs/default

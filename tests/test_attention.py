@@ -168,7 +168,7 @@ def test_data_sharded_two_by_four(layout):
     assert y.sharding.is_equivalent_to(sharding, 4)
 
 
-@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("layout", ["striped", "balanced"])  # one static, one per-row order
 def test_bfloat16_error_does_not_grow_with_ring_size(layout):
     seq_len = 256
     q, k, v, dout, seg = make_inputs(3, 2, 4, 2, dim=16, seq_len=seq_len, segments="packed")

@@ -66,7 +66,7 @@ def _unstacked(grads, num_layers):
     return pure
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(remat=True, mlp_chunk=4, loss_chunk=4)])
+@pytest.mark.parametrize("overrides", [dict(remat=True, mlp_chunk=4, loss_chunk=4)])
 def test_scan_layers_matches_the_unrolled_blocks(overrides):
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
     plain, scanned = _models(mesh, attention_layout="zigzag", **overrides)

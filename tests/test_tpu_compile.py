@@ -18,6 +18,8 @@ from training.hlo_overlap import loop_overlaps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.slow
+# The two heaviest compiles (about 110 s of make test's 15 minutes): `make test-slow` runs them.
+heavy = pytest.mark.heavy
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +133,7 @@ def test_plan_names_what_the_tpu_compiler_refused():
     assert "HBM" in line and "remat" in line
 
 
+@heavy
 def test_plan_names_the_kernel_that_runs_out_of_vmem():
     """2048 x 2048 tiles: the forward kernel's float32 scores alone fill a v4 core's 16 MiB."""
     result = plan(*[a for a in TINY_V4_8 if "seq_len" not in a], "--config.seq_len=8192",
@@ -147,6 +150,7 @@ def test_plan_refuses_a_topology_that_is_not_a_slice():
     assert result.stderr.strip().splitlines()[-1].startswith("error: --topology=v4-7")
 
 
+@heavy
 def test_the_7b_paper_config_compiles_and_fits_a_v4_32(tmp_path):
     """The 7B v4 config at its real size: 786,432 tokens on 16 v4 chips, its block inputs in
     host memory (remat_policy 'offload'): the TPU compiler's host bytes are every layer's block

@@ -170,9 +170,13 @@ def halo_forward(spec, shifts, qh, q_pos, q_seg, block, sinks=None):
     acc, count = base.forward_step(spec, qh, q_pos, q_seg, block, acc)
     counts = varying(jnp.zeros((n_shards,), jnp.int32), tiles).at[0].set(count)
     for shift, halo in zip(shifts, arriving):
-        acc, count = _only_receivers(
-            shift, n_shards, lambda: base.forward_step(spec, qh, q_pos, q_seg, halo, acc),
-            lambda: (acc, varying(jnp.zeros((), jnp.int32), tiles)))
+        def run(halo=halo, acc=acc):
+            return base.forward_step(spec, qh, q_pos, q_seg, halo, acc)
+
+        def nothing(acc=acc):
+            return acc, varying(jnp.zeros((), jnp.int32), tiles)
+
+        acc, count = _only_receivers(shift, n_shards, run, nothing)
         counts = counts.at[shift.distance].set(count)
     out, lse = acc
     return out, lse, counts
