@@ -34,5 +34,6 @@ def set_gemma3_block(model, num_layers: int, window: int):
 
 def get_config():
     config = default.get_config()
+    config.parallel.layout = "zigzag"  # contiguous chunks: halos for the local layers
     set_gemma3_block(config.model, num_layers=6, window=128)
     return config

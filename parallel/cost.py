@@ -59,25 +59,26 @@ def _tile_ranges(pos, tile):
     return pos[..., ::tile], pos[..., tile - 1::tile]
 
 
+def _per_tile_pair(rule, q_pos, k_pos, tile_q: int, tile_k: int, xp):
+    """rule(q_first, q_last, k_first, k_last) on every (query tile, key tile) pair's position
+    ranges: [..., n_q/tile_q, n_k/tile_k] bool."""
+    (q_first, q_last), (k_first, k_last) = _tile_ranges(q_pos, tile_q), _tile_ranges(k_pos, tile_k)
+    out = rule(q_first[..., :, None], q_last[..., :, None], k_first[..., None, :],
+               k_last[..., None, :])
+    shape = xp.broadcast_shapes(q_first.shape[:-1], k_first.shape[:-1]) + (
+        q_first.shape[-1], k_first.shape[-1])
+    return xp.broadcast_to(out, shape)
+
+
 def fully_visible(q_pos, k_pos, tile_q: int, tile_k: int, causal, xp=np):
     """[..., n_q/tile_q, n_k/tile_k] bool: every key of the tile is visible to every query (no
     mask needed), by the mask's rule (a bool: causal or not, or a `Mask`)."""
-    (q_first, q_last), (k_first, k_last) = _tile_ranges(q_pos, tile_q), _tile_ranges(k_pos, tile_k)
-    full = as_mask(causal).all_visible(q_first[..., :, None], q_last[..., :, None],
-                                       k_first[..., None, :], k_last[..., None, :])
-    shape = xp.broadcast_shapes(q_first.shape[:-1], k_first.shape[:-1]) + (
-        q_first.shape[-1], k_first.shape[-1])
-    return xp.broadcast_to(full, shape)
+    return _per_tile_pair(as_mask(causal).all_visible, q_pos, k_pos, tile_q, tile_k, xp)
 
 
 def tiles_may_meet(q_pos, k_pos, tile_q: int, tile_k: int, causal, xp=np):
     """[..., n_q/tile_q, n_k/tile_k] bool: some key of the tile may be visible to some query."""
-    (q_first, q_last), (k_first, k_last) = _tile_ranges(q_pos, tile_q), _tile_ranges(k_pos, tile_k)
-    meet = as_mask(causal).may_meet(q_first[..., :, None], q_last[..., :, None],
-                                    k_first[..., None, :], k_last[..., None, :])
-    shape = xp.broadcast_shapes(q_first.shape[:-1], k_first.shape[:-1]) + (
-        q_first.shape[-1], k_first.shape[-1])
-    return xp.broadcast_to(meet, shape)
+    return _per_tile_pair(as_mask(causal).may_meet, q_pos, k_pos, tile_q, tile_k, xp)
 
 
 SKIP, FULL, MASKED = 0, 1, 2  # what a tile needs

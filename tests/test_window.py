@@ -84,7 +84,8 @@ def test_a_bad_window_cap_or_sinks_is_one_line():
     mesh = mesh_for(2, data=1)
     for kwargs, words in ((dict(window=0), "window=0 must be a positive int"),
                           (dict(window=2.5), "window=2.5"),
-                          (dict(logit_soft_cap=-1.0), "logit_soft_cap=-1.0 must be a positive number"),
+                          (dict(logit_soft_cap=-1.0),
+                           "logit_soft_cap=-1.0 must be a positive number"),
                           (dict(sinks=np.zeros(3, np.float32)), "sinks must be [q_heads] = (2,)"),
                           (dict(sinks=np.zeros(2, np.int32)), "sinks must be floats")):
         with pytest.raises(ValueError, match=re.escape(words)):
@@ -108,7 +109,8 @@ def test_the_planner_prices_local_and_global_layers(tmp_path):
     rows = windows.kind_table(config, DEVICES["cpu"], 4)
     ring = {r["layout"]: r for r in rows if r["strategy"] == "ring"}
     for layout, halo_keys in (("ring", 128), ("zigzag", 2 * 128)):
-        local, glob = ring[layout]["kinds"]["local (window 128)"], ring[layout]["kinds"]["global"]
+        local = ring[layout]["kinds"]["local (window 128)"]
+        glob = ring[layout]["kinds"]["global"]
         assert local["critical_path_tiles"] < glob["critical_path_tiles"] / 2
         assert local["kv_tokens"] <= halo_keys + 32 and glob["kv_tokens"] == 3 * 256
     assert ring["striped"]["kinds"]["local (window 128)"]["kv_tokens"] == 3 * 256
