@@ -84,7 +84,11 @@ class Transformer(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         self.cfg, self.mesh = cfg, mesh
-        embed_init = nnx.with_partitioning(nnx.initializers.normal(1.0), (FSDP, None))
+        # Rows of unit variance; with Gemma's embedding scale (x sqrt(d_model) on the way in)
+        # of variance 1 / d_model, so that the block inputs are of unit variance and the tied
+        # output logits of about 1, as Gemma draws them
+        std = cfg.d_model ** -0.5 if cfg.embed_scale else 1.0
+        embed_init = nnx.with_partitioning(nnx.initializers.normal(std), (FSDP, None))
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
                                param_dtype=cfg.weights_dtype, embedding_init=embed_init,
                                rngs=rngs)
