@@ -31,10 +31,11 @@ def get_config():
     # purpose, e.g. 'seq_len' to continue the weights at a new length.
     config.resume_accepts = ""
     # Where the first weights come from (a start only; a resume restores the run's own):
-    # '' = random from seed; 'hf:PATH' = a Hugging Face Llama directory (its config.json sets the
-    # model's shape and RoPE, its tokenizer the data's; --config.model.rope_* given on the
-    # command line win); 'run:WORKDIR[@STEP]' = another run's weights, fresh optimizer (a new
-    # stage: how seq_len, RoPE, mesh or batch change on purpose)
+    # '' = random from seed; 'hf:PATH' = a Hugging Face directory, Llama/Mistral/Qwen3/Gemma
+    # (its config.json sets the model's shape, attention and RoPE, its tokenizer the data's;
+    # --config.model.rope_* given on the command line win); 'run:WORKDIR[@STEP]' = another
+    # run's weights, fresh optimizer (a new stage: how seq_len, RoPE, mesh or batch change on
+    # purpose)
     config.init_from = ""
     # Length stages: trainings in a row from one another's weights, e.g. 1k then 8k tokens with a
     # larger RoPE base (training/stages.py; configs/extend_8k.py). () = one stage, this config.

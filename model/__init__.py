@@ -1,11 +1,13 @@
-"""Flax NNX decoder-only transformer with RoPE, GQA and SwiGLU; attention from parallel/.
+"""Flax NNX decoder-only transformer with RoPE, GQA and a gated MLP (SwiGLU, or Gemma's GeGLU),
+full or sliding-window attention per layer; attention from parallel/.
 
 Public API:
   ModelConfig                     hyper-parameters (from config.model)
   Transformer(cfg, mesh, rngs)    tokens, positions, segment_ids [B, S] -> logits [B, S, V]
   create(cfg, mesh, seed)         a Transformer with parameters created sharded (FSDP)
   count_params(model)
-  hf.load(path) / hf.save(model, path)   Hugging Face Llama checkpoints in and out (model/hf.py)
+  hf.load(path) / hf.save(model, path)   Hugging Face checkpoints in and out (model/hf.py: Llama,
+                                         Mistral, Qwen3, Gemma 2, Gemma 3)
 """
 
 from model.config import ModelConfig

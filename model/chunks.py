@@ -1,6 +1,6 @@
 """Per-token work done a chunk of the sequence at a time, so its memory is O(chunk), not O(S).
 
-A token-wise function f (the SwiGLU MLP, the output projection and its loss) applied to a
+A token-wise function f (the gated MLP, the output projection and its loss) applied to a
 [B, S, D] activation makes [B, S, F] or [B, S, V] intermediates, and autodiff keeps them for the
 backward. Here each device runs f over its own tokens in chunks of `chunk`, inside
 `jax.shard_map` so that nothing crosses devices inside the loop:

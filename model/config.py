@@ -33,7 +33,7 @@ class ModelConfig:
     num_heads: int  # query heads
     num_kv_heads: int  # key/value heads (GQA when fewer than num_heads; 1 = MQA)
     head_dim: int
-    mlp_dim: int  # SwiGLU hidden width
+    mlp_dim: int  # gated MLP hidden width
     rope_theta: float = 10_000.0
     rope_scaling: RopeScaling = RopeScaling()  # model/rope.py: none, linear, llama3, yarn
     norm_eps: float = 1e-5
@@ -42,7 +42,7 @@ class ModelConfig:
     remat_policy: str = "nothing"  # with remat, what a block keeps: REMAT_POLICIES
     scan_layers: bool = False  # blocks stacked and run by one lax.scan (compile time flat in L)
     loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
-    mlp_chunk: int = 0  # SwiGLU this many tokens per device at a time; 0 = all at once
+    mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
     dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
     param_dtype: str = "float32"
     attention_layout: str = "striped"  # where tokens sit on the seq shards: parallel.LAYOUTS

@@ -4,7 +4,7 @@ Llama, Mistral, Qwen3, Gemma 2 and Gemma 3 (text) families (model/hf_families.py
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up
     logits = m(tokens)                        # [B, S] int -> [B, S, vocab] float32
-    hf.save(m, "/tmp/out")                    # a directory transformers' LlamaForCausalLM loads
+    hf.save(m, "/tmp/out")                    # a directory transformers loads (its family's)
 
 What maps to what in a Llama (our NNX parameter: Hugging Face tensor; kernels are stored
 transposed, as torch's Linear keeps [out, in]; the rotate-half RoPE pairing is the same in both;

@@ -1,10 +1,11 @@
-"""A training run's checkpoint as a Hugging Face Llama directory, which transformers loads.
+"""A training run's checkpoint as a Hugging Face directory of its family (Llama, Mistral, Qwen3,
+Gemma 2, Gemma 3), which transformers loads.
 
     python scripts/export_hf.py --workdir runs/default --out /tmp/ringstripe-hf
     python scripts/export_hf.py --workdir runs/default --step 100 --dtype bfloat16 --out DIR
 
 Then, with PyTorch and transformers installed:
-    LlamaForCausalLM.from_pretrained(DIR)
+    AutoModelForCausalLM.from_pretrained(DIR)
 
 Writes config.json, the safetensors (sharded past 5 GiB, with their index) and the run's
 tokenizer; DIR is replaced only once the new files are complete. Reads the checkpoint without

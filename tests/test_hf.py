@@ -1,4 +1,4 @@
-"""model.hf against Hugging Face transformers' own LlamaForCausalLM.
+"""model.hf against Hugging Face transformers' own models (Llama, Mistral, Qwen3, Gemma 2, Gemma 3).
 
 The checkpoints under tests/fixtures/hf were saved by transformers, and logits.npz holds the
 logits its PyTorch model computed from them (scripts/make_hf_fixtures.py: every RoPE rule, GQA,

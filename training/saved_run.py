@@ -98,8 +98,9 @@ def load_run(workdir: str, step, devices: int, model_overrides: dict | None = No
 
 def export_hf(workdir: str, out: str, *, step=None, dtype: str | None = None,
               devices: int = 1) -> list[str]:
-    """A run's checkpoint as a Hugging Face Llama directory `out`: config.json (with the run's
-    seq_len as max_position_embeddings and its tokenizer's EOS), the safetensors, and the run's
+    """A run's checkpoint as a Hugging Face directory `out` of its family (model/hf_families.py):
+    config.json (with the run's seq_len as max_position_embeddings and its tokenizer's EOS), the
+    safetensors, and the run's
     tokenizer (tokenizer.json as it is; a sentencepiece model as tokenizer.model). Returns
     the files written."""
     config, tokenizer, graphdef, params, step = load_run(workdir, step, devices)
