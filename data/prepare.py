@@ -20,9 +20,9 @@ import storage
 
 from data.batches import BatchSpec, batch_rows
 from data.errors import DataError
+from data.passkey import PasskeyMix
 from data.sources import source_options
 from data.token_cache import build_token_cache
-from data.passkey import PasskeyMix
 from data.tokenizer import get_tokenizer
 
 
@@ -90,7 +90,7 @@ def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
         raise DataError(
             f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} pieces but "
             f"model.vocab_size is {config.model.vocab_size}: "
-            + (f"its ids would index past the embedding: use the model's own tokenizer"
+            + ("its ids would index past the embedding: use the model's own tokenizer"
                if config.get("init_from") else
                f"set --config.model.vocab_size={tokenizer.vocab_size} or use a matching "
                f"tokenizer"))

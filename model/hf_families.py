@@ -78,12 +78,11 @@ def _mistral(c):
 
 def _qwen3(c):
     _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
+    # transformers ignores the window (and so the sliding layers) without use_sliding_window
     window = _window(c) if c.get("use_sliding_window") else 0
-    types = _types(c, lambda i: FULL)
-    if not window:  # transformers ignores the window without use_sliding_window
-        types = ()
-    return dict(qk_norm=True, layer_types=types if SLIDING in types else (),
-                sliding_window=window if SLIDING in types else 0)
+    sliding = bool(window) and SLIDING in _types(c, lambda i: FULL)
+    return dict(qk_norm=True, layer_types=_types(c, lambda i: FULL) if sliding else (),
+                sliding_window=window if sliding else 0)
 
 
 def _gemma(c, *, qk_norm: bool, default_types):

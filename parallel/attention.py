@@ -19,6 +19,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from parallel.mesh import DATA, SEQ
 from parallel.spec import AttentionSpec, make_spec
+from parallel.strategies.base import delta_rows
 
 # Partition specs of the global arrays.
 _QKV = P(DATA, SEQ, None, None)
@@ -92,7 +93,7 @@ def _sink_cotangent(sinks, out, lse, dout):
     merge from it), so p_sink = exp(sinks[h] - lse) is final."""
     if sinks is None:
         return None
-    delta = jnp.einsum("bshd,bshd->bhs", dout.astype(jnp.float32), out.astype(jnp.float32))
+    delta = delta_rows(out, dout)  # [B, H, S] float32, as the strategies' backward takes it
     p_sink = jnp.exp(sinks.astype(jnp.float32)[None, :, None] - lse)
     return (-(p_sink * delta).sum(axis=(0, 2))).astype(sinks.dtype)
 

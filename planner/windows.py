@@ -18,7 +18,7 @@ import parallel
 from parallel import cost, strategy_cost
 from parallel.mask import Mask
 from parallel.strategies import get_strategy
-from planner import recommend, time
+from planner import recommend
 from planner.attention import choice_from_config
 from planner.flops import layer_windows
 from planner.run import make_run

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -90,7 +89,7 @@ def plan(layout, num_shards: int, block: int, mask: Mask, tile_k: int):
     needed whole (no window, a data-dependent layout, or no saving: striped)."""
     if not mask.bounded or layout.data_dependent or num_shards == 1:
         return None
-    pos = [np.asarray(layout.positions(d, block, num_shards)) for d in range(num_shards)]
+    pos = layout.permutation(num_shards * block, num_shards).reshape(num_shards, block)
     num_tiles = block // tile_k
     shifts, received = [], 0
     for t in range(1, num_shards):
