@@ -38,7 +38,8 @@ def _prompts(tokenizer) -> list[list[int]]:
     texts = list(FLAGS.prompt or ([] if FLAGS.prompt_file else ["def "]))
     if FLAGS.prompt_file:
         try:
-            with open(FLAGS.prompt_file, encoding="utf-8") as f:
+            # newline="": the text exactly as written ('\r' included), as the probes make it
+            with open(FLAGS.prompt_file, encoding="utf-8", newline="") as f:
                 texts.append(f.read())
         except OSError as e:
             raise ValueError(f"--prompt_file {FLAGS.prompt_file!r}: {e.strerror}") from None

@@ -133,6 +133,10 @@ def get_config():
     # Share of training rows made passkey examples (a key hidden in the row's text, asked for at
     # its end: the retrieval probes' task, scripts/eval_long.py); 0 = plain text only
     config.data.passkey_fraction = 0.0
+    # With passkey examples: 0 = one example fills a row; else rows are cut into examples of
+    # this many tokens or more (several per row, of many lengths, each its own document)
+    config.data.passkey_min_len = 0
+    config.data.passkey_weight = 1.0  # loss weight of the answer's digits (1 = like any token)
 
     config.optim = ml_collections.ConfigDict()
     config.optim.learning_rate = 3e-3  # peak learning rate

@@ -146,8 +146,9 @@ def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray,
     S = spec.seq_len
     starts = windows[:, None] * S + np.arange(S + 1)           # [R, S+1] token indices
     window = np.asarray(tokens)[starts].astype(np.int32)      # reads only these rows of a memmap
+    weights = None
     if training and spec.passkey is not None:
-        window = spec.passkey.insert(window, windows, spec.seed)
+        window, weights = spec.passkey.insert(window, windows, spec.seed)
     segments, span_start = _documents(window[:, :-1], spec)   # natural order, whole rows
     order = _order(spec, segments, columns)                   # [R, C] original positions
 
@@ -156,7 +157,8 @@ def _rows_for_windows(tokens: np.ndarray, spec: BatchSpec, windows: np.ndarray,
 
     positions = order - at(span_start) if spec.reset_positions else order.copy()
     return {"inputs": at(window), "targets": at(window[:, 1:]),  # shifted before permuting
-            "weights": np.ones(order.shape, np.float32), "positions": positions,
+            "weights": (np.ones(order.shape, np.float32) if weights is None else at(weights)),
+            "positions": positions,
             "segment_ids": at(segments), "order": order}
 
 

@@ -1,17 +1,32 @@
-"""Passkey examples mixed into training rows (config.data.passkey_fraction): the task the
-retrieval probes ask about (training/probes.py), so that a small model can learn to use its
-whole context for it.
+"""Passkey examples mixed into training rows (config.data.passkey_*): the task the retrieval
+probes ask about (training/probes.py, scripts/eval_long.py), so that a small model learns to
+use its whole context for it.
 
-    mix = PasskeyMix.build(tokenizer, fraction=0.1)        # at data preparation
-    window = mix.insert(window, windows, seed)              # [R, S+1] rows, some made examples
+    mix = PasskeyMix.build(tokenizer, fraction=0.5, min_len=128, weight=4.0)
+    window, weights = mix.insert(window, windows, seed)   # [R, S+1] rows -> rows, [R, S] weights
 
-A row chosen (by seed and window index: the same on a resume) becomes one document:
+The template, one document, as the probes write it (a prompt written by hand this way, given
+to sample.py, is what the probes ask):
 
-    INTRO  text of the window (its EOS made newlines)  FACT at a random depth  ...  QUESTION key\\n
+    There is a pass key hidden inside a lot of irrelevant text. Find it and remember it.
+    <filler text ...>
+    The pass key is 12345. Remember it. 12345 is the pass key.
+    <... filler text>
+    What is the pass key? The pass key is 12345
 
-where FACT states a 5-digit key and QUESTION asks for it; the row's own text is the filler, so
-the example is as long as the sequence and the key can sit anywhere in it. The texts are the
-probes' own, encoded piece by piece as the probes encode them.
+The fact sits at any depth of the filler; the answer is the key's digits after "is ", greedily
+decoded. With a tokenizer that splits digits (ours, Llama's, Gemma's), a key is five tokens and
+the answer is a copy of them.
+
+Keys: 10000 to 99999, split by a fixed hash into training keys and held-out keys (one in
+eight, `held_out(key)`). Training examples only ever state training keys; the probes only
+held-out ones, so an answer the model gets right is a copy, never a key it was trained on.
+
+A row chosen for examples (by seed and window index: the same on a resume) is cut into
+examples of `min_len` tokens or more, each its own document (EOS between them), lengths drawn
+uniformly from what is left, the filler of each taken in turn from the row's own text (its EOS
+made newlines). min_len 0: the whole row is one example. The targets that are the answer's
+digits weigh `weight` in the loss (1: like any token).
 """
 
 from __future__ import annotations
@@ -21,6 +36,8 @@ import dataclasses
 import numpy as np
 
 INTRO = "There is a pass key hidden inside a lot of irrelevant text. Find it and remember it.\n"
+KEYS = (10_000, 100_000)  # the keys' range, [low, high)
+_HELD_OUT_SHARE = 8  # one key in this many is held out of training
 
 
 def passkey_texts(key: str) -> tuple[str, str]:
@@ -29,40 +46,88 @@ def passkey_texts(key: str) -> tuple[str, str]:
             "\nWhat is the pass key? The pass key is")
 
 
+def held_out(key: int) -> bool:
+    """Whether `key` is one the probes ask for and training never states: a fixed
+    multiplicative hash (no digit pattern a model could learn) puts one key in eight there."""
+    return (int(key) * 2654435761) % (1 << 32) < (1 << 32) // _HELD_OUT_SHARE
+
+
+def draw_key(rng: np.random.Generator, held: bool) -> int:
+    """A key drawn uniformly from the held-out keys (held=True) or from the training keys."""
+    while True:
+        key = int(rng.integers(*KEYS))
+        if held_out(key) == held:
+            return key
+
+
 @dataclasses.dataclass(frozen=True)
 class PasskeyMix:
-    fraction: float
+    fraction: float  # share of training rows made examples
+    min_len: int  # shortest example in tokens; 0 = one example filling the row
+    weight: float  # loss weight of the answer's digits
     intro: tuple[int, ...]
-    newline: int  # a row's EOS tokens become this, so the row is one document
+    newline: int  # the filler's EOS tokens become this, so an example is one document
     eos: int
-    facts: tuple[tuple[int, ...], ...]  # a bank of encoded facts ...
-    endings: tuple[tuple[int, ...], ...]  # ... and their question + " KEY\n"
+    facts: tuple[tuple[int, ...], ...]  # a bank of encoded facts (training keys only) ...
+    endings: tuple[tuple[int, ...], ...]  # ... their question + " KEY\n" ...
+    answers: tuple[int, ...]  # ... and where in the ending the key's digits start
 
     @classmethod
-    def build(cls, tokenizer, fraction: float, bank: int = 2048, seed: int = 1234):
+    def build(cls, tokenizer, fraction: float, min_len: int = 0, weight: float = 1.0,
+              bank: int = 8192, seed: int = 1234):
         rng = np.random.default_rng(seed)
-        facts, endings = [], []
-        for key in rng.integers(10_000, 100_000, bank):
-            fact, question = passkey_texts(str(key))
+        facts, endings, answers = [], [], []
+        for _ in range(bank):
+            key = str(draw_key(rng, held=False))
+            fact, question = passkey_texts(key)
+            question_ids = tokenizer.encode(question)
+            answer_ids = tokenizer.encode(f" {key}\n")
             facts.append(tuple(tokenizer.encode(fact)))
-            endings.append(tuple(tokenizer.encode(question) + tokenizer.encode(f" {key}\n")))
+            endings.append(tuple(question_ids + answer_ids))
+            # The answer's tokens but the newline: with split digits, the space and 5 digits.
+            answers.append(len(question_ids))
         newline = tokenizer.encode("\n")
-        return cls(float(fraction), tuple(tokenizer.encode(INTRO)), newline[-1],
-                   tokenizer.eos_id, tuple(facts), tuple(endings))
+        return cls(float(fraction), int(min_len), float(weight), tuple(tokenizer.encode(INTRO)),
+                   newline[-1], tokenizer.eos_id, tuple(facts), tuple(endings), tuple(answers))
 
-    def insert(self, window: np.ndarray, windows: np.ndarray, seed: int) -> np.ndarray:
-        """window [R, S+1] tokens of windows [R] -> the same, some rows made examples."""
+    def shortest(self) -> int:
+        """Tokens of the longest fact's example with no filler at all."""
+        return (len(self.intro) + max(map(len, self.facts)) + max(map(len, self.endings)) + 2)
+
+    def insert(self, window: np.ndarray, windows: np.ndarray,
+               seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """window [R, S+1] tokens of windows [R] -> (the same, some rows made examples;
+        float32 [R, S] loss weights of their targets)."""
         out = window.copy()
+        weights = np.ones((window.shape[0], window.shape[1] - 1), np.float32)
         for r, index in enumerate(windows):
             rng = np.random.default_rng([seed, int(index), 7])
             if rng.random() >= self.fraction:
                 continue
-            pick = int(rng.integers(len(self.facts)))
-            fact, ending = self.facts[pick], self.endings[pick]
-            room = window.shape[1] - len(self.intro) - len(fact) - len(ending)
-            if room < 1:
-                continue  # sequences too short for an example stay text
-            text = np.where(window[r, :room] == self.eos, self.newline, window[r, :room])
-            cut = int(round(rng.random() * room))
-            out[r] = np.concatenate([self.intro, text[:cut], fact, text[cut:], ending])
-        return out
+            text = np.where(window[r] == self.eos, self.newline, window[r])
+            start, size = 0, window.shape[1]
+            while size - start >= self.shortest() + 1:
+                left = size - start
+                length = left  # the last example takes what is left
+                if self.min_len and left >= 2 * self.min_len:
+                    length = int(rng.integers(self.min_len, left + 1))
+                    if left - length < self.min_len:
+                        length = left
+                example, answer = self._example(text[start:], length, rng)
+                out[r, start:start + length] = example
+                # The answer (the space and the digits, not the newline): targets of the slots
+                # before its tokens.
+                weights[r, start + answer - 1:start + length - 3] = self.weight
+                start += length
+        return out, weights
+
+    def _example(self, text: np.ndarray, length: int, rng) -> tuple[np.ndarray, int]:
+        """One example of exactly `length` tokens ending in EOS (or in its newline when it
+        would not fit) and where its answer starts."""
+        pick = int(rng.integers(len(self.facts)))
+        fact, ending = self.facts[pick], self.endings[pick]
+        room = length - len(self.intro) - len(fact) - len(ending) - 1
+        cut = int(round(rng.random() * room))
+        example = np.concatenate([self.intro, text[:cut], fact, text[cut:room], ending,
+                                  [self.eos]]).astype(text.dtype)
+        return example, length - 1 - len(ending) + self.answers[pick]

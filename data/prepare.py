@@ -109,9 +109,23 @@ def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
                      mask_documents=config.data.mask_documents,
                      reset_positions=config.data.reset_positions,
                      eos_id=tokenizer.eos_id, tile=choice.balance_unit,
-                     passkey=(PasskeyMix.build(tokenizer, config.data.passkey_fraction)
-                              if config.data.get("passkey_fraction", 0.0) else None))
+                     passkey=_passkey_mix(config, tokenizer))
     return tokenizer, cache, spec
+
+
+def _passkey_mix(config, tokenizer) -> PasskeyMix | None:
+    """The training rows' passkey examples (data/passkey.py), None without them."""
+    if not config.data.get("passkey_fraction", 0.0):
+        return None
+    mix = PasskeyMix.build(tokenizer, config.data.passkey_fraction,
+                           config.data.get("passkey_min_len", 0),
+                           config.data.get("passkey_weight", 1.0))
+    need = max(mix.shortest() + 1, config.data.get("passkey_min_len", 0))
+    if config.seq_len + 1 < need:
+        raise DataError(f"seq_len={config.seq_len} is shorter than one passkey example "
+                        f"({need} tokens with this tokenizer): raise seq_len or set "
+                        f"data.passkey_fraction=0")
+    return mix
 
 
 def natural_segment_ids(cache, spec: BatchSpec, rows: int) -> np.ndarray:

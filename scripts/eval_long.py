@@ -1,13 +1,18 @@
-"""Retrieval probes on a checkpoint: passkey and needle-in-a-haystack accuracy over a grid of
+"""Retrieval probes on a checkpoint: passkey (and needle-in-a-haystack) accuracy over a grid of
 context lengths and depths (training/probes.py), as JSON and a heatmap picture beside it.
 
-    python scripts/eval_long.py --workdir runs/default --lengths 1024 4096 16384 \
-        --depths 0 0.25 0.5 0.75 1 --json runs/eval_long.json        # + runs/eval_long.png
+    python scripts/eval_long.py --workdir runs/passkey --seq_shards 4 \
+        --json runs/passkey_probes.json                          # + runs/passkey_probes.png
+    python scripts/eval_long.py --workdir runs/default --lengths 1024 4096 --depths 0 0.5 1 \
+        --probes passkey needle --samples 4 --json runs/eval_long.json
 
 Each cell holds --samples prompts of exactly its length: the fact at its depth inside held-out
-text of the run's own corpus, the question at the end. The prompts are prefilled
-sequence-parallel over --seq_shards devices (fake CPU devices) in the run's layout (or
---layout), and answered greedily; an answer counts when its digits are exactly the fact's.
+text of the run's own corpus, the question at the end, in data/passkey.py's template, with keys
+training never states (--seed picks them, the filler and its offsets). The prompts are
+prefilled sequence-parallel over --seq_shards devices (fake CPU devices) in the run's layout (or
+--layout), and answered greedily; an answer counts when its digits are exactly the fact's. The
+JSON holds every reply beside its key; --write_prompts DIR writes each prompt's text, to give
+to scripts/sample.py (the same prompt, the same answer).
 """
 
 import json
@@ -16,18 +21,19 @@ import sys
 
 import argparse
 
+DEPTHS = [round(i / 9, 3) for i in range(10)]  # 0, 0.111, ..., 1
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", required=True, help="a training run's --workdir")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
-    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096],
+    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384],
                    help="context lengths in tokens")
-    p.add_argument("--depths", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0],
-                   help="depths of the fact, 0 (start) to 1 (end)")
-    p.add_argument("--probes", nargs="+", choices=["passkey", "needle"],
-                   default=["passkey", "needle"])
-    p.add_argument("--samples", type=int, default=4, help="prompts per cell")
+    p.add_argument("--depths", type=float, nargs="+", default=DEPTHS,
+                   help="depths of the fact, 0 (start) to 1 (end); default 10 evenly spaced")
+    p.add_argument("--probes", nargs="+", choices=["passkey", "needle"], default=["passkey"])
+    p.add_argument("--samples", type=int, default=10, help="prompts (keys) per cell")
     p.add_argument("--seed", type=int, default=0, help="seed of the facts and filler offsets")
     p.add_argument("--seq_shards", type=int, default=1,
                    help="devices each prompt is prefilled over (fake CPU devices)")
@@ -35,10 +41,15 @@ def parse_args(argv=None):
                    help="attention layout of the prefill (default: the run's)")
     p.add_argument("--json", required=True,
                    help="where to write the table (the picture goes beside it)")
-    return p.parse_args(argv)
+    p.add_argument("--write_prompts", default=None, metavar="DIR",
+                   help="also write each prompt's text to DIR/PROBE-LENGTH-DEPTH-SAMPLE.txt")
+    args = p.parse_args(argv)
+    if args.samples < 1 or min(args.lengths) < 1 or not all(0 <= d <= 1 for d in args.depths):
+        p.error("--samples and --lengths must be positive, --depths within 0..1")
+    return args
 
 
-def progress(done: int, total: int, label: str) -> None:
+def progress(label: str, done: int, total: int) -> None:
     bar = "#" * (30 * done // total)
     sys.stderr.write(f"\r{label} [{bar:<30}] {done}/{total} cells")
     sys.stderr.write("\n" if done == total else "")
@@ -68,58 +79,53 @@ def heatmap(table: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def write_prompts(directory: str, cells: dict) -> None:
+    """Each prompt's text (encoding it gives the probe's prompt) and a keys.json of which key
+    each file asks for."""
+    os.makedirs(directory, exist_ok=True)
+    keys = {}
+    for name, grid in cells.items():
+        for length, depth, prompts, answers in grid:
+            for i, (prompt, answer) in enumerate(zip(prompts, answers)):
+                file = f"{name}-{length}-{depth:g}-{i}.txt"
+                with open(os.path.join(directory, file), "w", encoding="utf-8",
+                          newline="") as f:
+                    f.write(prompt)
+                keys[file] = answer
+    with open(os.path.join(directory, "keys.json"), "w") as f:
+        json.dump(keys, f, indent=1)
+
+
 def main(argv=None):
     args = parse_args(argv)
     import jax
     from training.cli import start_reader
     start_reader()
     jax.config.update("jax_num_cpu_devices", args.seq_shards)
-    from flax import nnx
 
     import data
-    from model import decode
-    from training import probes
-    from training.saved_run import RunError, held_out_tokens, load_run
+    from training import retrieval
+    from training.saved_run import RunError
 
+    cells = {}
     try:
-        config, tokenizer, graphdef, params, step = load_run(
-            args.workdir, args.step, args.seq_shards, {"tile_q": 0, "tile_k": 0},
-            args.layout)
-        filler = held_out_tokens(config, args.workdir, tokenizer)
-        filler = filler[filler != tokenizer.eos_id]  # one stream of text, no document breaks
-        cells = {name: probes.grid(probes.PROBES[name], tokenizer, filler, args.lengths,
-                                   args.depths, args.samples, args.seed)
-                 for name in args.probes}
+        table = retrieval.evaluate(
+            args.workdir, lengths=args.lengths, depths=args.depths, samples=args.samples,
+            seed=args.seed, seq_shards=args.seq_shards, layout=args.layout, step=args.step,
+            probe_names=args.probes, progress=progress, prompts=cells)
     except (RunError, data.DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    mesh = nnx.merge(graphdef, params).mesh
-
-    def generate(prompts):
-        return decode.generate_sharded(graphdef, params, prompts, 8, mesh, temperature=0.0)
-
-    table = {"workdir": args.workdir, "step": step, "trained_seq_len": config.seq_len,
-             "layout": config.parallel.layout, "seq_shards": args.seq_shards,
-             "samples": args.samples, "lengths": args.lengths, "depths": args.depths,
-             "accuracy": {}}
-    for name, probe_cells in cells.items():
-        scores = probes.accuracy(probe_cells, generate, tokenizer,
-                                 lambda done, total, name=name: progress(done, total, name))
-        table["accuracy"][name] = {}
-        for (length, depth, _, _), score in zip(probe_cells, scores):
-            table["accuracy"][name].setdefault(str(length), {})[str(depth)] = score
+    if args.write_prompts:
+        write_prompts(args.write_prompts, cells)
     with open(args.json, "w") as f:
         json.dump(table, f, indent=1)
     picture = os.path.splitext(args.json)[0] + ".png"
     heatmap(table, picture)
-    for name in cells:
-        print(f"{name}: exact answers by length (columns) and depth (rows)")
-        print("| depth | " + " | ".join(f"{n:,}" for n in args.lengths) + " |")
-        print("|---|" + "---|" * len(args.lengths))
-        for depth in args.depths:
-            cells_text = " | ".join(f"{table['accuracy'][name][str(n)][str(depth)]:.2f}"
-                                    for n in args.lengths)
-            print(f"| {depth:g} | {cells_text} |")
+    for name in args.probes:
+        print(f"{name}: exact answers by length (columns) and depth (rows), "
+              f"{args.samples} keys a cell")
+        print(retrieval.markdown(table, name))
     print(f"wrote {args.json} and {picture}")
 
 

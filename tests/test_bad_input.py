@@ -244,6 +244,8 @@ def test_checkpoint_cadence_and_count_must_be_positive(field):
     ("stop_at_step", -1, "stop_at_step=-1: must be 0 (never) or a step"),
     ("data.eval_fraction", 1.0, "data.eval_fraction=1.0: must be a fraction in [0, 1), e.g. 0.005"),
     ("optim.learning_rate", 0.0, "optim.learning_rate=0.0: must be a positive rate"),
+    ("data.passkey_weight", 0.0,
+     "data.passkey_weight=0.0: must be a positive loss weight (1 = like any token)"),
     ("wandb_mode", "onlin", "wandb_mode='onlin': must be online, offline or disabled"),
     ("optim.max_skipped_steps", 0, "optim.max_skipped_steps=0 must be at least 1"),
 ])

@@ -1,10 +1,11 @@
-"""data.passkey_fraction: some training rows become passkey examples, reproducibly, each one
-document with the key inside and asked for at its end; eval rows stay text."""
+"""data.passkey_*: some training rows become passkey examples, reproducibly, each one document
+with a training key inside and asked for at its end, the answer's digits weighted in the loss;
+eval rows stay text."""
 
 import numpy as np
 
 import data
-from data.passkey import INTRO, PasskeyMix
+from data.passkey import INTRO, PasskeyMix, held_out
 
 EOS = 1
 
@@ -40,10 +41,34 @@ def test_rows_become_whole_documents_that_ask_for_their_key():
     for i in examples:
         text = texts[i]
         key = text.split("The pass key is ")[1][:5]
-        assert text.endswith(f"\nWhat is the pass key? The pass key is {key}")  # then '\n'
-        assert natural[i, -1] == ord(key[-1])  # the input ends with the key's last digit
+        assert text.endswith(f"\nWhat is the pass key? The pass key is {key}\n")
+        targets = np.take_along_axis(batch["targets"][i], np.argsort(batch["order"][i]), 0)
+        assert targets[-1] == EOS and not held_out(int(key))  # a training key, then EOS
         assert EOS not in natural[i] and len(set(batch["segment_ids"][i])) == 1
+        assert (batch["weights"][i] == 1).all()  # weight 1: like any token
     plain = [i for i in range(8) if i not in examples]
     assert all(len(set(batch["segment_ids"][i])) > 1 for i in plain)  # packed text, as before
     evals = data.eval_rows(tokens, spec(mix), 0, np.arange(8))
     assert not any(Chars().decode(r).count(INTRO) for r in evals["inputs"])
+
+
+def test_rows_cut_into_examples_with_weighted_answers():
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(ord("a"), ord("z") + 1, 40_000).astype(np.int32)
+    mix = PasskeyMix.build(Chars(), fraction=1.0, min_len=300, weight=5.0)
+    batch = data.batch_rows(tokens, spec(mix, seq_len=1024, layout="striped"), step=2,
+                            rows=np.arange(8))
+    back = np.argsort(batch["order"], axis=1)
+    inputs, targets, weights = (np.take_along_axis(batch[k], back, axis=1)
+                                for k in ("inputs", "targets", "weights"))
+    counts = []
+    for row_in, row_out, row_w in zip(inputs, targets, weights):
+        docs = Chars().decode(np.append(row_in, row_out[-1])).split(chr(EOS))[:-1]
+        counts.append(len(docs))
+        assert all(d.startswith(INTRO) and len(d) + 1 >= 300 for d in docs)
+        keys = [d.split("The pass key is ")[1][:5] for d in docs]
+        assert all(d.endswith(f"The pass key is {k}\n") for d, k in zip(docs, keys))
+        # weighted targets: each example's ' ' and five digits after its question
+        assert Chars().decode(row_out[row_w == 5.0]) == "".join(f" {k}" for k in keys)
+        assert set(np.unique(row_w)) == {1.0, 5.0}
+    assert min(counts) >= 1 and max(counts) >= 3  # several examples, of many lengths

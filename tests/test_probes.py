@@ -4,6 +4,7 @@ its depth, and exact scoring."""
 import numpy as np
 import pytest
 
+from data.passkey import held_out
 from training import probes
 
 
@@ -34,7 +35,7 @@ def test_prompt_has_its_length_and_the_fact_at_its_depth(name, depth):
 
 
 def test_answers_are_scored_exactly():
-    assert probes.answered(" 48213. Remember", "48213")
+    assert probes.answered(" 48213. Remember", "48213") and probes.reply(" the key") == ""
     assert not probes.answered(" 4821 3", "48213") and not probes.answered(" 482130", "48213")
     assert not probes.answered(" the key", "48213")
 
@@ -45,10 +46,19 @@ def test_a_grid_and_its_accuracy():
     assert [(n, d) for n, d, _, _ in cells] == [(300, 0.0), (300, 1.0), (600, 0.0), (600, 1.0)]
     answers = {tuple(p): a for _, _, prompts, ans in cells for p, a in zip(prompts, ans)}
 
-    def oracle(prompts):  # a model that always answers right
-        return [p + Chars().encode(" " + answers[tuple(p)] + ".") for p in prompts]
+    def oracle(prompts):  # a model that finds every key but the first prompt's of each cell
+        wrong = {tuple(cell[2][0]) for cell in cells}
+        def say(key, right):  # a wrong reply: the key with its last digit changed
+            return key if right else key[:-1] + str((int(key[-1]) + 1) % 10)
+        return [p + Chars().encode(" " + say(answers[tuple(p)], tuple(p) not in wrong) + ".")
+                for p in prompts]
 
-    assert probes.accuracy(cells, oracle, Chars()) == [1.0] * 4
-    assert probes.accuracy(cells, lambda ps: [p + [ord("7")] for p in ps], Chars()) == [0.0] * 4
+    said = probes.replies(cells, oracle, Chars())
+    assert probes.accuracy(cells, said) == [2 / 3] * 4
+    assert said[0][1] == cells[0][3][1] and said[0][0] != cells[0][3][0]
+    assert probes.accuracy(cells, probes.replies(cells, lambda ps: [p + [ord("7")] for p in ps],
+                                                 Chars())) == [0.0] * 4
+    # The keys asked for are never ones training states.
+    assert all(held_out(int(a)) for *_, keys in cells for a in keys)
     with pytest.raises(ValueError, match="fewer than"):
         probes.PROBES["needle"].make(Chars(), FILLER[:100], 1000, 0.5, np.random.default_rng(0))

@@ -74,8 +74,12 @@ def data_fingerprint(config) -> str:
     passkey examples change."""
     description = data.describe_source(config.data.source, data.source_options(config.data))
     passkeys = config.data.get("passkey_fraction", 0.0)
+    # Fields at their defaults stay out of it: older runs keep their fingerprint.
+    examples = {name: config.data.get(name) for name, default in
+                (("passkey_min_len", 0), ("passkey_weight", 1.0))
+                if config.data.get(name, default) != default}
     key = json.dumps([description, config.data.get("max_bytes", 0)]
-                     + ([passkeys] if passkeys else []))  # (older runs keep their fingerprint)
+                     + ([passkeys] if passkeys else []) + ([examples] if examples else []))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
