@@ -71,6 +71,7 @@ class PasskeyMix:
     facts: tuple[tuple[int, ...], ...]  # a bank of encoded facts (training keys only) ...
     endings: tuple[tuple[int, ...], ...]  # ... their question + " KEY\n" ...
     answers: tuple[int, ...]  # ... and where in the ending the key's digits start
+    shortest: int  # tokens of the longest fact's example with no filler, its EOS included
 
     @classmethod
     def build(cls, tokenizer, fraction: float, min_len: int = 0, weight: float = 1.0,
@@ -87,12 +88,10 @@ class PasskeyMix:
             # The answer's tokens but the newline: with split digits, the space and 5 digits.
             answers.append(len(question_ids))
         newline = tokenizer.encode("\n")
-        return cls(float(fraction), int(min_len), float(weight), tuple(tokenizer.encode(INTRO)),
-                   newline[-1], tokenizer.eos_id, tuple(facts), tuple(endings), tuple(answers))
-
-    def shortest(self) -> int:
-        """Tokens of the longest fact's example with no filler at all."""
-        return (len(self.intro) + max(map(len, self.facts)) + max(map(len, self.endings)) + 2)
+        intro = tuple(tokenizer.encode(INTRO))
+        shortest = len(intro) + max(map(len, facts)) + max(map(len, endings)) + 2
+        return cls(float(fraction), int(min_len), float(weight), intro, newline[-1],
+                   tokenizer.eos_id, tuple(facts), tuple(endings), tuple(answers), shortest)
 
     def insert(self, window: np.ndarray, windows: np.ndarray,
                seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +105,7 @@ class PasskeyMix:
                 continue
             text = np.where(window[r] == self.eos, self.newline, window[r])
             start, size = 0, window.shape[1]
-            while size - start >= self.shortest() + 1:
+            while size - start >= self.shortest + 1:
                 left = size - start
                 length = left  # the last example takes what is left
                 if self.min_len and left >= 2 * self.min_len:
@@ -122,8 +121,8 @@ class PasskeyMix:
         return out, weights
 
     def _example(self, text: np.ndarray, length: int, rng) -> tuple[np.ndarray, int]:
-        """One example of exactly `length` tokens ending in EOS (or in its newline when it
-        would not fit) and where its answer starts."""
+        """One example of exactly `length` tokens, ending in EOS, and where its answer
+        starts."""
         pick = int(rng.integers(len(self.facts)))
         fact, ending = self.facts[pick], self.endings[pick]
         room = length - len(self.intro) - len(fact) - len(ending) - 1
