@@ -3,13 +3,14 @@ checkpoint, each method (training/extension.py: zero-shot, theta, linear, yarn, 
 trained with the same budget at the long length, then probed for passkey retrieval at every
 length up to twice the longest trained, and read for its loss along held-out text.
 
-    python train.py --config configs/passkey.py --workdir runs/passkey    # stage1 + stage2
+    python train.py --config configs/passkey.py --workdir runs/passkey    # its three stages
     python scripts/bench_extension.py --workdir runs/passkey --out runs/extension \\
         --json runs/extension.json                                       # + runs/extension.png
 
 An arm replays the recipe's stages after the first (--config: their lengths, batches, data and
 optimizers, the same for every method) from the first stage's last checkpoint, with its
-method's RoPE for --factor times the first stage's length and each stage's steps times
+method's RoPE for --factor times the first stage's length (default: the factor of the
+recipe's own scaling, else twice the longest trained length over it) and each stage's steps times
 --budget. --reuse yarn takes the recipe's own stages as the yarn arm when they are exactly that
 (the same RoPE and budget) instead of training them again. Prints one table (mean passkey
 accuracy over --depths per length, and the text loss in the last position range at the longest
@@ -30,12 +31,13 @@ def parse_args(argv=None):
     p.add_argument("--workdir", required=True, help="the recipe's run (WORKDIR/stage1, ...)")
     p.add_argument("--out", required=True, help="where each method trains (OUT/METHOD)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    p.add_argument("--factor", type=float, default=32.0,
-                   help="the extended context as a multiple of the first stage's length")
+    p.add_argument("--factor", type=float, default=0.0,
+                   help="the extended context as a multiple of the first stage's length "
+                        "(0: the recipe's own RoPE scaling factor)")
     p.add_argument("--budget", type=float, default=1.0,
                    help="each later stage's steps times this (1: the recipe's)")
     p.add_argument("--reuse", nargs="*", default=["yarn"],
-                   help="methods whose arm is the recipe's own last stage (when it is that)")
+                   help="methods whose arm is the recipe's own stages (when they are that)")
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     p.add_argument("--depths", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0])
     p.add_argument("--samples", type=int, default=6, help="keys per cell")
@@ -135,7 +137,10 @@ def main(argv=None):
                            f"{short.num_train_steps} steps): run the recipe first")
         steps = [max(1, round(c.num_train_steps * args.budget)) for _, c in later]
         longest = later[-1][1]
-        result = {"short": short.seq_len, "trained": longest.seq_len, "factor": args.factor,
+        scaling = longest.model.rope_scaling
+        factor = args.factor or (scaling.factor if scaling.rope_type != "default"
+                                 else 2 * longest.seq_len / short.seq_len)
+        result = {"short": short.seq_len, "trained": longest.seq_len, "factor": factor,
                   "stages": [[c.seq_len, c.global_batch_size, n]
                              for (_, c), n in zip(later, steps)],
                   "lengths": args.lengths, "depths": args.depths, "samples": args.samples,
@@ -143,7 +148,7 @@ def main(argv=None):
         for method in args.methods:
             rope = extension.rope(method, theta=short.model.rope_theta,
                                   head_dim=short.model.head_dim, trained=short.seq_len,
-                                  factor=args.factor)
+                                  factor=factor)
             workdir = first.workdir
             if method != "zero-shot":
                 workdir = extend(method, rope, first, base, later, steps, args, say)
@@ -168,7 +173,7 @@ def main(argv=None):
     budget = ", then ".join(f"{n} steps of {b} x {s:,}" for s, b, n in result["stages"])
     print(f"passkey accuracy (mean over {len(args.depths)} depths x {args.samples} held-out keys)"
           f" from the {result['short']:,}-token checkpoint after {budget} tokens, RoPE for "
-          f"{args.factor:g}x; text loss: held-out text, the last of {args.buckets} ranges of "
+          f"{factor:g}x; text loss: held-out text, the last of {args.buckets} ranges of "
           f"{max(args.lengths):,} positions")
     print("| method | " + " | ".join(f"{n:,}" for n in args.lengths) + " | text loss |")
     print("|---|" + "---|" * (len(args.lengths) + 1))
