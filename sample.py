@@ -10,7 +10,9 @@ or a whole --prompt_file; of any lengths) are prefilled in one pass with the tra
 laid out over --seq_shards devices in the run's layout (or --layout), and their keys and values
 stay sharded where they were computed: a prompt too long for one device fits on N. Then each
 new token costs one pass over the cache (each device its shard, combined exactly). The fake CPU
-device count follows --seq_shards; the parameters are sharded over the same devices.
+device count follows --seq_shards; the parameters are sharded over the same devices. A prompt
+longer than the run was trained on can be read with --dynamic_rope (its RoPE stretched to the
+prompt's length, as scripts/eval_long.py --dynamic_rope does).
 """
 
 import sys
@@ -29,6 +31,9 @@ flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
 flags.DEFINE_integer("seq_shards", None, "Devices the prompt and its cache are sharded over "
                      "(default: --devices, 1).")
 flags.DEFINE_string("layout", None, "Attention layout of the prefill (default: the run's).")
+flags.DEFINE_bool("dynamic_rope", False, "For a prompt longer than the run's trained length, "
+                  "stretch its RoPE to the longest prompt's length (dynamic scaling, "
+                  "training/extension.py; as scripts/eval_long.py --dynamic_rope).")
 flags.DEFINE_integer("devices", 1, "Devices to shard the parameters over (= --seq_shards).")
 flags.mark_flags_as_required(["workdir"])
 FLAGS = flags.FLAGS
@@ -64,13 +69,19 @@ def main(argv):
     from flax import nnx
 
     from model import decode
-    from training.saved_run import RunError, load_run
+    from training.saved_run import RunError, load_run, stretched_model
 
     try:
         # Tiles from the prompt's length (0): the run's were chosen for its seq_len.
         config, tokenizer, graphdef, params, step = load_run(
             FLAGS.workdir, FLAGS.step, shards, {"tile_q": 0, "tile_k": 0}, FLAGS.layout)
         prompts = _prompts(tokenizer)
+        if FLAGS.dynamic_rope:
+            longest, trained = max(map(len, prompts)), config.seq_len
+            config, graphdef = stretched_model(config, graphdef, longest)
+            if longest > trained:
+                print(f"# dynamic RoPE: {longest:,} tokens read as the trained {trained:,} "
+                      f"(stretched {longest / trained:.3g}x)", file=sys.stderr)
     except (RunError, data.DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -12,9 +12,12 @@ optimizers, the same for every method) from the first stage's last checkpoint, w
 method's RoPE for --factor times the first stage's length (default: the factor of the
 recipe's own scaling, else twice the longest trained length over it) and each stage's steps times
 --budget. --reuse yarn takes the recipe's own stages as the yarn arm when they are exactly that
-(the same RoPE and budget) instead of training them again. Prints one table (mean passkey
-accuracy over --depths per length, and the text loss in the last position range at the longest
-length) and draws both, accuracy by length and loss by position, in one picture.
+(the same RoPE and budget) instead of training them again, and an arm this --out already holds
+finished is not trained again. Each arm is also read with dynamic scaling past its trained
+length ("METHOD + dynamic": its RoPE stretched to each prompt's length, no training;
+training/extension.py). Prints one table (mean passkey accuracy over --depths per length, and
+the text loss in the last position range at the longest length) and draws both, accuracy by
+length and loss by position, in one picture.
 """
 
 import argparse
@@ -55,12 +58,16 @@ def picture(result: dict, path: str) -> None:
     import matplotlib.pyplot as plt
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     lengths = result["lengths"]
+    colours = {}
     for method, row in result["methods"].items():
-        left.plot(range(len(lengths)), [row["accuracy"][str(n)] for n in lengths], "o-",
-                  label=method)
+        # An arm and its dynamic reading share a colour; the dynamic one is dashed.
+        base = method.removesuffix(" + dynamic")
+        colour = colours.setdefault(base, f"C{len(colours)}")
+        style = dict(color=colour, marker="o", ls="--" if base != method else "-", label=method)
+        left.plot(range(len(lengths)), [row["accuracy"][str(n)] for n in lengths], **style)
         loss = row["text_loss"]
         width = max(lengths) / len(loss)
-        right.plot([(b + 0.5) * width for b in range(len(loss))], loss, "o-", label=method)
+        right.plot([(b + 0.5) * width for b in range(len(loss))], loss, **style)
     left.set_xticks(range(len(lengths)), [f"{n:,}" for n in lengths])
     if result["trained"] in lengths:
         left.axvline(lengths.index(result["trained"]), color="grey", ls=":",
@@ -81,6 +88,7 @@ def extend(method, rope, first, base, later, steps, args, say) -> str:
     """The arm of `method`: the recipe's later stages from the first's last checkpoint with its
     RoPE (or the recipe's own, when they are those); returns the last stage's workdir."""
     from training import stages, train_and_evaluate
+    from training.saved_run import saved_steps
     configs = []
     for (_, stage_config), n in zip(later, steps):
         cfg = stage_config.copy_and_resolve_references()
@@ -99,11 +107,31 @@ def extend(method, rope, first, base, later, steps, args, say) -> str:
     for (stage, _), cfg in zip(later, configs):
         workdir = os.path.join(args.out, method, f"stage{stage.index}")
         cfg.init_from = previous
-        say(f"{method}: {cfg.num_train_steps} steps of {cfg.seq_len:,} tokens in {workdir}")
-        train_and_evaluate(cfg, workdir, explicit=stage.explicit + (
-            "model.rope_theta", "model.rope_scaling", "init_from"))
+        if (saved_steps(workdir) or [None])[-1] == cfg.num_train_steps:
+            say(f"{method}: {workdir} has its {cfg.num_train_steps} steps (an earlier study)")
+        else:
+            say(f"{method}: {cfg.num_train_steps} steps of {cfg.seq_len:,} tokens in {workdir}")
+            train_and_evaluate(cfg, workdir, explicit=stage.explicit + (
+                "model.rope_theta", "model.rope_scaling", "init_from"))
         previous = f"run:{workdir}@{cfg.num_train_steps}"
     return workdir
+
+
+def probe(workdir, lengths, args, config, say, dynamic=False) -> dict:
+    """An arm's passkey accuracy (mean over depths, and the table) at `lengths`, and its text
+    loss by position at the longest of args.lengths; `dynamic`: with the RoPE stretched past
+    the arm's trained length (training/extension.py: stretched)."""
+    from training import retrieval
+    say(f"{workdir}: probes and text loss{' (dynamic RoPE)' if dynamic else ''}")
+    table = retrieval.evaluate(workdir, lengths=lengths, depths=args.depths,
+                               samples=args.samples, seed=args.seed,
+                               seq_shards=config.cpu_devices, dynamic_rope=dynamic)
+    loss = retrieval.text_loss_by_position(workdir, max(args.lengths), buckets=args.buckets,
+                                           rows=args.text_rows, seq_shards=config.cpu_devices,
+                                           dynamic_rope=dynamic)
+    return {"text_loss": loss, "table": {str(n): row for n, row in
+                                         table["accuracy"]["passkey"].items()},
+            "accuracy": {str(n): v for n, v in retrieval.mean_over_depths(table).items()}}
 
 
 def main(argv=None):
@@ -119,7 +147,7 @@ def main(argv=None):
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
 
     import data
-    from training import ConfigError, extension, retrieval, stages
+    from training import ConfigError, extension, stages
     from training.saved_run import RunError
 
     def say(text):
@@ -152,17 +180,18 @@ def main(argv=None):
             workdir = first.workdir
             if method != "zero-shot":
                 workdir = extend(method, rope, first, base, later, steps, args, say)
-            say(f"{method}: probes and text loss")
-            table = retrieval.evaluate(workdir, lengths=args.lengths, depths=args.depths,
-                                       samples=args.samples, seed=args.seed,
-                                       seq_shards=config.cpu_devices)
-            loss = retrieval.text_loss_by_position(workdir, max(args.lengths),
-                                                   buckets=args.buckets, rows=args.text_rows,
-                                                   seq_shards=config.cpu_devices)
-            result["methods"][method] = {
-                "workdir": workdir, "rope": rope, "text_loss": loss,
-                "accuracy": {str(n): v for n, v in retrieval.mean_over_depths(table).items()},
-                "table": table["accuracy"]["passkey"]}
+            trained = short.seq_len if method == "zero-shot" else longest.seq_len
+            result["methods"][method] = {"workdir": workdir, "rope": rope,
+                                         **probe(workdir, args.lengths, args, config, say)}
+            # The same arm read with dynamic scaling past its trained length: no training, and
+            # the same answers up to it.
+            beyond = [n for n in args.lengths if n > trained]
+            if beyond:
+                stretched = probe(workdir, beyond, args, config, say, dynamic=True)
+                for key in ("accuracy", "table"):
+                    stretched[key] = {**result["methods"][method][key], **stretched[key]}
+                result["methods"][f"{method} + dynamic"] = {"workdir": workdir, "rope": rope,
+                                                            **stretched}
     except (ConfigError, RunError, data.DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

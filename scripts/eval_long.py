@@ -12,7 +12,9 @@ training never states (--seed picks them, the filler and its offsets). The promp
 prefilled sequence-parallel over --seq_shards devices (fake CPU devices) in the run's layout (or
 --layout), and answered greedily; an answer counts when its digits are exactly the fact's. The
 JSON holds every reply beside its key; --write_prompts DIR writes each prompt's text, to give
-to scripts/sample.py (the same prompt, the same answer).
+to scripts/sample.py (the same prompt, the same answer). --dynamic_rope reads the prompts
+longer than the run's trained length with its RoPE stretched to their length, as sample.py
+--dynamic_rope does.
 """
 
 import json
@@ -41,6 +43,9 @@ def parse_args(argv=None):
                    help="attention layout of the prefill (default: the run's)")
     p.add_argument("--json", required=True,
                    help="where to write the table (the picture goes beside it)")
+    p.add_argument("--dynamic_rope", action="store_true",
+                   help="read prompts longer than the run's trained length with its RoPE "
+                        "stretched to their length (dynamic scaling, training/extension.py)")
     p.add_argument("--write_prompts", default=None, metavar="DIR",
                    help="also write each prompt's text to DIR/PROBE-LENGTH-DEPTH-SAMPLE.txt")
     args = p.parse_args(argv)
@@ -112,7 +117,8 @@ def main(argv=None):
         table = retrieval.evaluate(
             args.workdir, lengths=args.lengths, depths=args.depths, samples=args.samples,
             seed=args.seed, seq_shards=args.seq_shards, layout=args.layout, step=args.step,
-            probe_names=args.probes, progress=progress, prompts=cells)
+            probe_names=args.probes, progress=progress, prompts=cells,
+            dynamic_rope=args.dynamic_rope)
     except (RunError, data.DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -124,7 +130,8 @@ def main(argv=None):
     heatmap(table, picture)
     for name in args.probes:
         print(f"{name}: exact answers by length (columns) and depth (rows), "
-              f"{args.samples} keys a cell")
+              f"{args.samples} keys a cell"
+              + (", RoPE stretched past the trained length" if args.dynamic_rope else ""))
         print(retrieval.markdown(table, name))
     print(f"wrote {args.json} and {picture}")
 

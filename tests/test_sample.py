@@ -103,27 +103,30 @@ def test_model_trained_on_a_repeating_corpus_continues_it(tmp_path):
                              str(tmp_path / "run"), "--lengths", "320", "--depths", "0",
                              "1", "--samples", "2", "--seq_shards", "2", "--json", str(table),
                              "--probes", "passkey", "--write_prompts",
-                             str(tmp_path / "prompts")],
+                             str(tmp_path / "prompts"), "--dynamic_rope"],
                             cwd=ROOT, env=clean_env(), capture_output=True, text=True,
                             timeout=300)
     assert probes.returncode == 0, probes.stderr[-3000:]
     result = json.loads(table.read_text())
     assert result["lengths"] == [320] and result["trained_seq_len"] == 128
+    assert result["dynamic_rope"]
     cells = [v for row in result["accuracy"]["passkey"].values() for v in row.values()]
     assert len(cells) == 2 and all(v in (0.0, 0.5, 1.0) for v in cells)
     assert (tmp_path / "probes.png").stat().st_size > 10_000
     assert "2/2 cells" in probes.stderr  # the progress bar
     # A written prompt given to scripts/sample.py over 4 devices: the probe's prompt (320
-    # tokens) and its reply, whatever the model says.
+    # tokens) and its reply, whatever the model says, both read with the RoPE stretched 2.5x.
     keys = json.loads((tmp_path / "prompts" / "keys.json").read_text())
     reply = result["replies"]["passkey"]["320"]["1.0"]
     assert keys["passkey-320-1-1.txt"] == reply["keys"][1]
     again = subprocess.run([sys.executable, "scripts/sample.py", "--workdir", str(tmp_path / "run"),
                             "--prompt_file", str(tmp_path / "prompts" / "passkey-320-1-1.txt"),
-                            "--seq_shards", "4", "--temperature", "0", "--max_new_tokens", "8"],
+                            "--seq_shards", "4", "--temperature", "0", "--max_new_tokens", "8",
+                            "--dynamic_rope"],
                            cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "320 tokens over 4 devices" in again.stderr
+    assert "dynamic RoPE: 320 tokens read as the trained 128 (stretched 2.5x)" in again.stderr
     prompt = (tmp_path / "prompts" / "passkey-320-1-1.txt").read_text()
     continuation = again.stdout.split("-" * 40)[0][len(prompt):]
     assert probes_module.reply(continuation) == reply["replies"][1]

@@ -16,6 +16,16 @@ scripts/bench_extension.py trains and compares from one short checkpoint.
 
 `factor` is how many times the trained length the extended model should reach; the rules are
 model/rope.py's, under Hugging Face's names, so an extended model exports as it trained.
+
+Past its longest trained length any of them can also be read with dynamic scaling
+(`stretched`): for a prompt of n > trained tokens the RoPE is stretched once more by
+n / trained, so that the prompt's farthest distances turn no farther than training's did (the
+YaRN paper's "dynamic scaling"; for plain RoPE, the NTK-aware base for that ratio). It costs no
+training and changes nothing at or below the trained length.
+
+    stretched({"rope_theta": 1e4, "head_dim": 32,
+               "rope_scaling": {"rope_type": "yarn", "factor": 64.0}}, trained=8192, length=16384)
+    # -> {'rope_scaling': {'factor': 128.0}}
 """
 
 from __future__ import annotations
@@ -38,3 +48,18 @@ def rope(method: str, *, theta: float, head_dim: int, trained: int, factor: floa
                 "rope_scaling": {"rope_type": method, "factor": factor,
                                  "original_max_position_embeddings": trained}}
     raise ValueError(f"extension method {method!r}: choose one of {', '.join(METHODS)}")
+
+
+def stretched(model, *, trained: int, length: int) -> dict:
+    """Overrides of config.model's RoPE fields that read `length` tokens with dynamic scaling
+    (a mapping with rope_theta, head_dim and rope_scaling); {} when length <= trained. A scaled
+    RoPE (linear, yarn, llama3) gets its factor times length / trained (YaRN's attention factor,
+    when derived, follows it); plain RoPE its base raised as `theta` does for that ratio."""
+    ratio = length / trained
+    if ratio <= 1:
+        return {}
+    scaling = model["rope_scaling"]
+    if scaling["rope_type"] == "default":
+        d = model["head_dim"]
+        return {"rope_theta": model["rope_theta"] * ratio ** (d / (d - 2))}
+    return {"rope_scaling": {"factor": scaling["factor"] * ratio}}

@@ -20,7 +20,7 @@ from flax import nnx
 
 from model import decode
 from training import position_loss, probes
-from training.saved_run import RunError, held_out_tokens, load_run
+from training.saved_run import RunError, held_out_tokens, load_run, stretched_model
 
 ANSWER_TOKENS = 8  # greedy tokens decoded after each prompt: ' ' and five digits, and spare
 
@@ -35,11 +35,13 @@ def _load(workdir, step, seq_shards, layout):
 
 def evaluate(workdir: str, *, lengths, depths, samples: int, seed: int = 0,
              seq_shards: int = 1, layout: str | None = None, step: int | None = None,
-             probe_names=("passkey",), progress=None, prompts=None) -> dict:
+             probe_names=("passkey",), progress=None, prompts=None,
+             dynamic_rope: bool = False) -> dict:
     """The probes' table for a run's checkpoint: accuracy and every reply beside its key, per
     probe, length and depth. progress(probe, done, total) after each cell; prompts: a dict to
     fill with {probe: [(length, depth, the prompts' texts, their keys)]}, for writing out (each
-    text encodes to its prompt's ids)."""
+    text encodes to its prompt's ids); dynamic_rope: prompts longer than the run's trained
+    length are read with its RoPE stretched to their length (training/extension.py)."""
     config, tokenizer, graphdef, params, step, filler = _load(workdir, step, seq_shards, layout)
     cells = {name: probes.grid(probes.PROBES[name], tokenizer, filler, lengths, depths,
                                samples, seed) for name in probe_names}
@@ -48,13 +50,19 @@ def evaluate(workdir: str, *, lengths, depths, samples: int, seed: int = 0,
                                for n, d, ps, keys in grid] for name, grid in cells.items()})
     mesh = nnx.merge(graphdef, params).mesh
 
+    graphs = {}  # prompt length -> graphdef
+
     def generate(batch):
-        return decode.generate_sharded(graphdef, params, batch, ANSWER_TOKENS, mesh,
+        length = max(len(prompt) for prompt in batch)
+        if length not in graphs:
+            graphs[length] = (stretched_model(config, graphdef, length)[1] if dynamic_rope
+                              else graphdef)
+        return decode.generate_sharded(graphs[length], params, batch, ANSWER_TOKENS, mesh,
                                        temperature=0.0)
 
     table = {"workdir": workdir, "step": step, "trained_seq_len": config.seq_len,
              "layout": config.parallel.layout, "seq_shards": seq_shards, "samples": samples,
-             "seed": seed, "lengths": list(lengths), "depths": list(depths), "accuracy": {},
+             "dynamic_rope": dynamic_rope, "seed": seed, "lengths": list(lengths), "depths": list(depths), "accuracy": {},
              "replies": {}}
     for name, grid in cells.items():
         said = probes.replies(grid, generate, tokenizer,
@@ -91,11 +99,14 @@ def markdown(table: dict, probe: str = "passkey") -> str:
 
 def text_loss_by_position(workdir: str, length: int, *, buckets: int, rows: int,
                           seq_shards: int = 1, layout: str | None = None,
-                          step: int | None = None) -> list[float]:
+                          step: int | None = None, dynamic_rope: bool = False) -> list[float]:
     """The mean next-token loss in `buckets` equal ranges of positions 0..length-1, over `rows`
     windows of the run's held-out text read as one document each (the probes' filler, without
-    a fact): does the text stay predictable along the whole context?"""
+    a fact): does the text stay predictable along the whole context? dynamic_rope: as in
+    `evaluate`, each window read with the RoPE stretched to `length`."""
     config, _, graphdef, params, _, text = _load(workdir, step, seq_shards, layout)
+    if dynamic_rope:
+        graphdef = stretched_model(config, graphdef, length)[1]
     if len(text) < rows * (length + 1):
         raise RunError(f"{workdir}'s held-out text has {len(text):,} tokens, fewer than "
                        f"{rows} rows of {length + 1:,}: ask for fewer rows or hold out more "

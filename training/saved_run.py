@@ -22,6 +22,7 @@ import storage
 from checkpoints import Checkpointer
 from model import hf
 from planner import resolve_attention
+from training import extension
 from training.resume import saved_config, saved_tokenizer_file
 from training.state import create_train_state
 
@@ -76,24 +77,42 @@ def load_run(workdir: str, step, devices: int, model_overrides: dict | None = No
         parallel.get_layout(layout)  # ValueError naming the layouts
         config.parallel.layout = layout
     tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
-    mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
     config.mesh.data, config.mesh.seq = 1, devices
     # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
     # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
     config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
-    choice = resolve_attention(config, (1, devices), jax.default_backend(),
-                               mesh.devices.flat[0].device_kind)
-    if config.model.tile_q == 0 and config.model.tile_k == 0:
-        choice = dataclasses.replace(choice, tile_q=0, tile_k=0)
-    # The parameters' shapes and shardings only: the model is never initialised, and only
-    # the parameters are read back (not the optimizer's moments, twice their size).
-    state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
+    state, graphdef = _abstract_model(config, devices)
     checkpointer = Checkpointer(storage.join(workdir, "checkpoints"), read_only=True)
     try:
         params = checkpointer.restore_params(step, state["params"])
     finally:
         checkpointer.close()
     return config, tokenizer, graphdef, params, step
+
+
+def stretched_model(config, graphdef, length: int):
+    """(config, graphdef) of a loaded run read at `length` tokens with dynamic RoPE scaling
+    (training/extension.py: stretched): the same parameters, the RoPE stretched by length over
+    the run's trained length; the run's own at or below that length."""
+    overrides = extension.stretched(config.model, trained=config.seq_len, length=length)
+    if not overrides:
+        return config, graphdef
+    config = config.copy_and_resolve_references()
+    config.model.update(overrides)
+    return config, _abstract_model(config, config.mesh.seq)[1]
+
+
+def _abstract_model(config, devices: int):
+    """(the train state's shapes and shardings, graphdef) of `config` on the first `devices`
+    devices: the model is never initialised, and only the parameters are read back into it
+    (not the optimizer's moments, twice their size)."""
+    mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
+    choice = resolve_attention(config, (1, devices), jax.default_backend(),
+                               mesh.devices.flat[0].device_kind)
+    if config.model.tile_q == 0 and config.model.tile_k == 0:
+        choice = dataclasses.replace(choice, tile_q=0, tile_k=0)
+    state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
+    return state, graphdef
 
 
 def export_hf(workdir: str, out: str, *, step=None, dtype: str | None = None,
