@@ -4,7 +4,7 @@ the sequence sharded over 4 fake devices throughout; about 40 minutes on 2 cores
 
     make train-passkey
     # = python train.py --config configs/passkey.py --workdir runs/passkey
-    python scripts/eval_long.py --workdir runs/passkey/stage3 --seq_shards 4 \
+    python scripts/eval_long.py --workdir runs/passkey/stage3 --seq_shards 4 --dynamic_rope \
         --json runs/passkey_probes.json         # 1,024 .. 16,384 tokens x 10 depths x 10 keys
 
 The default model's shape and corpus; what makes the copy learnable in minutes: digits are
@@ -14,8 +14,10 @@ the loss, and every query head has its own key/value head. Every example's fille
 corpus's own text, which the model keeps learning (eval/loss is on held-out text only). The
 keys the probes ask for are never stated in training (data.passkey.held_out).
 
-scripts/bench_extension.py compares the YaRN extension with the other rules from the same
-stage-1 checkpoint. BENCHMARKS.md has the figures.
+Past 8,192 tokens the model is read with --dynamic_rope: its YaRN factor stretched by the
+prompt's length over 8,192 (training/extension.py), which keeps retrieval at twice the trained
+length without more training. scripts/bench_extension.py compares the YaRN extension with the
+other rules from the same stage-1 checkpoint. BENCHMARKS.md has the figures.
 """
 
 from configs import default

@@ -79,7 +79,8 @@ def heatmap(table: dict, path: str) -> None:
         ax.set_yticks(range(len(table["depths"])), [f"{d:g}" for d in table["depths"]])
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel("depth of the fact")
-        ax.set_title(f"{probe} (trained at {table['trained_seq_len']:,})")
+        ax.set_title(f"{probe} (trained at {table['trained_seq_len']:,}"
+                     + (", RoPE stretched past it)" if table.get("dynamic_rope") else ")"))
     fig.colorbar(image, ax=axes[0].tolist(), label="exact answers")
     fig.savefig(path, dpi=110)
 
