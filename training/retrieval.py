@@ -62,8 +62,8 @@ def evaluate(workdir: str, *, lengths, depths, samples: int, seed: int = 0,
 
     table = {"workdir": workdir, "step": step, "trained_seq_len": config.seq_len,
              "layout": config.parallel.layout, "seq_shards": seq_shards, "samples": samples,
-             "dynamic_rope": dynamic_rope, "seed": seed, "lengths": list(lengths), "depths": list(depths), "accuracy": {},
-             "replies": {}}
+             "dynamic_rope": dynamic_rope, "seed": seed, "lengths": list(lengths),
+             "depths": list(depths), "accuracy": {}, "replies": {}}
     for name, grid in cells.items():
         said = probes.replies(grid, generate, tokenizer,
                               None if progress is None else
