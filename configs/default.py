@@ -137,6 +137,9 @@ def get_config():
     # this many tokens or more (several per row, of many lengths, each its own document)
     config.data.passkey_min_len = 0
     config.data.passkey_weight = 1.0  # loss weight of the answer's digits (1 = like any token)
+    # Share of the training keys that repeat a digit in a row (30039), the copy's hard case;
+    # 0 = as drawn uniformly (about a third)
+    config.data.passkey_repeats = 0.0
 
     config.optim = ml_collections.ConfigDict()
     config.optim.learning_rate = 3e-3  # peak learning rate

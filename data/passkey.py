@@ -2,7 +2,7 @@
 probes ask about (training/probes.py, scripts/eval_long.py), so that a small model learns to
 use its whole context for it.
 
-    mix = PasskeyMix.build(tokenizer, fraction=0.5, min_len=128, weight=4.0)
+    mix = PasskeyMix.build(tokenizer, fraction=0.5, min_len=128, weight=4.0, repeats=0.75)
     window, weights = mix.insert(window, windows, seed)   # [R, S+1] rows -> rows, [R, S] weights
 
 The template, one document, as the probes write it (a prompt written by hand this way, given
@@ -21,6 +21,8 @@ the answer is a copy of them.
 Keys: 10000 to 99999, split by a fixed hash into training keys and held-out keys (one in
 eight, `held_out(key)`). Training examples only ever state training keys; the probes only
 held-out ones, so an answer the model gets right is a copy, never a key it was trained on.
+Drawn uniformly, about a third of the keys repeat a digit in a row (30039); `repeats` sets that
+share of the training keys instead, as the longer stages of configs/passkey.py do.
 
 A row chosen for examples (by seed and window index: the same on a resume) is cut into
 examples of `min_len` tokens or more, each its own document (EOS between them), lengths drawn
@@ -52,11 +54,19 @@ def held_out(key: int) -> bool:
     return (int(key) * 2654435761) % (1 << 32) < (1 << 32) // _HELD_OUT_SHARE
 
 
-def draw_key(rng: np.random.Generator, held: bool) -> int:
-    """A key drawn uniformly from the held-out keys (held=True) or from the training keys."""
+def repeats_a_digit(key) -> bool:
+    """Whether a digit of `key` comes twice in a row (30039): the keys a copy gets wrong first,
+    where the digit just written is followed by two different ones in the key."""
+    digits = str(key)
+    return any(a == b for a, b in zip(digits, digits[1:]))
+
+
+def draw_key(rng: np.random.Generator, held: bool, repeat: bool | None = None) -> int:
+    """A key drawn uniformly from the held-out keys (held=True) or from the training keys;
+    repeat True / False: only among those that do / do not repeat a digit in a row."""
     while True:
         key = int(rng.integers(*KEYS))
-        if held_out(key) == held:
+        if held_out(key) == held and repeat in (None, repeats_a_digit(key)):
             return key
 
 
@@ -65,6 +75,7 @@ class PasskeyMix:
     fraction: float  # share of training rows made examples
     min_len: int  # shortest example in tokens; 0 = one example filling the row
     weight: float  # loss weight of the answer's digits
+    repeats: float  # share of the bank's keys that repeat a digit in a row; 0: as drawn
     intro: tuple[int, ...]
     newline: int  # the filler's EOS tokens become this, so an example is one document
     eos: int
@@ -75,11 +86,12 @@ class PasskeyMix:
 
     @classmethod
     def build(cls, tokenizer, fraction: float, min_len: int = 0, weight: float = 1.0,
-              bank: int = 8192, seed: int = 1234):
+              repeats: float = 0.0, bank: int = 8192, seed: int = 1234):
         rng = np.random.default_rng(seed)
         facts, endings, answers = [], [], []
-        for _ in range(bank):
-            key = str(draw_key(rng, held=False))
+        with_repeat = round(repeats * bank)
+        for i in range(bank):
+            key = str(draw_key(rng, held=False, repeat=(i < with_repeat) if repeats else None))
             fact, question = passkey_texts(key)
             question_ids = tokenizer.encode(question)
             answer_ids = tokenizer.encode(f" {key}\n")
@@ -90,7 +102,7 @@ class PasskeyMix:
         newline = tokenizer.encode("\n")
         intro = tuple(tokenizer.encode(INTRO))
         shortest = len(intro) + max(map(len, facts)) + max(map(len, endings)) + 2
-        return cls(float(fraction), int(min_len), float(weight), intro, newline[-1],
+        return cls(float(fraction), int(min_len), float(weight), float(repeats), intro, newline[-1],
                    tokenizer.eos_id, tuple(facts), tuple(endings), tuple(answers), shortest)
 
     def insert(self, window: np.ndarray, windows: np.ndarray,

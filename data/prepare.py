@@ -119,7 +119,8 @@ def _passkey_mix(config, tokenizer) -> PasskeyMix | None:
         return None
     mix = PasskeyMix.build(tokenizer, config.data.passkey_fraction,
                            config.data.get("passkey_min_len", 0),
-                           config.data.get("passkey_weight", 1.0))
+                           config.data.get("passkey_weight", 1.0),
+                           config.data.get("passkey_repeats", 0.0))
     need = max(mix.shortest + 1, config.data.get("passkey_min_len", 0))
     if config.seq_len + 1 < need:
         raise DataError(f"seq_len={config.seq_len} is shorter than one passkey example "

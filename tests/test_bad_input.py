@@ -246,6 +246,9 @@ def test_checkpoint_cadence_and_count_must_be_positive(field):
     ("optim.learning_rate", 0.0, "optim.learning_rate=0.0: must be a positive rate"),
     ("data.passkey_weight", 0.0,
      "data.passkey_weight=0.0: must be a positive loss weight (1 = like any token)"),
+    ("data.passkey_repeats", 1.5,
+     "data.passkey_repeats=1.5: must be a share of the keys in [0, 1] (0 = as drawn, about a "
+     "third)"),
     ("wandb_mode", "onlin", "wandb_mode='onlin': must be online, offline or disabled"),
     ("optim.max_skipped_steps", 0, "optim.max_skipped_steps=0 must be at least 1"),
 ])

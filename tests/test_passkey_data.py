@@ -72,3 +72,18 @@ def test_rows_cut_into_examples_with_weighted_answers():
         assert Chars().decode(row_out[row_w == 5.0]) == "".join(f" {k}" for k in keys)
         assert set(np.unique(row_w)) == {1.0, 5.0}
     assert min(counts) >= 1 and max(counts) >= 3  # several examples, of many lengths
+
+
+def test_repeats_sets_the_share_of_keys_with_a_digit_twice_in_a_row():
+    import re
+
+    def keys(mix):
+        return [Chars().decode(f).split("The pass key is ")[1][:5] for f in mix.facts]
+
+    doubled = re.compile(r"(\d)\1")
+    uniform = keys(PasskeyMix.build(Chars(), fraction=1.0))
+    share = sum(bool(doubled.search(k)) for k in uniform) / len(uniform)
+    assert 0.31 < share < 0.38  # as drawn: 1 - 0.9 ** 4 of five-digit keys
+    hard = keys(PasskeyMix.build(Chars(), fraction=1.0, repeats=0.75))
+    assert sum(bool(doubled.search(k)) for k in hard) == round(0.75 * len(hard))
+    assert not any(held_out(int(k)) for k in hard) and len(set(hard)) > 0.9 * len(hard)

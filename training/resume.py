@@ -76,7 +76,7 @@ def data_fingerprint(config) -> str:
     passkeys = config.data.get("passkey_fraction", 0.0)
     # Fields at their defaults stay out of it: older runs keep their fingerprint.
     examples = {name: config.data.get(name) for name, default in
-                (("passkey_min_len", 0), ("passkey_weight", 1.0))
+                (("passkey_min_len", 0), ("passkey_weight", 1.0), ("passkey_repeats", 0.0))
                 if config.data.get(name, default) != default}
     key = json.dumps([description, config.data.get("max_bytes", 0)]
                      + ([passkeys] if passkeys else []) + ([examples] if examples else []))

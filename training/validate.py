@@ -119,6 +119,8 @@ def _validate_ranges(config) -> None:
          "0 (one example a row) or a length up to seq_len"),
         ("data.passkey_weight", config.data.get("passkey_weight", 1.0) > 0,
          "a positive loss weight (1 = like any token)"),
+        ("data.passkey_repeats", 0.0 <= config.data.get("passkey_repeats", 0.0) <= 1.0,
+         "a share of the keys in [0, 1] (0 = as drawn, about a third)"),
         ("optim.grad_accum_steps", config.optim.get("grad_accum_steps", 1) >= 1, "at least 1"),
         ("optim.learning_rate", config.optim.learning_rate > 0, "a positive rate"),
         ("optim.warmup_steps", config.optim.get("warmup_steps", 0) >= 0, "0 or more"),
