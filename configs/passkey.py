@@ -12,9 +12,9 @@ single tokens (the tokenizer splits them), rows are cut into several examples of
 (each its own document; data/passkey.py), the space and five digits of each answer weigh more
 in the loss the fewer answers a row holds (8 at 256 tokens, 32 at 2,048, 128 at 8,192), the
 longer stages' keys mostly repeat a digit in a row, and every query head has its own key/value
-head. Every example's filler is the
-corpus's own text, which the model keeps learning (eval/loss is on held-out text only). The
-keys the probes ask for are never stated in training (data.passkey.held_out).
+head. Every example's filler is the corpus's own text, which the model keeps learning
+(eval/loss is on held-out text only). The keys the probes ask for are never stated in training
+(data.passkey.held_out).
 
 Past 8,192 tokens the model is read with --dynamic_rope: its YaRN factor stretched by the
 prompt's length over 8,192 (training/extension.py), which keeps retrieval at twice the trained
@@ -48,9 +48,10 @@ def get_config():
     config.data.passkey_fraction = 0.75  # rows made examples; the rest stay plain text
     # Loss weight of each answer's space and five digits. A longer row holds fewer answers (about
     # two at 8,192 tokens against some 64 in a batch of 256-token rows), so the longer stages weigh
-    # each one more. With 8 at every length the answers were 1% of the last stage's loss, and the
-    # probes' grid missed 18 keys in 500; with these weights, these keys and 450 steps at 8,192
-    # instead of 300, it misses 3 (BENCHMARKS.md).
+    # each one more. With 8 at every length the answers were about 1% of the last stage's loss
+    # (two answers' 6 tokens x 8 against 8,192 tokens of weight 1), and the probes' grid missed
+    # 18 keys in 500; with these weights, these keys and 450 steps at 8,192 instead of 300, it
+    # misses 3 (BENCHMARKS.md).
     config.data.passkey_weight = 8.0
     config.checkpoint_keep = 2
     config.stages = (

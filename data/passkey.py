@@ -75,7 +75,6 @@ class PasskeyMix:
     fraction: float  # share of training rows made examples
     min_len: int  # shortest example in tokens; 0 = one example filling the row
     weight: float  # loss weight of the answer's digits
-    repeats: float  # share of the bank's keys that repeat a digit in a row; 0: as drawn
     intro: tuple[int, ...]
     newline: int  # the filler's EOS tokens become this, so an example is one document
     eos: int
@@ -89,6 +88,8 @@ class PasskeyMix:
               repeats: float = 0.0, bank: int = 8192, seed: int = 1234):
         rng = np.random.default_rng(seed)
         facts, endings, answers = [], [], []
+        # The first `repeats` share of the bank repeats a digit in a row, the rest does not;
+        # 0: every key as drawn (the bank as it was before the option).
         with_repeat = round(repeats * bank)
         for i in range(bank):
             key = str(draw_key(rng, held=False, repeat=(i < with_repeat) if repeats else None))
@@ -102,7 +103,7 @@ class PasskeyMix:
         newline = tokenizer.encode("\n")
         intro = tuple(tokenizer.encode(INTRO))
         shortest = len(intro) + max(map(len, facts)) + max(map(len, endings)) + 2
-        return cls(float(fraction), int(min_len), float(weight), float(repeats), intro, newline[-1],
+        return cls(float(fraction), int(min_len), float(weight), intro, newline[-1],
                    tokenizer.eos_id, tuple(facts), tuple(endings), tuple(answers), shortest)
 
     def insert(self, window: np.ndarray, windows: np.ndarray,
