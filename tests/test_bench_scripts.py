@@ -1,5 +1,6 @@
 """Benchmark scripts run small on this CPU: bench_simulated_ring (times every ring step and
-reports a share of the ideal; the figures themselves need a GPU, see BENCHMARKS.md),
+reports a share of the ideal) and bench_gpu_tiles (the figures of both need a GPU, see
+BENCHMARKS.md),
 bench_documents (efficiency from the kernel's counters) and compare_losses."""
 
 import json
@@ -12,6 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import bench_documents  # scripts/bench_documents.py (pyproject: pytest puts scripts/ on the path)
+import bench_gpu_tiles  # scripts/bench_gpu_tiles.py
 import bench_simulated_ring  # scripts/bench_simulated_ring.py
 
 
@@ -27,6 +29,23 @@ def test_simulated_ring_times_every_step(tmp_path):
         assert np.isclose(row["share"], row["ideal_s"] / sum(row["step_s"]))
         assert 0 < row["model_share"] <= 1
     assert result["block_pair"]["block"] == 128
+
+
+def test_gpu_tile_sweep_times_every_choice_and_restores_the_table(tmp_path, capsys):
+    """Interpreted here: the sweep's bookkeeping, not its figures."""
+    from parallel.kernels import pallas_gpu
+
+    out, table = tmp_path / "tiles.json", dict(pallas_gpu.LAUNCH)
+    bench_gpu_tiles.main(["--head-dims", "16", "--heads", "2", "--kv-heads", "1", "--block", "64",
+                          "--tiles", "32x32", "64x16", "48x16", "--launches", "4x2", "8x3",
+                          "--reps", "1", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    # 48 does not divide the block: left out; the other two tiles under both launches.
+    assert sorted((tuple(r["tile"]), tuple(r["launch"])) for r in rows) == [
+        ((32, 32), (4, 2)), ((32, 32), (8, 3)), ((64, 16), (4, 2)), ((64, 16), (8, 3))]
+    assert all(r["forward_ms"] > 0 and r["backward_ms"] > 0 for r in rows)
+    assert "best for head_dim 16: tiles " in capsys.readouterr().out
+    assert pallas_gpu.LAUNCH == table  # the sweep's trial entries do not stay behind
 
 
 def test_bench_documents_counts_every_layout(tmp_path, capsys):

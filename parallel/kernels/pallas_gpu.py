@@ -24,10 +24,20 @@ from parallel.kernels.base import (InterpretableKernel, dscores, exponent_scale,
                                    probabilities, softmax_fold, softmax_result, varying, visible)
 
 F32 = jnp.float32
-# Triton compiler parameters also select the Triton lowering (JAX's default is Mosaic GPU).
-# Every pallas_call gets its inputs cast to vary over the same mesh axes (`varying`): interpret
-# mode's slices insist on it.
-_TRITON = pl_triton.CompilerParams(num_warps=4, num_stages=2)
+# Triton's launch parameters per head_dim: (num_warps, num_stages), with the tiles of max_tiles
+# below. Measured on an H100 (BENCHMARKS.md, "On a GPU"; scripts/bench_gpu_tiles.py): at head_dim
+# 64 and 128 in bf16, 64 x 64 tiles with 4 warps and 2 stages were fastest forward + backward of
+# the 20 choices tried (128 x 64 tiles ran the backward 2.4x slower at head_dim 128, and 3 stages
+# of them did not fit in shared memory). A head_dim not listed takes DEFAULT_LAUNCH. Passing
+# Triton compiler parameters also selects the Triton lowering (JAX's default is Mosaic GPU).
+LAUNCH = {64: (4, 2), 128: (4, 2)}
+DEFAULT_LAUNCH = (4, 2)
+
+
+def _triton(head_dim):
+    """Each pallas_call's compiler parameters (LAUNCH), read when the kernel is traced."""
+    warps, stages = LAUNCH.get(head_dim, DEFAULT_LAUNCH)
+    return pl_triton.CompilerParams(num_warps=warps, num_stages=stages)
 
 
 def _f32_like(x, shape):
@@ -48,7 +58,9 @@ def _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, state):
     (cost.tile_plan's SKIP rule, per batch row)."""
     meet = None
     if tiles.mask.bounded:
-        meet = tiles.mask.may_meet(q_pos[0], q_pos[-1], k_pos[0], k_pos[-1])
+        # The first and last positions as min and max (they increase): Triton's lowering has
+        # no `slice` for q_pos[0] (seen on an H100).
+        meet = tiles.mask.may_meet(q_pos.min(), q_pos.max(), k_pos.min(), k_pos.max())
     if q_seg is not None:
         apart = (q_seg.min() <= k_seg.max()) & (k_seg.min() <= q_seg.max())
         meet = apart if meet is None else meet & apart
@@ -122,7 +134,7 @@ def forward(q, k, v, q_pos, k_pos, q_seg, k_seg, tiles, *, interpret):
         kernel, grid=(b * heads, n // tq), in_specs=specs,
         out_specs=[row_q, pl.BlockSpec((None, tq), lambda r, i: (r, i))],
         out_shape=[_f32_like(q, (b * heads, n, d)), _f32_like(q, (b * heads, n))],
-        compiler_params=_TRITON, interpret=interpret)(*varying(inputs, tiles))
+        compiler_params=_triton(d), interpret=interpret)(*varying(inputs, tiles))
     return out.reshape(q.shape), lse.reshape(b, heads, n), varying(count, tiles)
 
 
@@ -225,7 +237,7 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
                           num_q_tiles=n // tq),
         grid=(b * heads, n_k // tk), in_specs=dkdv_specs, out_specs=[out_tile, out_tile],
         out_shape=[_f32_like(q, (b * heads, n_k, d))] * 2,
-        compiler_params=_TRITON, interpret=interpret)(*varying([lo, *arrays, *segs], tiles))
+        compiler_params=_triton(d), interpret=interpret)(*varying([lo, *arrays, *segs], tiles))
 
     query_tile = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
     row_tile = pl.BlockSpec((None, tq), lambda r, i: (r, i))
@@ -236,7 +248,7 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
         functools.partial(_dq_kernel, tiles=tiles, with_segments=with_segments),
         grid=(b * heads, n // tq), in_specs=dq_specs, out_specs=query_tile,
         out_shape=_f32_like(q, (b * heads, n, d)),
-        compiler_params=_TRITON, interpret=interpret)(*varying([hi, *arrays, *segs], tiles))
+        compiler_params=_triton(d), interpret=interpret)(*varying([hi, *arrays, *segs], tiles))
     # dK, dV were made per query head; the g query heads of a KV head add up.
     per_kv = lambda x: x.reshape(b, kv_heads, g, n_k, d).sum(axis=2)
     return dq.reshape(q.shape), per_kv(dk), per_kv(dv)
@@ -246,7 +258,7 @@ class PallasGpuKernel(InterpretableKernel):
     name = "pallas_gpu"
     platforms = ("gpu", "cpu")
     fused_on = ("gpu",)
-    max_tiles = (128, 64)  # a FlashAttention-2-sized program: 128 queries x 64 keys per step
+    max_tiles = (64, 64)  # measured on an H100: see LAUNCH above
 
 
 KERNEL = PallasGpuKernel(forward, backward)
