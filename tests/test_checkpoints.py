@@ -4,6 +4,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tests.train_runs import (ROOT, clean_env, completed_checkpoints, losses, re
                               run_train, start_train, terminate, wait_for_step)
 
 STEPS = 20
+WANDB_OFFLINE = dict(clean_env(), WANDB_MODE="offline")  # wandb writes its run files locally
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,23 @@ def uninterrupted(tmp_path_factory, cache):
     return workdir
 
 
+@pytest.fixture(scope="module")
+def stopped_at_6(tmp_path_factory, cache):
+    """A run stopped on request after step 6, tracked by wandb (offline) too; tests copy it."""
+    workdir = tmp_path_factory.mktemp("stopped_at_6")
+    result = run_train(workdir, cache, "--config.stop_at_step=6", "--config.tracker=wandb",
+                       env=WANDB_OFFLINE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert completed_checkpoints(workdir) == [6]
+    return workdir
+
+
+def copy_run(source, tmp_path):
+    target = tmp_path / "run"
+    shutil.copytree(source, target, symlinks=True)  # wandb's latest-run stays a link
+    return target
+
+
 def load_state(workdir, step):
     """A checkpoint's arrays as numpy, whatever mesh wrote them."""
     path = os.path.join(workdir, "checkpoints", str(step), "state")
@@ -43,13 +62,15 @@ def load_state(workdir, step):
     return jax.tree.leaves(checkpointer.restore(path, restore_args=args))
 
 
-def test_resume_is_bitwise_identical(tmp_path, cache, uninterrupted):
-    first = run_train(tmp_path, cache, "--config.stop_at_step=6")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert completed_checkpoints(tmp_path) == [6]
-    second = run_train(tmp_path, cache)  # the same command again: resumes without any flag
+def test_resume_is_bitwise_identical_and_wandb_continues_its_run(tmp_path, cache,
+                                                                  uninterrupted, stopped_at_6):
+    tmp_path = copy_run(stopped_at_6, tmp_path)
+    # The same command again: resumes without any flag.
+    second = run_train(tmp_path, cache, "--config.tracker=wandb", env=WANDB_OFFLINE)
     assert second.returncode == 0, second.stderr[-3000:]
-    rows = read_metrics(tmp_path)
+    runs = sorted(d for d in os.listdir(tmp_path / "wandb") if d.startswith("offline-run-"))
+    assert len(runs) == 2 and runs[0].split("-")[-1] == runs[1].split("-")[-1]  # one run id
+    rows = read_metrics(tmp_path)  # wandb implies metrics.jsonl
     events = [r for r in rows if "event" in r]
     assert [(e["event"], e["step"]) for e in events] == [("stopped on request", 6), ("resumed", 6)]
     want, got = losses(read_metrics(uninterrupted)), losses(rows)
@@ -78,11 +99,11 @@ def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted):
 
 
 def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path, cache,
-                                                                      uninterrupted):
+                                                                      uninterrupted,
+                                                                      stopped_at_6):
     """Checkpoints written when the layout field was parallel.attention (and the record's
     'attention' key held it) resume with today's config and sample with sample.py."""
-    first = run_train(tmp_path, cache, "--config.stop_at_step=6")
-    assert first.returncode == 0, first.stderr[-3000:]
+    tmp_path = copy_run(stopped_at_6, tmp_path)
     path = tmp_path / "checkpoints" / "6" / "meta" / "metadata"
     meta = json.loads(path.read_text())
     meta["config"]["parallel"]["attention"] = meta["config"]["parallel"].pop("layout")
@@ -181,9 +202,10 @@ def test_sigkill_three_times_then_same_final_loss(tmp_path, cache, uninterrupted
         np.testing.assert_array_equal(a, b)
 
 
-def test_nonfinite_loss_stops_without_touching_the_last_good_checkpoint(tmp_path, cache):
-    good = run_train(tmp_path, cache, "--config.stop_at_step=10")
-    assert good.returncode == 0
+def test_nonfinite_loss_stops_without_touching_the_last_good_checkpoint(tmp_path, cache,
+                                                                        uninterrupted):
+    tmp_path = copy_run(uninterrupted, tmp_path)
+    shutil.rmtree(tmp_path / "checkpoints" / str(STEPS))  # as if it had stopped after step 10
     files = {p: os.stat(p).st_mtime_ns for p in _files(tmp_path / "checkpoints")}
     bad = run_train(tmp_path, cache, "--config.optim.learning_rate=1e30")
     assert bad.returncode == 3
@@ -206,17 +228,3 @@ def test_nonfinite_batches_can_be_skipped(tmp_path, cache):
 
 def _files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files]
-
-
-def test_wandb_resumes_the_same_run(tmp_path, cache):
-    env = dict(clean_env(), WANDB_MODE="offline")
-    for extra in ("--config.stop_at_step=4", "--config.num_train_steps=8"):
-        cmd = [sys.executable, "train.py", "--config", "configs/tiny.py", "--workdir",
-               str(tmp_path), cache, "--config.tracker=wandb", extra]
-        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-    runs = sorted(d for d in os.listdir(tmp_path / "wandb") if d.startswith("offline-run-"))
-    assert len(runs) == 2 and runs[0].split("-")[-1] == runs[1].split("-")[-1]
-    assert (tmp_path / "metrics.jsonl").exists()  # wandb implies jsonl
-

@@ -72,22 +72,36 @@ def test_chunked_loss_tiled_mlp_and_scanned_layers_train_as_the_plain_model(loss
     np.testing.assert_allclose(curves["memory"], curves["striped"], rtol=1e-5)
 
 
-@pytest.mark.parametrize("override,message", [
-    ("--config.parallel.layout=spiral", "parallel.layout='spiral' is not a known layout"),
-    ("--config.mesh.data=3", "mesh.data x mesh.seq = 3 x 2 does not match the 4 devices"),
-    ("--config.seq_len=130 --config.parallel.layout=zigzag", "seq_len 130 is not divisible by 4 (zigzag needs 2 x 2 seq shards)"),
-    ("--config.model.tile_q=48", "model.tile_q=48 does not divide the per-device block of 64"),
-    ("--config.model.num_kv_heads=3", "model.num_heads=4 is not a multiple of model.num_kv_heads=3"),
-    ("--config.data.loader=dali", "data.loader='dali': choose one of thread, grain"),
-    ("--config.tracker=tensorboard", "tracker='tensorboard': choose one of wandb, jsonl, none"),
-    ("--config.global_batch_size=3", "global_batch_size=3 is not divisible by the data shards"),
-])
-def test_bad_config_is_one_line_error(tmp_path, override, message):
-    result = run_train(tmp_path / "run", *override.split())
+def test_bad_config_is_one_line_error(tmp_path):
+    """train.py refuses a bad config with one line, exit 2, before anything is written; the
+    other bad configs below take the same path (validate_config), checked in-process."""
+    result = run_train(tmp_path / "run", "--config.parallel.layout=spiral")
     assert result.returncode == 2
-    assert message in result.stderr
+    assert "parallel.layout='spiral' is not a known layout" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"mesh.data": 3}, "mesh.data x mesh.seq = 3 x 2 does not match the 4 devices"),
+    ({"seq_len": 130, "parallel.layout": "zigzag"},
+     "seq_len 130 is not divisible by 4 (zigzag needs 2 x 2 seq shards)"),
+    ({"model.tile_q": 48}, "model.tile_q=48 does not divide the per-device block of 64"),
+    ({"model.num_kv_heads": 3}, "model.num_heads=4 is not a multiple of model.num_kv_heads=3"),
+    ({"data.loader": "dali"}, "data.loader='dali': choose one of thread, grain"),
+    ({"tracker": "tensorboard"}, "tracker='tensorboard': choose one of wandb, jsonl, none"),
+    ({"global_batch_size": 3}, "global_batch_size=3 is not divisible by the data shards"),
+])
+def test_bad_config_message(fields, message):
+    from configs import tiny
+    from training.validate import ConfigError, validate_config
+    config = tiny.get_config()
+    for field, value in fields.items():
+        section, _, name = field.rpartition(".")
+        (config[section] if section else config)[name] = value
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, device_count=4, process_count=1)
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_unknown_config_key_is_rejected(tmp_path):

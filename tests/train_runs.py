@@ -23,9 +23,9 @@ def command(workdir, *overrides, config="configs/tiny.py"):
     return [sys.executable, "train.py", "--config", config, "--workdir", str(workdir), *overrides]
 
 
-def run_train(workdir, *overrides, timeout=600, config="configs/tiny.py"):
-    return subprocess.run(command(workdir, *overrides, config=config), cwd=ROOT, env=clean_env(),
-                          capture_output=True, text=True, timeout=timeout)
+def run_train(workdir, *overrides, timeout=600, config="configs/tiny.py", env=None):
+    return subprocess.run(command(workdir, *overrides, config=config), cwd=ROOT,
+                          env=env or clean_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def start_train(workdir, *overrides):
