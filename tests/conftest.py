@@ -14,8 +14,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402  (must come after XLA_FLAGS)
 
-# The CPU's count: on a GPU machine (JAX_PLATFORMS=cuda,cpu, tests/test_pallas_gpu.py) the GPU
-# is the default backend and the fake CPU devices are still there for every other test.
+# The CPU's count: tests/test_pallas_gpu.py runs on a GPU machine with JAX_PLATFORMS=cuda,cpu,
+# where the GPU is the default backend and the 8 fake CPU devices are there beside it.
 assert jax.device_count("cpu") == 8, f"expected 8 fake CPU devices, got {jax.devices('cpu')}"
 
 
