@@ -1,6 +1,6 @@
 """A model that retrieves from its whole context, trained from scratch on a CPU: passkey
 retrieval learned at 256 tokens, then the context extended to 2,048 and 8,192 (RoPE by YaRN),
-the sequence sharded over 4 fake devices throughout; about 46 minutes on 2 cores.
+the sequence sharded over 4 fake devices throughout; 46 to 63 minutes on 2 cores (BENCHMARKS.md).
 
     make train-passkey
     # = python train.py --config configs/passkey.py --workdir runs/passkey
