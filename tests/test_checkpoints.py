@@ -82,10 +82,9 @@ def test_resume_is_bitwise_identical_and_wandb_continues_its_run(tmp_path, cache
     assert rows[-1]["progress/train_tokens"] == STEPS * 4 * 128
 
 
-def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted):
-    first = run_train(tmp_path, cache, "--config.stop_at_step=10", "--config.mesh.data=1",
-                      "--config.mesh.seq=4")
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted, stopped_at_6):
+    """Stopped on data 2 x seq 2 (striped), resumed on data 2 x seq 1 (ring, 2 devices)."""
+    tmp_path = copy_run(stopped_at_6, tmp_path)
     second = run_train(tmp_path, cache, "--config.parallel.layout=ring", "--config.cpu_devices=2",
                        "--config.mesh.data=2", "--config.mesh.seq=1")
     assert second.returncode == 0, second.stderr[-3000:]
@@ -93,7 +92,7 @@ def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted):
     resumed = next(r for r in rows if r.get("event") == "resumed")
     assert resumed["attention"] == "ring" and resumed["mesh"] == [2, 1]
     got, want = losses(rows), losses(read_metrics(uninterrupted))
-    assert set(got) == set(want) | {11}  # 11: the first step after the resume
+    assert set(got) == set(want) | {7}  # 7: the first step after the resume
     np.testing.assert_allclose([got[s] for s in sorted(want)], [want[s] for s in sorted(want)],
                                rtol=1e-4)
 
