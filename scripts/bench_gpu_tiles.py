@@ -10,8 +10,7 @@ Usage (on a GPU):
 Every choice is compiled first; then all are timed interleaved, --reps rounds, medians. A choice
 the compiler refuses (shared memory, registers) is listed with its error and left out. The
 winner per head_dim, by forward + backward time, is what pallas_gpu.LAUNCH and the kernel's
-tiles should say. TFLOP/s count the visible half of the scores: forward 4 H d n(n+1)/2 and
-backward 2.5 times that.
+tiles should say. TFLOP/s as bench_simulated_ring counts them (`causal_pair_tflops`).
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ import itertools
 import json
 import statistics
 
+from bench_simulated_ring import causal_pair_tflops  # scripts/bench_simulated_ring.py
 from timing import interleaved  # scripts/timing.py
-
-BACKWARD_FLOPS = 2.5
 
 
 def parse_args(argv=None):
@@ -93,14 +91,14 @@ def measure(args, head_dim):
     for key, (fwd, bwd) in built.items():
         calls[(key, "forward")], calls[(key, "backward")] = fwd, bwd
     times = interleaved(calls, args.reps)
-    flops = 4 * args.heads * head_dim * args.block * (args.block + 1) / 2
     rows = []
     for (tile, launch) in built:
         f = statistics.median(times[((tile, launch), "forward")])
         b = statistics.median(times[((tile, launch), "backward")])
+        forward_tflops, total_tflops = causal_pair_tflops(args.heads, head_dim, args.block, f, b)
         rows.append(dict(head_dim=head_dim, tile=tile, launch=launch, forward_ms=f * 1e3,
-                         backward_ms=b * 1e3, forward_tflops=flops / f / 1e12,
-                         total_tflops=flops * (1 + BACKWARD_FLOPS) / (f + b) / 1e12))
+                         backward_ms=b * 1e3, forward_tflops=forward_tflops,
+                         total_tflops=total_tflops))
     return rows, refused
 
 

@@ -42,6 +42,14 @@ PEER = {"ring": 0.539, "striped": 0.829, "zigzag": 0.902}
 BACKWARD_FLOPS = 2.5  # five matmuls to the forward's two
 
 
+def causal_pair_tflops(heads, head_dim, n, forward_s, backward_s):
+    """(forward, forward+backward) TFLOP/s of one causal block pair of n tokens, counting the
+    visible half of the scores: forward 4 H d n(n+1)/2, backward BACKWARD_FLOPS times that."""
+    flops = 4 * heads * head_dim * n * (n + 1) / 2
+    return (flops / forward_s / 1e12,
+            flops * (1 + BACKWARD_FLOPS) / (forward_s + backward_s) / 1e12)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=8, help="N: devices of the simulated ring")
@@ -160,9 +168,7 @@ def kernel_against_cudnn(args):
                            args.reps)
     ref_fwd = statistics.median(measured["forward"])
     ref_bwd = statistics.median(measured["forward+backward"]) - ref_fwd
-    flops = 4 * args.heads * args.head_dim * n * (n + 1) / 2
-    rate = lambda fwd, bwd: (flops / fwd / 1e12,
-                             flops * (1 + BACKWARD_FLOPS) / (fwd + bwd) / 1e12)
+    rate = lambda fwd, bwd: causal_pair_tflops(args.heads, args.head_dim, n, fwd, bwd)
     return dict(block=n, reference="cudnn" if on_gpu else "xla (no GPU: not cuDNN)",
                 ours_tflops=rate(ours_fwd, ours_bwd), reference_tflops=rate(ref_fwd, ref_bwd))
 

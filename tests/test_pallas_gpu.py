@@ -100,20 +100,21 @@ def test_every_block_pair_of_the_ring_matches_float64(layout, causal, segments, 
     order = parallel.row_order(layout, np.zeros((1, SEQ_LEN), np.int32) if seg is None else seg,
                                N)
     block = SEQ_LEN // N
-    pos = [order[:, i * block:(i + 1) * block].astype(np.int32) for i in range(N)]
-    seg_of = (lambda i: None) if seg is None else (
-        lambda i: np.take_along_axis(seg, order, 1)[:, i * block:(i + 1) * block])
+    # Positions and segment ids in the layout's order; device i holds slots
+    # [i * block, (i + 1) * block).
+    all_pos = order.astype(np.int32)
+    all_seg = None if seg is None else np.take_along_axis(seg, order, 1)
+    pos = [all_pos[:, i * block:(i + 1) * block] for i in range(N)]
+    seg_of = lambda i: None if all_seg is None else all_seg[:, i * block:(i + 1) * block]
     tiles = TileSpec(tile_q=tile[0], tile_k=tile[1], causal=causal, scale=DIM ** -0.5,
                      precision=lax.Precision.HIGHEST, varying_axes=(), window=window,
                      soft_cap=soft_cap)
     fwd, bwd = compiled(tiles)
     put = lambda x: None if x is None else jax.device_put(jnp.asarray(x), device)
-    # The whole sequence in the layout's order; device i holds slots [i * block, (i + 1) * block).
+    # The whole sequence in the layout's order, split the same way.
     q, do = (rng.standard_normal((1, HEADS, SEQ_LEN, DIM), np.float32) for _ in "ab")
     k, v = (rng.standard_normal((1, KV_HEADS, SEQ_LEN, DIM), np.float32) for _ in "ab")
     part = lambda x, i: x[:, :, i * block:(i + 1) * block]
-    all_pos, all_seg = order.astype(np.int32), None if seg is None else np.take_along_axis(
-        seg, order, 1)
     options = dict(causal=causal, window=window, soft_cap=soft_cap)
     checked = 0
     for d in range(N):
