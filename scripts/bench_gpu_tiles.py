@@ -35,6 +35,9 @@ def parse_args(argv=None):
                                                    "128x128"], help="tile_q x tile_k")
     p.add_argument("--launches", nargs="+", default=["4x2", "4x3", "8x2", "8x3"],
                    help="num_warps x num_stages")
+    p.add_argument("--split", nargs="+", choices=["on", "off"], default=["on"],
+                   help="pallas_gpu.SPLIT_FULL_TILES: fully visible tiles in their own unmasked "
+                        "loop (on) or every tile masked (off); both to compare them")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--json", help="write every figure to this JSON file")
     return p.parse_args(argv)
@@ -46,8 +49,8 @@ def pair(text):
 
 
 def programs(args, head_dim):
-    """{(tile, launch): (forward, backward)} compiled on this device's kernel, and the refused
-    choices with their errors."""
+    """{(tile, launch, split): (forward, backward)} compiled on this device's kernel, and the
+    refused choices with their errors."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -63,12 +66,14 @@ def programs(args, head_dim):
     pos = jnp.asarray(np.arange(n, dtype=np.int32)[None])
     delta = jnp.zeros((1, args.heads, n), jnp.float32)
     built, refused = {}, {}
-    for tile, launch in itertools.product(map(pair, args.tiles), map(pair, args.launches)):
+    for tile, launch, split in itertools.product(map(pair, args.tiles), map(pair, args.launches),
+                                                 args.split):
         if n % tile[0] or n % tile[1]:
             continue
         tiles = TileSpec(tile_q=tile[0], tile_k=tile[1], causal=True, scale=head_dim ** -0.5,
                          precision=None, varying_axes=(), interpret=platform != "gpu")
-        pallas_gpu.LAUNCH[head_dim] = launch  # read when the kernel is traced, just below
+        pallas_gpu.LAUNCH[head_dim] = launch  # both read when the kernel is traced, just below
+        pallas_gpu.SPLIT_FULL_TILES = split == "on"
         try:
             fwd = jax.jit(lambda q, k, v, t=tiles: pallas_gpu.KERNEL.forward(
                 q, k, v, pos, pos, None, None, t)[:2]).lower(q, k, v).compile()
@@ -77,11 +82,12 @@ def programs(args, head_dim):
                 q, k, v, do, lse, delta, pos, pos, None, None, t)).lower(
                     q, k, v, do, lse).compile()
         except Exception as e:  # noqa: BLE001  (the compiler's refusal is a result here)
-            refused[(tile, launch)] = str(e).splitlines()[0][:160]
+            refused[(tile, launch, split)] = str(e).splitlines()[0][:160]
             continue
-        built[(tile, launch)] = (lambda f=fwd: f(q, k, v),
+        built[(tile, launch, split)] = (lambda f=fwd: f(q, k, v),
                                  lambda b=bwd: b(q, k, v, do, lse))
     pallas_gpu.LAUNCH.pop(head_dim, None)
+    pallas_gpu.SPLIT_FULL_TILES = True
     return built, refused
 
 
@@ -92,11 +98,13 @@ def measure(args, head_dim):
         calls[(key, "forward")], calls[(key, "backward")] = fwd, bwd
     times = interleaved(calls, args.reps)
     rows = []
-    for (tile, launch) in built:
-        f = statistics.median(times[((tile, launch), "forward")])
-        b = statistics.median(times[((tile, launch), "backward")])
+    for key in built:
+        tile, launch, split = key
+        f = statistics.median(times[(key, "forward")])
+        b = statistics.median(times[(key, "backward")])
         forward_tflops, total_tflops = causal_pair_tflops(args.heads, head_dim, args.block, f, b)
-        rows.append(dict(head_dim=head_dim, tile=tile, launch=launch, forward_ms=f * 1e3,
+        rows.append(dict(head_dim=head_dim, tile=tile, launch=launch, split=split,
+                         forward_ms=f * 1e3,
                          backward_ms=b * 1e3, forward_tflops=forward_tflops,
                          total_tflops=total_tflops))
     return rows, refused
@@ -113,18 +121,19 @@ def main(argv=None):
     for head_dim in args.head_dims:
         rows, refused = measure(args, head_dim)
         every += rows
-        print(f"\nhead_dim {head_dim}\n| tile_q x tile_k | warps x stages | forward ms | "
-              f"backward ms | forward TFLOP/s | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|")
+        print(f"\nhead_dim {head_dim}\n| tile_q x tile_k | warps x stages | split | forward ms "
+              f"| backward ms | forward TFLOP/s | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|")
         for r in sorted(rows, key=lambda r: r["forward_ms"] + r["backward_ms"]):
             print(f"| {r['tile'][0]}x{r['tile'][1]} | {r['launch'][0]}x{r['launch'][1]} | "
+                  f"{r['split']} | "
                   f"{r['forward_ms']:.3f} | {r['backward_ms']:.3f} | "
                   f"{r['forward_tflops']:.1f} | {r['total_tflops']:.1f} |")
-        for (tile, launch), error in refused.items():
-            print(f"refused: {tile[0]}x{tile[1]} {launch[0]}x{launch[1]}: {error}")
+        for (tile, launch, split), error in refused.items():
+            print(f"refused: {tile[0]}x{tile[1]} {launch[0]}x{launch[1]} split {split}: {error}")
         if rows:
             best = min(rows, key=lambda r: r["forward_ms"] + r["backward_ms"])
             print(f"best for head_dim {head_dim}: tiles {best['tile'][0]}x{best['tile'][1]}, "
-                  f"warps x stages {best['launch'][0]}x{best['launch'][1]}, "
+                  f"warps x stages {best['launch'][0]}x{best['launch'][1]}, split {best['split']}, "
                   f"{best['total_tflops']:.1f} TFLOP/s fwd+bwd")
     if args.json:
         with open(args.json, "w") as f:

@@ -11,7 +11,8 @@
 #   exact  tests/test_pallas_gpu.py: pallas_gpu compiled by Triton against float64
 #   ring   scripts/bench_simulated_ring.py: share of ideal per layout (N = 8, S = 65,536) and the
 #          kernel against cuDNN on one causal block pair
-#   tiles  scripts/bench_gpu_tiles.py: tiles and Triton launch parameters per head_dim
+#   tiles  scripts/bench_gpu_tiles.py: the leading tiles and Triton launch parameters per
+#          head_dim, each with the fully visible tiles in their own unmasked loop and without
 #   train  train.py, configs/llama_1b.py on the one GPU at 32,768 tokens: tokens/s and MFU from
 #          the progress lines (the run is aborted at its limit: no checkpoint is written)
 # A missing ml_collections is installed from wheels in $WHEELS (train.py's config flags need it;
@@ -51,7 +52,8 @@ ring() {
   run ring 120 $PY scripts/bench_simulated_ring.py --reps 3 --json "$OUT/ring.json"
 }
 tiles() {
-  run tiles 90 $PY scripts/bench_gpu_tiles.py --reps 3 --json "$OUT/tiles.json"
+  run tiles 90 $PY scripts/bench_gpu_tiles.py --reps 3 --tiles 64x64 128x64 128x128 \
+    --launches 4x2 8x2 --split on off --json "$OUT/tiles.json"
 }
 train() {
   local tok=()

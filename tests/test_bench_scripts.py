@@ -37,15 +37,17 @@ def test_gpu_tile_sweep_times_every_choice_and_restores_the_table(tmp_path, caps
 
     out, table = tmp_path / "tiles.json", dict(pallas_gpu.LAUNCH)
     bench_gpu_tiles.main(["--head-dims", "16", "--heads", "2", "--kv-heads", "1", "--block", "64",
-                          "--tiles", "32x32", "64x16", "48x16", "--launches", "4x2", "8x3",
-                          "--reps", "1", "--json", str(out)])
+                          "--tiles", "32x32", "48x16", "--launches", "4x2", "8x3",
+                          "--split", "on", "off", "--reps", "1", "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    # 48 does not divide the block: left out; the other two tiles under both launches.
-    assert sorted((tuple(r["tile"]), tuple(r["launch"])) for r in rows) == [
-        ((32, 32), (4, 2)), ((32, 32), (8, 3)), ((64, 16), (4, 2)), ((64, 16), (8, 3))]
+    # 48 does not divide the block: left out; the other tile under both launches, split or not.
+    assert sorted((tuple(r["tile"]), tuple(r["launch"]), r["split"]) for r in rows) == [
+        ((32, 32), (4, 2), "off"), ((32, 32), (4, 2), "on"),
+        ((32, 32), (8, 3), "off"), ((32, 32), (8, 3), "on")]
     assert all(r["forward_ms"] > 0 and r["backward_ms"] > 0 for r in rows)
     assert "best for head_dim 16: tiles " in capsys.readouterr().out
-    assert pallas_gpu.LAUNCH == table  # the sweep's trial entries do not stay behind
+    # The sweep's trial settings do not stay behind.
+    assert pallas_gpu.LAUNCH == table and pallas_gpu.SPLIT_FULL_TILES
 
 
 def test_bench_documents_counts_every_layout(tmp_path, capsys):
