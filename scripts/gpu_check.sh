@@ -45,7 +45,7 @@ run() {  # run NAME LIMIT_S COMMAND...: the step's log, its exit code and time, 
 }
 
 exact() {
-  JAX_PLATFORMS=cuda,cpu run exact 240 $PY -m pytest -q -p no:cacheprovider --maxfail=4 \
+  JAX_PLATFORMS=cuda,cpu run exact 360 $PY -m pytest -q -p no:cacheprovider --maxfail=4 \
     tests/test_pallas_gpu.py
 }
 ring() {
