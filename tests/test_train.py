@@ -29,7 +29,8 @@ def shared_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def losses_by_kind(tmp_path_factory, shared_cache):
     curves = {}
-    for kind in ("striped", "ring", "zigzag", "memory"):
+    # ring against striped through train.py is tests/test_figures.py's bench_train case.
+    for kind in ("striped", "zigzag", "memory"):
         workdir = tmp_path_factory.mktemp(kind)
         result = run_train(workdir, *KIND_FLAGS.get(kind, [f"--config.parallel.layout={kind}"]),
                            f"--config.data.cache_dir={shared_cache}")
@@ -56,10 +57,9 @@ def test_tiny_run_writes_metrics_and_learns(losses_by_kind):
     assert "tokens/s" in result.stdout
 
 
-def test_same_loss_curve_for_every_layout(losses_by_kind):
+def test_zigzag_trains_the_same_loss_curve_as_striped(losses_by_kind):
     curves = {kind: np.array([r["train/loss"] for r in rows])
               for kind, (rows, _) in losses_by_kind.items()}
-    np.testing.assert_allclose(curves["ring"], curves["striped"], rtol=2e-4)
     np.testing.assert_allclose(curves["zigzag"], curves["striped"], rtol=2e-4)
 
 
