@@ -58,10 +58,12 @@ def _dot(a, b, contract_a, contract_b, tiles):
                            preferred_element_type=F32, precision=tiles.precision)
 
 
-def _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, state):
+def _unless_apart(masked, q_pos, k_pos, q_seg, k_seg, tiles, compute, state):
     """compute(state), or state unchanged when no pair of the tile can be visible: its query
     and key segment-id ranges are disjoint, or a window keeps its positions apart
-    (cost.tile_plan's SKIP rule, per batch row)."""
+    (cost.tile_plan's SKIP rule, per batch row). A tile not `masked` sees every pair: computed."""
+    if not masked:
+        return compute(state)
     meet = None
     if tiles.mask.bounded:
         # The first and last positions as min and max (they increase): Triton's lowering has
@@ -87,6 +89,17 @@ def _full_limits(plan, split, axis):
     """The tiles of each loop that need no mask (cost.FULL), counted along `axis` of the plan
     [b, Tq, Tk]; zeros where the loops are not split."""
     return (plan == cost.FULL).sum(axis=axis) * split
+
+
+def _split_loops(start, stop, full, split, full_first, loop, state):
+    """lax.fori_loop(start, stop, loop(masked=True), state); with `split`, the `full` tiles of
+    the range that see every pair (its first ones when full_first, else its last) through
+    loop(False) instead."""
+    if not split:
+        return lax.fori_loop(start, stop, loop(True), state)
+    mid = start + full if full_first else stop - full
+    state = lax.fori_loop(start, mid, loop(not full_first), state)
+    return lax.fori_loop(mid, stop, loop(full_first), state)
 
 
 def _forward_kernel(hi_ref, full_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest, tiles,
@@ -115,17 +128,14 @@ def _forward_kernel(hi_ref, full_ref, q_ref, k_ref, v_ref, qp_ref, kp_ref, *rest
                 p, alpha, m, l = softmax_fold(m, l, s, mask is not None, exponent_scale(tiles))
                 return o * alpha[:, None] + _dot(p.astype(v.dtype), v, 1, 0, tiles), m, l
 
-            if not masked:
-                return compute(state)
-            k_pos = kp_ref[keys]
-            return _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, state)
+            k_pos = kp_ref[keys] if masked else None
+            return _unless_apart(masked, q_pos, k_pos, q_seg, k_seg, tiles, compute, state)
         return body
 
     rows, d = q.shape
     state = (jnp.zeros((rows, d), F32), jnp.full((rows,), -jnp.inf, F32), jnp.zeros((rows,), F32))
-    if split:  # the key tiles [0, full) see every pair: a prefix
-        state = lax.fori_loop(0, full_ref[0], loop(False), state)
-    o, m, l = lax.fori_loop(full_ref[0] if split else 0, hi_ref[0], loop(True), state)
+    # The key tiles that see every pair are a prefix.
+    o, m, l = _split_loops(0, hi_ref[0], full_ref[0], split, True, loop, state)
     o_ref[...], lse_ref[...] = softmax_result(o, m, l, exponent_scale(tiles))
 
 
@@ -205,16 +215,12 @@ def _dkdv_kernel(lo_ref, full_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_r
                 return dk + _dot(ds.astype(q.dtype), q, 0, 0, tiles), dv
 
             q_pos = qp_ref[rows] if masked else None
-            if not masked:
-                return compute(grads)
-            return _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, grads)
+            return _unless_apart(masked, q_pos, k_pos, q_seg, k_seg, tiles, compute, grads)
         return body
 
     zeros = jnp.zeros(k.shape, F32)
-    first_full = num_q_tiles - full_ref[0] if split else num_q_tiles
-    dk, dv = lax.fori_loop(lo_ref[0], first_full, loop(True), (zeros, zeros))
-    if split:  # the query tiles [first_full, end) see every key of this tile: a suffix
-        dk, dv = lax.fori_loop(first_full, num_q_tiles, loop(False), (dk, dv))
+    # The query tiles that see every key of this tile are a suffix.
+    dk, dv = _split_loops(lo_ref[0], num_q_tiles, full_ref[0], split, False, loop, (zeros, zeros))
     dk_ref[...] = dk * tiles.scale
     dv_ref[...] = dv
 
@@ -243,15 +249,11 @@ def _dq_kernel(hi_ref, full_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref
                 return dq + _dot(ds.astype(k.dtype), k, 1, 0, tiles)
 
             k_pos = kp_ref[keys] if masked else None
-            if not masked:
-                return compute(dq)
-            return _unless_apart(q_pos, k_pos, q_seg, k_seg, tiles, compute, dq)
+            return _unless_apart(masked, q_pos, k_pos, q_seg, k_seg, tiles, compute, dq)
         return body
 
-    dq = jnp.zeros(q.shape, F32)
-    if split:  # the key tiles [0, full) see every pair: a prefix
-        dq = lax.fori_loop(0, full_ref[0], loop(False), dq)
-    dq = lax.fori_loop(full_ref[0] if split else 0, hi_ref[0], loop(True), dq)
+    # The key tiles that see every pair are a prefix.
+    dq = _split_loops(0, hi_ref[0], full_ref[0], split, True, loop, jnp.zeros(q.shape, F32))
     dq_ref[...] = dq * tiles.scale
 
 
@@ -288,7 +290,8 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
                           num_q_tiles=n // tq, split=split),
         grid=(b * heads, n_k // tk), in_specs=dkdv_specs, out_specs=[out_tile, out_tile],
         out_shape=[_f32_like(q, (b * heads, n_k, d))] * 2,
-        compiler_params=_triton(d), interpret=interpret)(*varying([lo, full_k, *arrays, *segs], tiles))
+        compiler_params=_triton(d),
+        interpret=interpret)(*varying([lo, full_k, *arrays, *segs], tiles))
 
     query_tile = pl.BlockSpec((None, tq, d), lambda r, i: (r, i, 0))
     row_tile = pl.BlockSpec((None, tq), lambda r, i: (r, i))
@@ -299,7 +302,8 @@ def backward(q, k, v, do, lse, delta, q_pos, k_pos, q_seg, k_seg, tiles, *, inte
         functools.partial(_dq_kernel, tiles=tiles, with_segments=with_segments, split=split),
         grid=(b * heads, n // tq), in_specs=dq_specs, out_specs=query_tile,
         out_shape=_f32_like(q, (b * heads, n, d)),
-        compiler_params=_triton(d), interpret=interpret)(*varying([hi, full_q, *arrays, *segs], tiles))
+        compiler_params=_triton(d),
+        interpret=interpret)(*varying([hi, full_q, *arrays, *segs], tiles))
     # dK, dV were made per query head; the g query heads of a KV head add up.
     per_kv = lambda x: x.reshape(b, kv_heads, g, n_k, d).sum(axis=2)
     return dq.reshape(q.shape), per_kv(dk), per_kv(dv)
