@@ -13,6 +13,9 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {FAST_COMPILE}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402  (must come after XLA_FLAGS)
+import pytest  # noqa: E402
+
+from tests.train_runs import COMPILE_CACHE  # noqa: E402
 
 # The CPU's count: tests/test_pallas_gpu.py runs on a GPU machine with JAX_PLATFORMS=cuda,cpu,
 # where the GPU is the default backend and the 8 fake CPU devices are there beside it.
@@ -28,6 +31,15 @@ assert jax.device_count("cpu") == 8, f"expected 8 fake CPU devices, got {jax.dev
 LONGEST_FIRST = ("test_tpu_compile.py", "test_bucket.py", "test_checkpoints.py", "test_train.py",
                  "test_figures.py", "test_init_from.py", "test_faults.py", "test_sample.py",
                  "test_model_memory.py", "test_parallel_decode.py", "test_stages.py")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache_for_started_runs(tmp_path_factory):
+    """A compilation cache for the train.py and sample.py processes this worker starts
+    (tests/train_runs.py clean_env); this process's own compiles stay uncached."""
+    os.environ[COMPILE_CACHE] = str(tmp_path_factory.mktemp("compile_cache"))
+    yield
+    os.environ.pop(COMPILE_CACHE, None)
 
 
 def pytest_collection_modifyitems(session, config, items):
