@@ -113,8 +113,10 @@ def read_run(workdir: str) -> dict:
 def run_kind(args, kind: dict, seq_len: int, round_index: int) -> dict:
     workdir = os.path.join(args.workdir, f"{kind_name(kind, seq_len)}-r{round_index}")
     shutil.rmtree(workdir, ignore_errors=True)
-    # One core per process: XLA:CPU's own worker threads would otherwise share it.
-    env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+    # One core per process: XLA:CPU's own worker threads would otherwise share it. Any XLA
+    # flags of the caller's pass through (launch_local drops a fake-device count).
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false".strip()
     output = io.StringIO()
     code = launch(train_flags(args, kind, seq_len, workdir), args.processes, args.timeout,
                   env=env, pin=True, sink=output)
