@@ -3,9 +3,17 @@
 The tests compile hundreds of small programs and run each a few times: LLVM's optimisation of
 the CPU code is most of the compile time and buys nothing at these sizes, so it is off
 (FAST_COMPILE), here and in every train.py the tests start (tests/train_runs.py). It changes
-how fast the code runs, not what it computes."""
+how fast the code runs, not what it computes.
 
+Each test process keeps a JAX compilation cache of its own, for itself and the train.py and
+sample.py it starts (tests/train_runs.py clean_env): many tests compile the same programs again
+(the same model for another layout's reference, the same tiny run resumed), and a hit is the same
+executable, so the same numbers bit for bit."""
+
+import atexit
 import os
+import shutil
+import tempfile
 
 FAST_COMPILE = "--xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {FAST_COMPILE}"
@@ -16,6 +24,15 @@ import jax  # noqa: E402  (must come after XLA_FLAGS)
 import pytest  # noqa: E402
 
 from tests.train_runs import COMPILE_CACHE  # noqa: E402
+
+# Fresh for each pytest run and each worker (nothing outlives the run; two workers never write
+# one file); set before the first compile, which is when JAX opens the cache.
+_CACHE = tempfile.mkdtemp(prefix="ringstripe-test-compile-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ[COMPILE_CACHE] = _CACHE
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 # The CPU's count: tests/test_pallas_gpu.py runs on a GPU machine with JAX_PLATFORMS=cuda,cpu,
 # where the GPU is the default backend and the 8 fake CPU devices are there beside it.
@@ -31,15 +48,6 @@ assert jax.device_count("cpu") == 8, f"expected 8 fake CPU devices, got {jax.dev
 LONGEST_FIRST = ("test_tpu_compile.py", "test_bucket.py", "test_checkpoints.py", "test_train.py",
                  "test_figures.py", "test_init_from.py", "test_faults.py", "test_sample.py",
                  "test_model_memory.py", "test_parallel_decode.py", "test_stages.py")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def compile_cache_for_started_runs(tmp_path_factory):
-    """A compilation cache for the train.py and sample.py processes this worker starts
-    (tests/train_runs.py clean_env); this process's own compiles stay uncached."""
-    os.environ[COMPILE_CACHE] = str(tmp_path_factory.mktemp("compile_cache"))
-    yield
-    os.environ.pop(COMPILE_CACHE, None)
 
 
 def pytest_collection_modifyitems(session, config, items):
