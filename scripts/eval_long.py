@@ -55,9 +55,14 @@ def parse_args(argv=None):
 
 
 def progress(label: str, done: int, total: int) -> None:
-    bar = "#" * (30 * done // total)
-    sys.stderr.write(f"\r{label} [{bar:<30}] {done}/{total} cells")
-    sys.stderr.write("\n" if done == total else "")
+    """A bar redrawn in place on a terminal; in a piped log, a line at each tenth of the cells
+    (a redrawn bar would pile up there as one long line)."""
+    if sys.stderr.isatty():
+        bar = "#" * (30 * done // total)
+        sys.stderr.write(f"\r{label} [{bar:<30}] {done}/{total} cells")
+        sys.stderr.write("\n" if done == total else "")
+    elif done == total or 10 * done // total > 10 * (done - 1) // total:
+        sys.stderr.write(f"{label}: {done}/{total} cells\n")
     sys.stderr.flush()
 
 

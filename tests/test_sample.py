@@ -113,7 +113,7 @@ def test_model_trained_on_a_repeating_corpus_continues_it(tmp_path):
     cells = [v for row in result["accuracy"]["passkey"].values() for v in row.values()]
     assert len(cells) == 2 and all(v in (0.0, 0.5, 1.0) for v in cells)
     assert (tmp_path / "probes.png").stat().st_size > 10_000
-    assert "2/2 cells" in probes.stderr  # the progress bar
+    assert "passkey: 2/2 cells" in probes.stderr  # progress, as lines in a piped log
     # A written prompt given to scripts/sample.py over 4 devices: the probe's prompt (320
     # tokens) and its reply, whatever the model says, both read with the RoPE stretched 2.5x.
     keys = json.loads((tmp_path / "prompts" / "keys.json").read_text())
