@@ -73,6 +73,10 @@ def write(path: str, tensors: Iterable[tuple[str, np.ndarray]],
         if current:
             name = f"shard-{len(shards):05d}.tmp"
             save_file(current, os.path.join(path, name), metadata={"format": "pt"})
+            # safetensors creates its files readable by their owner only (0600): give them the
+            # permissions any other file written here gets, so that another account on a shared
+            # machine, or an upload to a bucket, can read the weights beside config.json.
+            os.chmod(os.path.join(path, name), _ordinary_file_mode())
             shards.append((name, list(current)))
 
     for name, array in tensors:
@@ -95,3 +99,10 @@ def write(path: str, tensors: Iterable[tuple[str, np.ndarray]],
     with open(os.path.join(path, INDEX), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
     return files + [INDEX]
+
+
+def _ordinary_file_mode() -> int:
+    """The mode open() gives a new file: 0666 less the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask

@@ -104,6 +104,9 @@ def test_save_in_bfloat16_replaces_the_directory(tmp_path):
     (out / "stale.safetensors").write_bytes(b"old")
     assert hf.save(m, str(out), dtype="bfloat16") == ["model.safetensors", "config.json"]
     assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
+    # The weights readable by whoever may read config.json (safetensors alone writes 0600).
+    modes = {name: os.stat(out / name).st_mode & 0o777 for name in os.listdir(out)}
+    assert modes["model.safetensors"] == modes["config.json"] and modes["config.json"] & 0o044
     tensors = load_file(str(out / "model.safetensors"))
     assert all(a.dtype == np.dtype("bfloat16") for a in tensors.values())
     assert "lm_head.weight" not in tensors  # tied
