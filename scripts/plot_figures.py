@@ -22,7 +22,10 @@ positions: eval/loss_by_position of one run at each of its evals (train.py logs 
 config.eval_position_buckets), one curve per eval step, coloured from early to late: a curve
 that keeps falling along the positions is a model that uses its context.
 
-Each writes a PNG (--out; defaults under docs/figures/).
+Each writes a PNG where --out says; by default beside what it reads: throughput beside the JSON
+(runs/bench_train_lengths.png), losses beside the first run (runs/losses.png), positions in the
+run (WORKDIR/loss_by_position.png), work under runs/. The repository's own figures
+(docs/figures/) are redrawn only when --out names them.
 """
 
 from __future__ import annotations
@@ -35,8 +38,6 @@ import sys
 from bench_documents import kernel_counts, stdlib_rows  # scripts/bench_documents.py
 from compare_losses import read_losses  # scripts/compare_losses.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIGURES = os.path.join(ROOT, "docs", "figures")
 LAYOUTS = ("ring", "striped", "zigzag", "balanced")
 
 
@@ -50,17 +51,30 @@ def parse_args(argv=None):
     work.add_argument("--documents", default="stdlib",
                       help="the packed row: stdlib (the default config's corpus) or a length "
                            "spec such as exp:2048")
-    work.add_argument("--out", default=os.path.join(FIGURES, "work_per_step.png"))
+    work.add_argument("--out", help="the PNG (default: runs/work_per_step.png)")
     tput = sub.add_parser("throughput", help="tokens/s vs sequence length (bench_train JSON)")
     tput.add_argument("json", help="scripts/bench_train.py --json output")
-    tput.add_argument("--out", default=os.path.join(FIGURES, "tokens_per_sec.png"))
+    tput.add_argument("--out", help="the PNG (default: the JSON's path with .png)")
     losses = sub.add_parser("losses", help="loss curves of train.py runs overlaid")
     losses.add_argument("workdirs", nargs="+", help="train.py workdirs (metrics.jsonl)")
-    losses.add_argument("--out", default=os.path.join(FIGURES, "losses.png"))
+    losses.add_argument("--out", help="the PNG (default: losses.png beside the first workdir)")
     positions = sub.add_parser("positions", help="the loss by position at each eval of a run")
     positions.add_argument("workdirs", nargs=1, metavar="workdir", help="a train.py workdir")
-    positions.add_argument("--out", default=os.path.join(FIGURES, "loss_by_position.png"))
-    return p.parse_args(argv)
+    positions.add_argument("--out", help="the PNG (default: WORKDIR/loss_by_position.png)")
+    args = p.parse_args(argv)
+    args.out = args.out or default_out(args)
+    return args
+
+
+def default_out(args) -> str:
+    """Beside what the figure reads, never into the repository's docs/figures/."""
+    if args.figure == "throughput":
+        return os.path.splitext(args.json)[0] + ".png"
+    if args.figure == "losses":
+        return os.path.join(os.path.dirname(os.path.abspath(args.workdirs[0])), "losses.png")
+    if args.figure == "positions":
+        return os.path.join(args.workdirs[0], "loss_by_position.png")
+    return os.path.join("runs", "work_per_step.png")
 
 
 def pyplot():

@@ -49,15 +49,21 @@ def test_plot_throughput_and_losses(tmp_path):
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps(dict(args=dict(config="configs/default.py", batch=1, tile=512,
                                                processes=2), results=results)))
-    plot_figures.main(["throughput", str(bench), "--out", str(tmp_path / "tput.png")])
-    assert _is_png(tmp_path / "tput.png")
+    figures = os.path.join(ROOT, "docs", "figures")
+    shipped = {name: open(os.path.join(figures, name), "rb").read()
+               for name in ("tokens_per_sec.png", "losses.png")}
+    # Without --out, each figure goes beside what it read, never over the repository's own.
+    plot_figures.main(["throughput", str(bench)])
+    assert _is_png(tmp_path / "bench.png")
     for name, shift in (("cmp_ring", 0.0), ("cmp_striped", 1e-6)):
         os.makedirs(tmp_path / name)
         rows = [dict(step=s, **{"train/loss": 7.0 - s / 10 + shift}) for s in range(1, 21)]
         (tmp_path / name / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)))
-    plot_figures.main(["losses", str(tmp_path / "cmp_ring"), str(tmp_path / "cmp_striped"),
-                       "--out", str(tmp_path / "losses.png")])
+    plot_figures.main(["losses", str(tmp_path / "cmp_ring"), str(tmp_path / "cmp_striped")])
     assert _is_png(tmp_path / "losses.png")
+    assert shipped == {name: open(os.path.join(figures, name), "rb").read() for name in shipped}
+    plot_figures.main(["losses", str(tmp_path / "cmp_ring"), "--out", str(tmp_path / "one.png")])
+    assert _is_png(tmp_path / "one.png")
 
 
 def test_plot_work_from_the_kernel_counters(tmp_path):
