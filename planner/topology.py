@@ -68,14 +68,15 @@ class TopologyError(ValueError):
 
 
 def slice_for(name: str | None, device: str | None = None, chips: int | None = None,
-              num_slices: int = 1) -> TpuSlice:
+              num_slices: int = 1, flag: str = "--topology") -> TpuSlice:
     """The slice called `name` (an accelerator type, e.g. v4-32), or, with name None, the
-    single-generation slice of `device` with `chips` chips in all `num_slices` slices."""
+    single-generation slice of `device` with `chips` chips in all `num_slices` slices. `flag`:
+    the option that gave the name, as errors call it."""
     if name is None:
         gens = [g for g in GENERATIONS if g.device == device]
         if not gens:
             tpus = ", ".join(g.device for g in GENERATIONS)
-            raise TopologyError(f"device {device!r} is not a TPU: give --topology (e.g. v4-32) "
+            raise TopologyError(f"device {device!r} is not a TPU: give {flag} (e.g. v4-32) "
                                 f"or a TPU device ({tpus})")
         if not chips or chips % num_slices:
             raise TopologyError(f"{chips} devices do not split into {num_slices} equal slices: "
@@ -85,21 +86,23 @@ def slice_for(name: str | None, device: str | None = None, chips: int | None = N
     match = re.fullmatch(r"(v4|v5p|v5litepod|v6e)-(\d+)", name)
     if not match:
         known = ", ".join(f"{g.prefix}-N" for g in GENERATIONS)
-        raise TopologyError(f"--topology={name!r} is not a TPU slice name: use one of {known} "
+        raise TopologyError(f"{flag}={name!r} is not a TPU slice name: use one of {known} "
                             f"(e.g. v4-32)")
     gen = next(g for g in GENERATIONS if g.prefix == match.group(1))
     cores = int(match.group(2))
     chips_per_slice, rest = divmod(cores, gen.cores_per_chip)
     shape = _torus(chips_per_slice, gen.dims) if not rest else None
     if shape is None:
-        raise TopologyError(f"--topology={name}: {cores} cores is not a {gen.prefix} slice "
-                            f"(chips a power of two, at least 4{' for 3-D tori' * (gen.dims == 3)})")
+        raise TopologyError(f"{flag}={name}: {cores} cores is not a {gen.prefix} slice "
+                            f"(chips a power of two, at least 4{' for 3-D tori' if gen.dims == 3 else ', or 1'})")
     return TpuSlice(name, gen, shape, num_slices)
 
 
 def _torus(chips: int, dims: int) -> tuple[int, ...] | None:
     """The most cubic power-of-two shape of `chips` over `dims` axes, as Cloud TPU writes it
-    (v4-32: 2x2x4, v4-64: 2x4x4; v5litepod-8: 2x4)."""
+    (v4-32: 2x2x4, v4-64: 2x4x4; v5litepod-8: 2x4; a single v5e or v6e chip, v5litepod-1: 1x1)."""
+    if chips == 1 and dims == 2:
+        return (1, 1)
     if chips < 4 or chips & (chips - 1):
         return None
     shape = [2, 2] + [1] * (dims - 2)
@@ -126,7 +129,8 @@ def devices(tpu_slice: TpuSlice) -> list:
         from jax.experimental import topologies
         desc = topologies.get_topology_desc(
             platform="tpu", topology_name=tpu_slice.topology,
-            chips_per_host_bounds=(2, 2, 1), num_slices=tpu_slice.num_slices,
+            chips_per_host_bounds=(1, 1, 1) if tpu_slice.shape == (1, 1) else (2, 2, 1),
+            num_slices=tpu_slice.num_slices,
             **({"chip_config_name": "megacore"} if tpu_slice.generation.megacore else {}))
     except RuntimeError as e:
         if "not installed" in str(e):

@@ -192,6 +192,27 @@ def remote_config_path(config: str) -> str:
     return rel.as_posix()
 
 
+def check_accelerator_type(name: str) -> None:
+    """A slice the planner's topology table knows (v4-32, v5litepod-16, ...): gcloud would
+    otherwise be asked for a TPU that does not exist, or the compile check would fail later."""
+    topology = _topology_module()
+    try:
+        topology.slice_for(name, flag="--accelerator-type")
+    except topology.TopologyError as e:
+        raise InputError(str(e)) from None
+
+
+def _topology_module():
+    """planner/topology.py alone, without the planner package around it, which imports JAX:
+    this tool starts in a fraction of a second on a laptop that has only gcloud."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_ringstripe_topology",
+                                                  REPO / "planner" / "topology.py")
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)  # (its dataclasses look their module up by name)
+    return module
+
+
 def check_no_bucket(args) -> None:
     """--bucket once mounted the workdir's bucket with gcsfuse; it is refused rather than
     ignored, so that nobody believes something was mounted."""
@@ -360,6 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_no_bucket(args)
         check_name(args.name)
+        check_accelerator_type(args.accelerator_type)
         if args.command in ("run", "all"):
             notes = check_run_inputs(args)
         else:

@@ -236,6 +236,22 @@ def test_bad_tpu_name_is_refused(name):
     one_line_error(result, "not a valid TPU name")
 
 
+@pytest.mark.parametrize("accelerator,expected", [
+    ("foo", "--accelerator-type='foo' is not a TPU slice name: use one of v4-N"),
+    ("v4-12", "--accelerator-type=v4-12: 12 cores is not a v4 slice"),
+    ("v5litepod-2", "--accelerator-type=v5litepod-2: 2 cores is not a v5litepod slice"),
+])
+def test_an_accelerator_type_that_is_not_a_slice_is_refused(accelerator, expected):
+    result = launcher("create", *POD, "--accelerator-type", accelerator, "--dry-run")
+    assert result.returncode == 2
+    one_line_error(result, expected)
+
+
+def test_a_single_chip_slice_is_created():
+    (cmd,) = dry_run("create", *POD, "--accelerator-type", "v6e-1")
+    assert "--accelerator-type=v6e-1" in cmd
+
+
 def test_overrides_must_be_flags():
     result = launcher("run", *POD, *TRAIN, "--dry-run", "--", "config.num_train_steps=100")
     assert result.returncode == 2
