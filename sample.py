@@ -88,7 +88,8 @@ def main(argv):
 
     def report(caches):
         held, total = decode.cache_bytes_per_device(caches)
-        print(f"# prefill: {max(map(len, prompts)):,} tokens over {shards} devices "
+        print(f"# prefill: {max(map(len, prompts)):,} tokens over {shards} "
+              f"device{'s' * (shards > 1)} "
               f"({config.parallel.layout}); KV cache {held / 2**20:.2f} MiB per device of "
               f"{total / 2**20:.2f} MiB", file=sys.stderr)
 

@@ -82,27 +82,31 @@ def format_as_built(plan: dict, unit) -> list[str]:
 
 def format_notes(plan: dict, unit, scan_layers: bool = False) -> list[str]:
     name, size = unit
-    notes = []
+    notes = []  # each note its lines, numbered below in the order they stand
     if plan["as_built"]["optimizer_state"] > 1.01 * plan["state_bytes"]["optimizer_state"]:
-        notes += ["  1. the optimizer state that training.loop.create_train_state builds is not sharded "
-                  "like the parameters",
-                  "     (AdamW's mu and nu replicated on every device): check that it still uses "
-                  "training.optim.optimizer_shardings."]
+        notes.append(["the optimizer state that training.loop.create_train_state builds is not "
+                      "sharded like the parameters",
+                      "(AdamW's mu and nu replicated on every device): check that it still uses "
+                      "training.optim.optimizer_shardings."])
     g = plan["today"]["gather_all"]
     if scan_layers:
-        return ["Notes:"] + notes + [
-            "  2. model.scan_layers: the blocks run in one lax.scan, so even XLA:CPU's schedule "
-            "(not memory-aware) holds one",
-            "     layer's gathered weights and activations at a time (scripts/bench_memory.py)."]
-    notes += ["  2. XLA:CPU's compile of this step (--compile yes) is not memory-aware: its "
-              "temporaries come out (nearly)",
-              "     the same with remat on and off, and grow by 2 x one layer's float32 weights "
-              "per layer (every layer's",
-              "     gathered weights and full gradient alive). If XLA:GPU/TPU did that too, on "
-              f"top of today's total: {g['added_bytes'] / size:+,.2f} {name}",
-              f"     -> {g['total_bytes'] / size:,.2f} {name}, {g['verdict'].upper()}. Check on "
-              "the accelerator: jitted.lower(...).compile().memory_analysis()."]
-    return ["Notes:"] + notes
+        notes.append(["model.scan_layers: the blocks run in one lax.scan, so even XLA:CPU's "
+                      "schedule (not memory-aware) holds one",
+                      "layer's gathered weights and activations at a time "
+                      "(scripts/bench_memory.py)."])
+    else:
+        notes.append(["XLA:CPU's compile of this step (--compile yes) is not memory-aware: its "
+                      "temporaries come out (nearly)",
+                      "the same with remat on and off, and grow by 2 x one layer's float32 "
+                      "weights per layer (every layer's",
+                      "gathered weights and full gradient alive). If XLA:GPU/TPU did that too, "
+                      f"on top of today's total: {g['added_bytes'] / size:+,.2f} {name}",
+                      f"-> {g['total_bytes'] / size:,.2f} {name}, {g['verdict'].upper()}. Check "
+                      "on the accelerator: jitted.lower(...).compile().memory_analysis()."])
+    lines = ["Notes:"]
+    for number, note in enumerate(notes, 1):
+        lines += [f"  {number}. {note[0]}"] + [f"     {line}" for line in note[1:]]
+    return lines
 
 
 def format_compiled(plan: dict, run: Run, unit, scan_layers: bool = False) -> list[str]:

@@ -230,6 +230,8 @@ def test_large_config_skips_the_compile(tmp_path):
     assert "skipped (too large to compile on this host" in stdout
     assert result["device"] == "a100-80gb" and result["run"]["devices"] == 8
     assert result["fit"]["verdict"] == "fits" and "FITS" in stdout
+    notes = stdout[stdout.index("Notes:"):].splitlines()
+    assert notes[1].startswith("  1. XLA:CPU's compile")  # numbered from 1, whichever apply
     added = result["as_built"]["optimizer_state"] - result["state_bytes"]["optimizer_state"]
     today = result["today"]["optimizer_as_built"]
     assert today["total_bytes"] == pytest.approx(result["fit"]["total_bytes"] + added)

@@ -248,8 +248,9 @@ def _position_eval(config, cache, mesh, choice, graphdef):
 
 
 def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
+    count = jax.device_count()
     _say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
-         f"{jax.device_count()} {jax.devices()[0].platform} devices; "
+         f"{count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
          f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
          f"{config.global_batch_size * config.seq_len:,} tokens per step")
 
