@@ -63,5 +63,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    from training.cli import parse_flags
     flags.mark_flag_as_required("config")
-    sys.exit(app.run(main))
+    sys.exit(app.run(main, flags_parser=parse_flags))

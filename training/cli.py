@@ -12,22 +12,61 @@ from training.validate import RENAMED_FIELDS
 
 
 def parse_flags(argv, flag_values=flags.FLAGS):
-    """absl's parser over `argv`; a bad flag, an unknown --config.FIELD or a renamed one is one
-    line on stderr and exit 2 instead of a traceback."""
+    """absl's parser over `argv`; a config file that is missing or does not load, a bad flag, an
+    unknown --config.FIELD or a renamed one is one line on stderr and exit 2 instead of a
+    traceback."""
     given = [a[2:].split("=")[0] for a in argv if a.startswith("--config.")]
     for name in given:
         old = name.removeprefix("config.")
         if old in RENAMED_FIELDS:
             fail(f"--config.{old} was renamed: use --config.{RENAMED_FIELDS[old]}")
+    if "config" in flag_values:
+        check_config_file(argv)
     try:
         return flag_values(argv)
     except flags.Error as e:  # e.g. a value of the wrong type
         fix = "give a value of the field's type" if "--config." in str(e) else "see --helpshort"
         fail(f"{e}: {fix}")
     except (AttributeError, KeyError) as e:  # ml_collections: an override names no field
-        name = str(e).strip("\"'")
-        fail(f"unknown config field '{name}' (overrides: {', '.join(given)}): every "
-              f"--config.FIELD must exist in the config file")
+        while e.args and isinstance(e.args[0], BaseException):  # a KeyError in an AttributeError
+            e = e.args[0]
+        # The message: the field in quotes, perhaps then a line "Did you mean ...?".
+        name, *hint = str(e.args[0] if e.args else e).splitlines()
+        hint = f" ({hint[0].strip()})" if hint else ""
+        fail(f"unknown config field {name}{hint}: every --config.FIELD must exist in the "
+             f"config file (overrides given: {', '.join(given)})")
+
+
+def check_config_file(argv) -> None:
+    """The --config file exists, runs, and its get_config() returns a ConfigDict. ml_collections
+    would defer a failure to the first read of the config and then print a traceback; the file
+    is run here first (configs only build a ConfigDict, so running it twice costs nothing)."""
+    import importlib.util
+
+    import ml_collections
+    value = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if value is None and "--config" in argv[:-1]:
+        value = argv[argv.index("--config") + 1]
+    if value is None:
+        return  # absl says that --config is required
+    path, _, argument = value.partition(":")  # ml_collections' "file.py:ARG" form
+    if not os.path.isfile(path):
+        fail(f"config file {path!r} does not exist: give a file such as configs/tiny.py")
+    try:
+        spec = importlib.util.spec_from_file_location("_ringstripe_config_check", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not hasattr(module, "get_config"):
+            fail(f"config file {path} defines no get_config(): it must return the run's "
+                 f"ml_collections.ConfigDict")
+        config = module.get_config(argument) if argument else module.get_config()
+    except Exception as e:  # whatever the file raises is the answer
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
+        fail(f"config file {path} does not load: {type(e).__name__}: "
+             f"{getattr(e, 'msg', None) or e}{where}: fix the file")
+    if not isinstance(config, ml_collections.ConfigDict):
+        fail(f"config file {path}: get_config() returned an object of type "
+             f"{type(config).__name__}, not an ml_collections.ConfigDict")
 
 
 def use_fake_devices(count: int) -> None:
