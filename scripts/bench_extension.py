@@ -136,13 +136,9 @@ def probe(workdir, lengths, args, config, say, dynamic=False) -> dict:
 
 def main(argv=None):
     args = parse_args(argv)
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("recipe", args.config)
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-    config = recipe.get_config()
+    from training.cli import config_file, start_reader
+    config = config_file(args.config)
     import jax
-    from training.cli import start_reader
     start_reader()
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
 

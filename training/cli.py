@@ -38,22 +38,28 @@ def parse_flags(argv, flag_values=flags.FLAGS):
 
 
 def check_config_file(argv) -> None:
-    """The --config file exists, runs, and its get_config() returns a ConfigDict. ml_collections
-    would defer a failure to the first read of the config and then print a traceback; the file
-    is run here first (configs only build a ConfigDict, so running it twice costs nothing)."""
-    import importlib.util
-
-    import ml_collections
+    """The --config file in `argv` loads (config_file). ml_collections would defer a failure to
+    the first read of the config and then print a traceback; configs only build a ConfigDict,
+    so running one twice costs nothing."""
     value = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
     if value is None and "--config" in argv[:-1]:
         value = argv[argv.index("--config") + 1]
-    if value is None:
-        return  # absl says that --config is required
-    path, _, argument = value.partition(":")  # ml_collections' "file.py:ARG" form
+    if value is not None:  # (absl says that --config is required)
+        path, _, argument = value.partition(":")  # ml_collections' "file.py:ARG" form
+        config_file(path, argument)
+
+
+def config_file(path: str, argument: str = ""):
+    """The ConfigDict that the config file at `path` builds (get_config(argument) when given);
+    a file that is missing, does not run, has no get_config() or returns something else is one
+    line and exit 2."""
+    import importlib.util
+
+    import ml_collections
     if not os.path.isfile(path):
         fail(f"config file {path!r} does not exist: give a file such as configs/tiny.py")
     try:
-        spec = importlib.util.spec_from_file_location("_ringstripe_config_check", path)
+        spec = importlib.util.spec_from_file_location("_ringstripe_config_file", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         if not hasattr(module, "get_config"):
@@ -67,6 +73,7 @@ def check_config_file(argv) -> None:
     if not isinstance(config, ml_collections.ConfigDict):
         fail(f"config file {path}: get_config() returned an object of type "
              f"{type(config).__name__}, not an ml_collections.ConfigDict")
+    return config
 
 
 def use_fake_devices(count: int) -> None:
