@@ -12,6 +12,7 @@ deleted or written, and only the parameters are read (not the optimizer's moment
 import dataclasses
 import os
 import shutil
+import sys
 
 import jax
 from flax import nnx
@@ -62,6 +63,22 @@ def saved_meta(workdir: str, step=None) -> tuple[int, dict]:
         checkpointer.close()
 
 
+def checkpointed_run(workdir: str) -> str:
+    """The workdir whose checkpoints stand for `workdir`: itself, or for a staged run's workdir
+    (training/stages.py: WORKDIR/stage1, stage2, ...) its last stage that holds checkpoints,
+    the model the whole run ended with."""
+    if storage.path(storage.join(workdir, "checkpoints")).is_dir():
+        return workdir
+    top = storage.path(workdir)
+    stages = sorted((int(p.name[len("stage"):]), p.name) for p in
+                    (top.iterdir() if top.is_dir() else ())
+                    if p.name.startswith("stage") and p.name[len("stage"):].isdigit())
+    for _, name in reversed(stages):
+        if saved_steps(storage.join(workdir, name)):
+            return storage.join(workdir, name)
+    return workdir  # saved_meta says there is nothing to read
+
+
 def load_run(workdir: str, step, devices: int, model_overrides: dict | None = None,
              layout: str | None = None):
     """(config, tokenizer, graphdef, params, step) of a run's checkpoint (the latest, or
@@ -69,7 +86,10 @@ def load_run(workdir: str, step, devices: int, model_overrides: dict | None = No
     'seq' axis. model_overrides: fields of config.model that change how the model computes,
     not its parameters (attention tiles, dtype; tiles of 0: chosen for each call's length,
     not the run's seq_len); layout: the attention layout its forward uses (default: the
-    run's)."""
+    run's). A staged run's workdir reads its last stage (checkpointed_run), and says so."""
+    if (found := checkpointed_run(workdir)) != workdir:
+        print(f"# {workdir} is a staged run: reading its last stage, {found}", file=sys.stderr)
+        workdir = found
     step, meta = saved_meta(workdir, step)
     config = saved_config(meta)
     config.model.update(model_overrides or {})
