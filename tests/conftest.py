@@ -26,11 +26,14 @@ import pytest  # noqa: E402
 from tests.train_runs import COMPILE_CACHE  # noqa: E402
 
 # Fresh for each pytest run and each worker (nothing outlives the run; two workers never write
-# one file); set before the first compile, which is when JAX opens the cache.
+# one file); set before the first compile, which is when JAX opens the cache. This process and
+# the runs it starts keep separate folders: JAX leaves the fake-device count out of the cache
+# key, so a program compiled here for 4 of this process's 8 devices would otherwise be handed
+# to a train.py that has 4 in all (a train step crashed so, once, inside XLA).
 _CACHE = tempfile.mkdtemp(prefix="ringstripe-test-compile-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-os.environ[COMPILE_CACHE] = _CACHE
-jax.config.update("jax_compilation_cache_dir", _CACHE)
+os.environ[COMPILE_CACHE] = os.path.join(_CACHE, "started_runs")
+jax.config.update("jax_compilation_cache_dir", os.path.join(_CACHE, "this_process"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
