@@ -93,8 +93,9 @@ def slice_for(name: str | None, device: str | None = None, chips: int | None = N
     chips_per_slice, rest = divmod(cores, gen.cores_per_chip)
     shape = _torus(chips_per_slice, gen.dims) if not rest else None
     if shape is None:
+        sizes = "at least 4 for 3-D tori" if gen.dims == 3 else "at least 4, or 1"
         raise TopologyError(f"{flag}={name}: {cores} cores is not a {gen.prefix} slice "
-                            f"(chips a power of two, at least 4{' for 3-D tori' if gen.dims == 3 else ', or 1'})")
+                            f"(chips a power of two, {sizes})")
     return TpuSlice(name, gen, shape, num_slices)
 
 

@@ -5,7 +5,7 @@ the CPU code is most of the compile time and buys nothing at these sizes, so it 
 (FAST_COMPILE), here and in every train.py the tests start (tests/train_runs.py). It changes
 how fast the code runs, not what it computes.
 
-Each test process keeps a JAX compilation cache of its own, for itself and the train.py and
+Each test process keeps a JAX compilation cache of its own, and another for the train.py and
 sample.py it starts (tests/train_runs.py clean_env): many tests compile the same programs again
 (the same model for another layout's reference, the same tiny run resumed), and a hit is the same
 executable, so the same numbers bit for bit."""
