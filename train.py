@@ -52,23 +52,37 @@ def main(argv):
     start_jax(config)
     import data
     from checkpoints import CheckpointError
+    from checkpoints.preemption import ABORT_EXIT_CODE
     from training import ConfigError, NonFiniteError
+    from training.thread_log import ThreadLog
 
-    try:
-        # The fields set on the command line win over what config.init_from's checkpoint says.
-        explicit = config_flags.get_override_values(FLAGS["config"])
-        train_and_evaluate(config, FLAGS.workdir, explicit=explicit)
-    except (ConfigError, data.DataError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except NonFiniteError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(3)
-    except OSError as e:  # a full disk, a vanished mount: the checkpoints made so far stay
-        where = f" ({e.filename})" if e.filename else ""
-        print(f"error: {e.strerror or e}{where}: free space or fix the storage, then run the same "
-              f"command again (it resumes from the last complete checkpoint)", file=sys.stderr)
-        sys.exit(4)
+    with ThreadLog() as background:  # Orbax's save threads report a failure there, not here
+        def fail(code, message):
+            where = background.save(FLAGS.workdir)
+            print(f"error: {message}" + (f" (tracebacks: {where})" if where else ""),
+                  file=sys.stderr)
+            sys.exit(code)
+
+        try:
+            # The fields set on the command line win over what config.init_from's source says.
+            explicit = config_flags.get_override_values(FLAGS["config"])
+            train_and_evaluate(config, FLAGS.workdir, explicit=explicit)
+        except (ConfigError, data.DataError, CheckpointError) as e:
+            fail(2, e)
+        except NonFiniteError as e:
+            fail(3, e)
+        except OSError as e:  # a full disk, a vanished mount: the checkpoints made so far stay
+            where = f" ({e.filename})" if e.filename else ""
+            fail(4, f"{e.strerror or e}{where}: free space or fix the storage, then run the same "
+                    f"command again (it resumes from the last complete checkpoint)")
+        except KeyboardInterrupt:  # Ctrl-C before training began (or after it ended)
+            print("ringstripe: interrupted before a step could be saved; the same command starts "
+                  "again from the last complete checkpoint, if any", file=sys.stderr)
+            sys.exit(ABORT_EXIT_CODE)
+        where = background.save(FLAGS.workdir)  # reports of a failure that a retry overcame
+        if where:
+            print(f"ringstripe: background threads reported errors, kept in {where}",
+                  file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -198,8 +198,8 @@ class Checkpointer:
             except Exception:  # noqa: BLE001
                 kept = []
             raise CheckpointError(
-                f"could not write a checkpoint in {self.directory} ({short_error(e)}): free space or "
-                f"fix the storage, then start again; the last complete checkpoint "
+                f"could not write a checkpoint in {self.directory} ({short_error(e)}): free space "
+                f"or fix the storage, then start again; the last complete checkpoint "
                 f"({kept[-1] if kept else 'none'}) is intact") from None
 
 
@@ -233,6 +233,8 @@ def _is_damage(error: Exception) -> bool:
 
 
 def short_error(error: Exception) -> str:
-    """An error as one line of at most 200 characters, its type first (for one-line errors)."""
+    """An error as one line of at most 200 characters, its type first (for one-line errors);
+    a longer one keeps its beginning and its end, where storage libraries put the cause
+    ("... Failed to write 105355 bytes to file 6: No space left on device")."""
     text = f"{type(error).__name__}: {error}".splitlines()[0]
-    return text[:200]
+    return text if len(text) <= 200 else f"{text[:110]} ... {text[-85:]}"

@@ -146,25 +146,46 @@ def test_parameters_alone_restore_as_in_the_whole_state(uninterrupted):
         assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
 
 
-def test_sigterm_saves_the_current_step_and_exits_zero(tmp_path, cache):
-    proc = start_train(tmp_path, cache, "--config.num_train_steps=2000",
-                       "--config.checkpoint_every_steps=1000")
-    wait_for_step(tmp_path, 6, proc)
-    code, out, err = terminate(proc, signal.SIGTERM)
+def test_ctrl_c_saves_the_current_step_and_the_same_command_resumes_as_if_uninterrupted(
+        tmp_path, cache):
+    """Ctrl-C (SIGINT) stops as SIGTERM does: the step finishes, a checkpoint of it, exit 0, one
+    line on stderr; resumed, the losses are an uninterrupted run's, bit for bit."""
+    schedule = (cache, "--config.num_train_steps=2000", "--config.checkpoint_every_steps=1000",
+                "--config.log_every_steps=1")
+    proc = start_train(tmp_path / "run", *schedule)
+    wait_for_step(tmp_path / "run", 6, proc)
+    code, out, err = terminate(proc, signal.SIGINT)
     assert code == 0, err[-3000:]
-    rows = read_metrics(tmp_path)
-    stopped = [r for r in rows if r.get("event") == "stopped on request"]
-    assert len(stopped) == 1
+    (line,) = err.strip().splitlines()
+    assert "Ctrl-C: finishing this step and saving a checkpoint" in line
+    stopped = [r for r in read_metrics(tmp_path / "run") if r.get("event") == "stopped on request"]
     step = stopped[0]["step"]
-    assert 6 <= step < 2000 and completed_checkpoints(tmp_path) == [step]
-    proc = start_train(tmp_path, cache, "--config.num_train_steps=2000",
-                       "--config.checkpoint_every_steps=1000")
-    wait_for_step(tmp_path, step + 4, proc)
-    terminate(proc, signal.SIGTERM)
-    rows = read_metrics(tmp_path)
+    assert len(stopped) == 1 and 6 <= step < 2000
+    assert completed_checkpoints(tmp_path / "run") == [step]
+    runs = [run_train(tmp_path / name, *schedule, f"--config.stop_at_step={step + 3}")
+            for name in ("run", "uninterrupted")]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-3000:]
+    rows = read_metrics(tmp_path / "run")
     assert next(r for r in rows if r.get("event") == "resumed")["restored_step"] == step
-    after = [r["step"] for r in rows if "train/loss" in r and r["time"] > stopped[0]["time"]]
-    assert after and min(after) > step
+    got, want = losses(rows), losses(read_metrics(tmp_path / "uninterrupted"))
+    assert sorted(got) == list(range(1, step + 4)) and got == want
+
+
+def test_a_second_ctrl_c_stops_at_once_without_saving():
+    """The second SIGINT ends the process inside its handler, exit 130 (a save that hangs, a step
+    that never ends), with one line more."""
+    code = ("import os, signal, time\n"
+            "from checkpoints import StopRequest\n"
+            "stop = StopRequest(None)\n"
+            "os.kill(os.getpid(), signal.SIGINT); time.sleep(0.2)\n"
+            "assert stop.should_stop(1)\n"
+            "os.kill(os.getpid(), signal.SIGINT); time.sleep(10)\n"
+            "print('still running')\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130 and "still running" not in result.stdout, result.stderr
+    first, second = result.stderr.strip().splitlines()
+    assert "Ctrl-C again stops at once" in first and "a second Ctrl-C: stopped at once" in second
 
 
 def test_sigkill_three_times_then_same_final_loss(tmp_path, cache, uninterrupted):

@@ -1,0 +1,122 @@
+"""What a run's background threads report goes to a file, not the terminal.
+
+Orbax writes a checkpoint in threads of its own, and tensorstore calls back into Python from its
+own threads. When storage fails under them (a full disk, a lost bucket) each of those threads
+logs the same error with its whole traceback (Orbax at ERROR level, tensorstore's callbacks
+straight to stderr): about 200 lines for one `No space left on device`, while the main thread
+turns the failure into one line (checkpoints/manager.py) anyway. ThreadLog keeps those reports,
+and a run that ends in an error writes them to a file that the error's line names:
+
+    with ThreadLog() as background:
+        try:
+            train(...)
+        except SomeError as e:
+            where = background.save(workdir)      # WORKDIR/errors.log, or None: nothing kept
+            print(f"error: {e}" + (f" (tracebacks in {where})" if where else ""))
+
+Kept: records of the Orbax and tensorstore loggers at ERROR and above (from any thread), and
+whatever a thread other than the main one writes to sys.stderr. The main thread's own output, the
+progress lines and the one-line errors, reaches the terminal as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import storage
+
+LIBRARIES = ("orbax", "tensorstore")  # whose threads' reports are kept
+LIMIT = 1 << 20  # characters kept at most (one failure repeats itself; the first are enough)
+FILE_NAME = "errors.log"
+
+
+class ThreadLog:
+    def __init__(self):
+        self._parts: list[str] = []
+        self._size = 0
+        self._lock = threading.Lock()
+        self._filter = _KeepLibraryErrors(self.keep)
+        self._stderr = None
+
+    def __enter__(self):
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(self._filter)
+        self._stderr = sys.stderr
+        sys.stderr = _ThreadStream(self._stderr, self.keep)
+        return self
+
+    def __exit__(self, *exc_info):
+        sys.stderr = self._stderr
+        for handler in logging.getLogger().handlers:
+            handler.removeFilter(self._filter)
+        return False
+
+    def keep(self, text: str) -> None:
+        with self._lock:
+            if self._size < LIMIT:
+                self._parts.append(text)
+                self._size += len(text)
+
+    def save(self, workdir: str) -> str | None:
+        """Writes what was kept to WORKDIR/errors.log (a bucket workdir's: its local mirror),
+        where the disk is full: the system's temporary directory; returns the file's path, or
+        None when nothing was kept."""
+        with self._lock:
+            text = "".join(self._parts)
+        if not text:
+            return None
+        folder = storage.mirror(workdir) if storage.is_remote(workdir) else workdir
+        header = f"# background errors of a ringstripe run, {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+        for path in (os.path.join(folder, FILE_NAME),
+                     os.path.join(tempfile.gettempdir(), f"ringstripe-{os.getpid()}-{FILE_NAME}")):
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "a") as f:
+                    f.write(header + text)
+                return path
+            except OSError:
+                continue
+        return None
+
+
+class _KeepLibraryErrors(logging.Filter):
+    """Drops (and keeps) the records of LIBRARIES at ERROR and above: absl's handler then does
+    not print them."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self._keep = keep
+        self._format = logging.Formatter(
+            "%(levelname)s %(asctime)s %(threadName)s %(pathname)s:%(lineno)d] %(message)s")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not _from_libraries(record.pathname):
+            return True
+        self._keep(self._format.format(record) + "\n")
+        return False
+
+
+def _from_libraries(pathname: str) -> bool:
+    parts = pathname.replace("\\", "/").split("/")
+    return any(name in parts for name in LIBRARIES)
+
+
+class _ThreadStream:
+    """sys.stderr for the main thread; a thread other than it writes into the log instead."""
+
+    def __init__(self, stream, keep):
+        self._stream, self._keep = stream, keep
+
+    def write(self, text):
+        if threading.current_thread() is threading.main_thread():
+            return self._stream.write(text)
+        self._keep(text)
+        return len(text)
+
+    def __getattr__(self, name):  # flush, isatty, fileno, encoding, ...
+        return getattr(self._stream, name)
