@@ -8,8 +8,10 @@ Layout on disk (Orbax CheckpointManager):
 WORKDIR is a local directory or gs://BUCKET/PATH (Orbax writes it through tensorstore). Locally
 Orbax writes each save into a temporary directory and renames it when complete; on Cloud Storage,
 where a rename is a copy, it writes a commit marker last instead. Either way a save killed
-halfway never looks like a checkpoint, and `cleanup_tmp_directories` removes such leftovers when a
-trainer starts. Saves are asynchronous: `save` returns once the arrays are copied off the devices,
+halfway never looks like a checkpoint. Locally `cleanup_tmp_directories` removes such leftovers
+when a trainer starts; in a bucket they are moved to WORKDIR/damaged_checkpoints/ with a line
+(a record written before the first save, NATIVE_RECORD, tells them from steps written another
+way, which are refused). Saves are asynchronous: `save` returns once the arrays are copied off the devices,
 and training continues while files are written. A reader (sample.py) opens the directory
 read-only: it never cleans, deletes or writes there, so it can read while a trainer saves.
 
@@ -40,6 +42,7 @@ DAMAGE_MARKS = ("NOT_FOUND:", "DATA_LOSS:", "OUT_OF_RANGE:", "Error decoding", "
 TRANSIENT_MARKS = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:", "ABORTED:", "Connection", "timed out")
 RETRIES, RETRY_WAIT_S = 3, 2.0
 READ_OK, DAMAGED, FAILED = 0, 1, 2  # ordered: the worst outcome over processes wins
+NATIVE_RECORD = "ringstripe_saves.json"  # in a bucket: its steps were saved by this program
 
 
 class CheckpointError(ValueError):
@@ -50,10 +53,12 @@ class Checkpointer:
     """Every process calls every method (Orbax coordinates the processes)."""
 
     def __init__(self, directory: str, *, keep: int | None = None, async_save: bool = True,
-                 read_only: bool = False):
+                 read_only: bool = False, log: Callable[[str], None] = print):
         self.directory = storage.absolute(directory)
-        if storage.is_remote(self.directory) and not read_only:
-            _refuse_unmarked_steps(self.directory)
+        self._remote = storage.is_remote(self.directory)
+        self._recorded = False
+        if self._remote and not read_only:
+            _sort_unmarked_steps(self.directory, log)
         if read_only:
             options = ocp.CheckpointManagerOptions(read_only=True, create=False,
                                                    save_interval_steps=0)
@@ -80,8 +85,21 @@ class Checkpointer:
         """Starts an asynchronous save of `state` (a pytree of arrays) and `meta` (JSON). A
         failed write (this one, or the previous save's, which ends here) is a CheckpointError."""
         with self._writing():
+            if self._remote and not self._recorded:
+                self._record_native_saves()
             self._manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+
+    def _record_native_saves(self) -> None:
+        """NATIVE_RECORD before the first save: from now on, a step of this directory without
+        the commit marker is one of ours cut short (_sort_unmarked_steps)."""
+        record = storage.path(self.directory) / NATIVE_RECORD
+        if jax.process_index() == 0 and not record.exists():
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({
+                "written_by": "ringstripe train.py, directly into the bucket",
+                "meaning": "a step here without commit_success.txt is a save cut short"}))
+        self._recorded = True
 
     def read_meta(self, step: int) -> dict:
         restored = self._manager.restore(step, args=ocp.args.Composite(
@@ -162,14 +180,8 @@ class Checkpointer:
         return outcome, result, error
 
     def _move_aside(self, step: int) -> str:
-        """Moves a damaged step out of the checkpoints directory (process 0; the others wait)."""
-        parent = self.directory.rstrip("/").rsplit("/", 1)[0]
-        target = storage.join(parent, "damaged_checkpoints", f"{step}-{int(time.time())}")
-        if jax.process_index() == 0:
-            storage.move(storage.join(self.directory, str(step)), target)
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-            multihost_utils.sync_global_devices(f"moved checkpoint {step}")
+        """Moves a damaged step out of the checkpoints directory; returns where to."""
+        target = _move_step(self.directory, step)
         self._manager.reload()
         return target
 
@@ -209,20 +221,47 @@ def abstract_like(tree):
                         tree)
 
 
-def _refuse_unmarked_steps(directory: str) -> None:
-    """On Cloud Storage Orbax takes a step without its commit marker for an unfinished save and
-    deletes it at start. A directory whose steps all lack it was written another way (through a
-    gcsfuse mount, where saves were renamed): refused, so that nothing is deleted. (A native run
-    always has a marked step, unless it was killed in its very first save.)"""
+def _move_step(directory: str, step: int) -> str:
+    """Moves step `step` to damaged_checkpoints/STEP-TIME beside `directory` (process 0; the
+    others wait); returns the new place."""
+    parent = directory.rstrip("/").rsplit("/", 1)[0]
+    target = storage.join(parent, "damaged_checkpoints", f"{step}-{int(time.time())}")
+    if jax.process_index() == 0:
+        storage.move(storage.join(directory, str(step)), target)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(f"moved checkpoint {step}")
+    return target
+
+
+def _sort_unmarked_steps(directory: str, log: Callable[[str], None]) -> None:
+    """On Cloud Storage a step without Orbax's commit marker is either a save this program
+    began and did not finish (killed during it, the first save included) or a step written
+    another way (renamed into place through a gcsfuse mount), which Orbax would take for an
+    unfinished save and delete. NATIVE_RECORD, written before a run's first save into a bucket,
+    tells them apart: its unmarked steps are moved aside with one line; without it,
+    a directory whose steps all lack the marker is refused and nothing is touched."""
     root = storage.path(directory)
     if not root.exists():
         return
     steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
-    if steps and not any((root / str(s) / "commit_success.txt").exists() for s in steps):
-        raise CheckpointError(
-            f"the checkpoints {steps} in {directory} have no commit marker (written through a "
-            f"mounted bucket?), and would be deleted as unfinished: mark each complete one "
-            f"(gcloud storage cp /dev/null {directory}/STEP/commit_success.txt) or move them away")
+    unmarked = [s for s in steps if not (root / str(s) / "commit_success.txt").exists()]
+    if not unmarked:
+        return
+    if not (root / NATIVE_RECORD).exists():
+        if len(unmarked) == len(steps):
+            raise CheckpointError(
+                f"the checkpoints {steps} in {directory} have no commit marker (written through "
+                f"a mounted bucket?), and would be deleted as unfinished: mark each complete one "
+                f"(gcloud storage cp /dev/null {directory}/STEP/commit_success.txt) or move "
+                f"them away")
+        return  # an earlier version's run: Orbax removes its unfinished save, as it did then
+    places = [_move_step(directory, step) for step in unmarked]
+    finished = [s for s in steps if s not in unmarked]
+    log(f"ringstripe: checkpoint{'s' * (len(unmarked) > 1)} {', '.join(map(str, unmarked))} in "
+        f"{directory} never finished (a save cut short): moved to "
+        f"{places[0].rsplit('/', 1)[0]}/; "
+        + (f"resuming from checkpoint {finished[-1]}" if finished else "starting from step 0"))
 
 
 def _is_damage(error: Exception) -> bool:

@@ -2,6 +2,8 @@
 at 8,192 with a RoPE base ten times larger, in one command (config.stages, training/stages.py).
 
     python train.py --config configs/extend_8k.py --workdir runs/extend_8k
+    python train.py --config configs/extend_8k.py --workdir /tmp/try \
+        --config.num_train_steps=20 --config.stages.2.seq_len=2048   # short stages: a quick try
     python scripts/eval_positions.py --workdir runs/extend_8k/stage1 \
         --workdir runs/extend_8k/stage2 --seq_len 8192      # the loss by position, before/after
 

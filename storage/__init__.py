@@ -212,6 +212,10 @@ def move(source: str, target: str) -> None:
         fs = _object_store(source)
         fs.copy(source, target, recursive=True)
         fs.rm(source, recursive=True)
+        # Every client of this store in the process forgets its listings: Orbax's (through
+        # epath, another instance with other options) would still list the moved step.
+        for instance in list(type(fs)._cache.values()):
+            instance.invalidate_cache()
         return
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     os.rename(source, target)

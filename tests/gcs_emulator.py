@@ -21,8 +21,11 @@ def free_port() -> int:
 class Emulator:
     """with Emulator() as gcs: gcs.env(...) is an environment whose clients use it."""
 
-    def __init__(self):
+    def __init__(self, hold_commits=None):
+        """hold_commits: a path; while it exists, commit markers are refused
+        (tests/gcs_emulator_server.py)."""
         self.port = free_port()
+        self.hold_commits = hold_commits
         self.host = f"http://127.0.0.1:{self.port}"
         self.proc = None
 
@@ -31,7 +34,8 @@ class Emulator:
             [sys.executable, os.path.join(os.path.dirname(__file__), "gcs_emulator_server.py"),
              "start", "--host", "127.0.0.1",
              "--port", str(self.port), "--in-memory", "--default-bucket", BUCKET],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=dict(os.environ, GCS_EMULATOR_HOLD_COMMITS=str(self.hold_commits or "")))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:

@@ -21,8 +21,8 @@ SCHEDULE = ["--config.num_train_steps=2000", "--config.checkpoint_every_steps=10
 
 
 @pytest.fixture(scope="module")
-def gcs():
-    with Emulator() as emulator:
+def gcs(tmp_path_factory):
+    with Emulator(hold_commits=tmp_path_factory.mktemp("emulator") / "hold_commits") as emulator:
         yield emulator
 
 
@@ -137,6 +137,41 @@ def test_a_stop_signal_to_both_processes_of_a_bucket_run_checkpoints_one_step(gc
     assert sorted(got) == list(range(1, step + 4))  # one row per step across the restart
     np.testing.assert_allclose([got[s] for s in sorted(want)], [want[s] for s in sorted(want)],
                                rtol=1e-4)  # two processes' reductions against one's
+
+
+def test_a_bucket_run_killed_in_its_first_save_starts_again_with_the_same_command(gcs,
+                                                                                  tmp_path):
+    """The first save begins (its arrays reach the bucket) and cannot finish (the emulator holds
+    its commit marker); the trainer is killed then. The same command moves the unfinished step
+    aside, says so in one line, and trains to the end with a local run's losses."""
+    workdir, mirror = f"gs://{BUCKET}/first", tmp_path / "host"
+    schedule = ("--config.num_train_steps=12", "--config.checkpoint_every_steps=6",
+                "--config.log_every_steps=1")
+    gcs.hold_commits.touch()
+    try:
+        proc = subprocess.Popen(command(workdir, *schedule), cwd=ROOT,
+                                env=gcs.env(clean_env(), mirror), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while (not any("/state/" in n for n in gcs.listing("first/checkpoints/6/"))
+               and proc.poll() is None and time.monotonic() < deadline):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGKILL
+        assert gcs.listing("first/checkpoints/6/") and not gcs.committed_steps("first/")
+    finally:
+        gcs.hold_commits.unlink()
+    again = _train(gcs, workdir, mirror, *schedule)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (line,) = [s for s in again.stdout.splitlines() if "never finished" in s]
+    assert "checkpoint 6 in" in line and "starting from step 0" in line
+    assert gcs.committed_steps("first/checkpoints/") == [6, 12]
+    assert any(n.startswith("first/damaged_checkpoints/6-") for n in gcs.listing("first/"))
+    local = run_train(tmp_path / "local", *schedule,
+                      f"--config.data.cache_dir={mirror / BUCKET / 'first' / 'cache'}")
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert losses(_bucket_metrics(gcs, "first")) == losses(read_metrics(tmp_path / "local"))
 
 
 def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_built(gcs, tmp_path):

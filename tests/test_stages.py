@@ -33,14 +33,19 @@ def saved(workdir, step):
         checkpointer.close()
 
 
-def test_two_stages_with_a_resume_inside_the_second(tmp_path):
+def test_two_stages_with_a_resume_inside_the_second(tmp_path, capsys):
     workdir = tmp_path / "run"
     train_and_evaluate(staged_config(stop_at_step=2), str(workdir))  # stage 1's last step
+    assert "ringstripe: stage 1/2 (short): 128 tokens a sequence, 2 steps, in" \
+        in capsys.readouterr().out
     assert not (workdir / "stage2").exists()  # the next stage waits
     train_and_evaluate(staged_config(stop_at_step=3), str(workdir))  # stops at stage 2's step 1
     assert sorted(p.name for p in (workdir / "stage2" / "checkpoints").iterdir()) == ["1"]
     last = train_and_evaluate(staged_config(), str(workdir))  # resumes inside stage 2
     assert np.isfinite(last["train/loss"])
+    out = capsys.readouterr().out
+    assert "ringstripe: stage 1/2 (short) finished earlier, 2 steps: skipped" in out
+    assert f"ringstripe: stage 2/2 (long): 256 tokens a sequence, 2 steps, in {workdir}" in out
     rows = [r for r in read_metrics(workdir) if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # one time axis, each step once
     assert [r["progress/stage"] for r in rows] == [1, 1, 2, 2]
@@ -81,3 +86,44 @@ def test_a_bad_stage_is_refused_before_the_first_trains(second, expected, tmp_pa
     with pytest.raises(ConfigError, match=expected):
         train_and_evaluate(staged_config(**second), str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+
+
+def _parse(*args):
+    from absl import flags
+    from ml_collections import config_flags
+
+    from training.cli import parse_flags
+    argv = ["train.py", "--config", "configs/extend_8k.py", *args]
+    flag_values = flags.FlagValues()  # (the overrides are read from sys_argv, as from sys.argv)
+    config_flags.DEFINE_config_file("config", None, "", flag_values=flag_values,
+                                    lock_config=True, sys_argv=argv)
+    parse_flags(argv, flag_values)
+    return flag_values.config
+
+
+def test_the_command_line_sets_every_stage_s_steps_or_one_stage_s_fields(tmp_path, capsys):
+    """--config.num_train_steps=N: every stage N steps; --config.stages.K.FIELD=VALUE: stage K's
+    field (K as in WORKDIR/stageK), typed as the config's field, set or not in the file; other
+    fields: the config's, so every stage's that does not set its own."""
+    from training import stages
+    config = _parse("--config.num_train_steps=20", "--config.stages.2.steps=5",
+                    "--config.stages.2.optim.learning_rate=3e-4", "--config.stages.1.seq_len=512",
+                    "--config.stages.2.data.mask_documents=false", "--config.seed=7")
+    planned = stages.plan(config, str(tmp_path))
+    assert [c.num_train_steps for _, c in planned] == [20, 5]
+    assert [c.seq_len for _, c in planned] == [512, 8192]  # stage 2 sets its own
+    assert [c.optim.learning_rate for _, c in planned] == [config.optim.learning_rate, 3e-4]
+    assert [c.data.mask_documents for _, c in planned] == [config.data.mask_documents, False]
+    assert [c.seed for _, c in planned] == [7, 8]
+    assert planned[1][0].explicit == ("seq_len", "global_batch_size", "model.rope_theta",
+                                      "model.tile_q", "model.tile_k", "optim.learning_rate",
+                                      "optim.warmup_steps", "eval_every_steps",
+                                      "checkpoint_every_steps", "data.mask_documents")
+    for args, expected in [
+            (("--config.stages.3.steps=5",), "the config has stages 1 to 2"),
+            (("--config.stages.1.seq_lenn=5",), "'seq_lenn' is not a config field"),
+            (("--config.stages.1.steps=five",), "give a value of the field's type (int)")]:
+        with pytest.raises(SystemExit) as exit_:
+            _parse(*args)
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and expected in line, line

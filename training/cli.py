@@ -4,11 +4,15 @@ so that a config mistake reads the same in both, one line on stderr and exit 2."
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from absl import flags
 
 from training.validate import RENAMED_FIELDS
+
+# --config.stages.K.FIELD=VALUE: one stage's field (training/stages.py), read here, not by absl.
+STAGE_FLAG = re.compile(r"--config\.stages\.(\d+)\.([A-Za-z_][\w.]*)=(.*)", re.DOTALL)
 
 
 def parse_flags(argv, flag_values=flags.FLAGS):
@@ -22,8 +26,13 @@ def parse_flags(argv, flag_values=flags.FLAGS):
             fail(f"--config.{old} was renamed: use --config.{RENAMED_FIELDS[old]}")
     if "config" in flag_values:
         check_config_file(argv)
+    stage_flags = [m.groups() for m in map(STAGE_FLAG.fullmatch, argv) if m]
+    # Taken out of the command line in place: ml_collections reads its --config.FIELD overrides
+    # from sys.argv itself (or the list given to DEFINE_config_file), not from argv.
+    for arguments in (argv, sys.argv):
+        arguments[:] = [a for a in arguments if not STAGE_FLAG.fullmatch(a)]
     try:
-        return flag_values(argv)
+        rest = flag_values(argv)
     except flags.Error as e:  # e.g. a value of the wrong type
         fix = "give a value of the field's type" if "--config." in str(e) else "see --helpshort"
         fail(f"{e}: {fix}")
@@ -35,6 +44,23 @@ def parse_flags(argv, flag_values=flags.FLAGS):
         hint = f" ({hint[0].strip()})" if hint else ""
         fail(f"unknown config field {name}{hint}: every --config.FIELD must exist in the "
              f"config file (overrides given: {', '.join(given)})")
+    if "config" in flag_values:
+        _apply_to_stages(flag_values["config"].value, "config.num_train_steps" in given,
+                         stage_flags)
+    return rest
+
+
+def _apply_to_stages(config, steps_given: bool, stage_flags) -> None:
+    """A staged config takes --config.num_train_steps as every stage's length and
+    --config.stages.K.FIELD=VALUE as stage K's field (training/stages.py)."""
+    from training import stages
+    from training.validate import ConfigError
+    if not stage_flags and not (steps_given and config.get("stages")):
+        return
+    try:
+        stages.apply_command_line(config, steps_given, stage_flags)
+    except ConfigError as e:
+        fail(str(e))
 
 
 def check_config_file(argv) -> None:

@@ -144,7 +144,7 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     _take(lock)  # the first write to the workdir
     try:
         checkpointer = Checkpointer(storage.join(workdir, "checkpoints"),
-                                    keep=config.checkpoint_keep)
+                                    keep=config.checkpoint_keep, log=_say)
         try:
             # Refuse a changed run before its data is built (a changed corpus would train a
             # new tokenizer first); the tokenizer itself is compared on restore.

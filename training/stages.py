@@ -16,10 +16,16 @@ and learning-rate schedule, and data drawn with seed + k (the first stage starts
 config.init_from). A stopped or preempted run resumes inside the stage it was in; finished stages
 are skipped. Metrics go to WORKDIR/metrics.jsonl and one wandb run on one time axis: step =
 the steps of the stages before + the step in the stage, and `progress/stage` = K.
+
+From the command line (training/cli.py reads it): --config.FIELD changes the config, so every
+stage that does not set FIELD; --config.num_train_steps=N makes every stage N steps;
+--config.stages.K.FIELD=VALUE sets stage K's FIELD (apply_command_line).
 """
 
 from __future__ import annotations
 
+import ast
+import copy
 import dataclasses
 
 import storage
@@ -34,6 +40,7 @@ class Stage:
 
     index: int  # 1-based
     count: int
+    name: str  # the entry's name, or "stage K"
     workdir: str  # WORKDIR/stageK
     top: str  # WORKDIR: metrics.jsonl and wandb's files, for every stage
     offset: int  # the steps of the stages before
@@ -80,8 +87,9 @@ def plan(config, workdir: str) -> list[tuple[Stage, object]]:
                 stage_config.stop_at_step = stop if 0 < stop <= entry["steps"] else 0
             for name, value in fields.items():
                 _set(stage_config, name, value, i)
-        out.append((Stage(i, len(entries), storage.join(workdir, f"stage{i}"), workdir, offset,
-                          total, tuple(fields)), stage_config))
+        out.append((Stage(i, len(entries), str(dict(entry).get("name") or f"stage {i}"),
+                          storage.join(workdir, f"stage{i}"), workdir, offset, total,
+                          tuple(fields)), stage_config))
         offset += entry["steps"]
     return out
 
@@ -118,8 +126,12 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
     for stage, stage_config in stages:
         steps = stage_config.num_train_steps
         if last_step(stage) == steps:
+            _say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}) finished "
+                 f"earlier, {steps} steps: skipped")
             previous = (stage, steps)
             continue
+        _say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}): "
+             f"{stage_config.seq_len:,} tokens a sequence, {steps} steps, in {stage.workdir}")
         if previous is not None and stage_config.init_from == "":
             with stage_config.unlocked():
                 stage_config.init_from = f"run:{previous[0].workdir}@{previous[1]}"
@@ -130,6 +142,62 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
             return last  # asked to stop at this stage's last step: the next one waits
         previous = (stage, steps)
     return last
+
+
+def _say(message: str) -> None:
+    import jax
+    if jax.process_index() == 0:
+        print(message, flush=True)
+
+
+def apply_command_line(config, steps_everywhere: bool, overrides) -> None:
+    """The command line's say over config.stages (train.py and scripts/plan.py parse it):
+    `--config.num_train_steps=N` (steps_everywhere) makes every stage N steps long, and each
+    `--config.stages.K.FIELD=VALUE` in `overrides`, as (K, FIELD, VALUE text), sets FIELD in
+    stage K (1-based, as the stages are named and numbered in WORKDIR/stageK), whether the
+    stage set it or not; a value is read as the config's field of that name is typed. Other
+    --config.FIELD flags change the config itself, so every stage that does not set FIELD."""
+    entries = [copy.deepcopy(dict(entry)) for entry in config.get("stages") or ()]
+    if not entries:
+        raise ConfigError("--config.stages.K.FIELD is given but the config has no stages")
+    if steps_everywhere:
+        for entry in entries:
+            entry["steps"] = config.num_train_steps
+    for number, name, text in overrides:
+        flag = f"--config.stages.{number}.{name}={text}"
+        if not 1 <= int(number) <= len(entries):
+            raise ConfigError(f"{flag}: the config has stages 1 to {len(entries)}")
+        entry = entries[int(number) - 1]
+        *sections, field = name.split(".")
+        for section in sections:
+            entry = entry.setdefault(section, {})
+        entry[field] = _typed(config, name, text, flag)
+    with config.unlocked():
+        config.stages = tuple(entries)
+
+
+def _typed(config, name: str, text: str, flag: str):
+    """`text` as a value of the config field `name` (steps: an int, name: a string)."""
+    current = {"steps": 1, "name": ""}.get(name)
+    if current is None:
+        current = config
+        for part in name.split("."):
+            if not hasattr(current, "get") or part not in current:
+                raise ConfigError(f"{flag}: {name!r} is not a config field a stage can set: use "
+                                  f"the names of the config file (seq_len, model.rope_theta, "
+                                  f"optim.learning_rate, steps, ...)")
+            current = current[part]
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if isinstance(current, (int, float, str)):
+            return type(current)(text)
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ConfigError(f"{flag}: give a value of the field's type "
+                          f"({type(current).__name__})") from None
 
 
 def _check(stages, explicit) -> None:
