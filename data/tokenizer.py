@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 import sentencepiece as spm
 
 from data.errors import DataError
+from data.progress import Ticker
 from data.sources import describe_source, iter_documents, source_options, take_bytes
 
 # sentencepiece reads its training text one line per sentence: documents are split into lines.
@@ -135,8 +136,9 @@ def get_tokenizer(config_data, cache_dir: str, *, process_index: int = 0,
         print(f"data: training a {model_type} tokenizer, vocab {vocab_size}, on {source!r} "
               f"-> {path}", flush=True)
         train_bytes = min(max_bytes, TOKENIZER_TRAIN_BYTES) if max_bytes else TOKENIZER_TRAIN_BYTES
-        train_tokenizer(iter_documents(source, options), path, vocab_size=vocab_size,
-                        model_type=model_type, max_bytes=train_bytes)
+        with Ticker("data: training the tokenizer", "data: tokenizer trained"):
+            train_tokenizer(iter_documents(source, options), path, vocab_size=vocab_size,
+                            model_type=model_type, max_bytes=train_bytes)
     barrier()
     return load_tokenizer(path)
 

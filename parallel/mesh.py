@@ -50,14 +50,19 @@ def make_mesh(data: int = -1, seq: int = -1, *, devices=None) -> Mesh:
                          devices=devices)
 
 
+def check_slices(data: int, slices: int, count: int) -> None:
+    """ValueError unless the mesh's data axis spans `slices` slices of `count` devices in all."""
+    if data % slices:
+        raise ValueError(f"mesh: data {data} is not a multiple of the {slices} slices: the "
+                         f"sequence ring stays inside a slice, so choose mesh.data = a multiple "
+                         f"of {slices} (mesh.seq at most {count // slices})")
+
+
 def _multi_slice_mesh(data: int, seq: int, devices, slices: int) -> Mesh:
     """TPU slices joined over the data-centre network: 'data' spans the slices, and each
     'seq' ring stays inside one slice, on its chip-to-chip links (a ring hop over the
     data-centre network would be an order of magnitude slower)."""
     from jax.experimental import mesh_utils
-    if data % slices:
-        raise ValueError(f"mesh: data {data} is not a multiple of the {slices} slices: the "
-                         f"sequence ring stays inside a slice, so choose mesh.data = a multiple "
-                         f"of {slices} (mesh.seq at most {len(devices) // slices})")
+    check_slices(data, slices, len(devices))
     grid = mesh_utils.create_hybrid_device_mesh((data // slices, seq), (slices, 1), devices)
     return Mesh(grid, (DATA, SEQ), axis_types=(AxisType.Auto, AxisType.Auto))

@@ -114,6 +114,9 @@ def format_compiled(plan: dict, run: Run, unit, scan_layers: bool = False) -> li
     c = plan["compiled"]
     if c.get("topology"):
         return _format_tpu_compiled(plan, unit)
+    if c.get("pending"):  # scripts/plan.py prints these tables first, then compiles
+        return [f"TPU compiler (XLA:TPU + Mosaic) for {c['pending']}: compiles after these "
+                f"tables; its figures follow them"]
     head = f"Compiled train step (XLA:CPU, {run.devices} fake devices, per device): "
     if "total" not in c:
         return [head + c["status"]]
@@ -125,6 +128,11 @@ def format_compiled(plan: dict, run: Run, unit, scan_layers: bool = False) -> li
             f"  analytic (design) / compiled = {ratio:.2f}; XLA:CPU's schedule "
             + ("holds one layer at a time only under scan_layers" if scan_layers else
                "ignores remat") + " (note 2): a cross-check, not the accelerator's figure"]
+
+
+def format_tpu_compiled(plan: dict) -> str:
+    """The TPU compiler's figures alone (printed once it has compiled, after format_plan)."""
+    return "\n".join(_format_tpu_compiled(plan, _unit(plan["fit"]["total_bytes"])))
 
 
 def _format_tpu_compiled(plan: dict, unit) -> list[str]:

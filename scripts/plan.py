@@ -19,8 +19,9 @@ accelerator, config.cpu_devices on cpu). Every figure is per device unless it sa
 
 --compile tpu compiles the whole train step with the TPU compiler (XLA:TPU and Mosaic, from the
 libtpu package; no TPU needed) for a TPU slice: --topology (e.g. v4-32; default: the slice of
-the config's DEVICE with the mesh's chips) and --num_slices; it prints the compiler's per-chip
-bytes against the chip's HBM, FITS or DOES NOT FIT (exit 1), or, where the compiler refuses the
+the config's DEVICE with the mesh's chips) and --num_slices; it prints the analytic tables
+first, a progress line while the compiler works (45-150 s for a pod config), then the compiler's
+per-chip bytes against the chip's HBM, FITS or DOES NOT FIT (exit 1), or, where the compiler refuses the
 program, one line naming the piece (exit 1). scripts/tpu_pod.py runs it before it pays for a
 slice.
 
@@ -69,8 +70,9 @@ FLAGS = flags.FLAGS
 
 
 def build(config, device_name: str, devices: int, tpu_slice=None) -> tuple:
-    """(plan, device, run, choice): the analytic plan, the state as built and the compile."""
-    from planner import plan as planner_plan, topology
+    """(plan, device, run, choice): the analytic plan, the state as built and the compile on
+    the host (for a TPU slice, marked pending: compile_for_tpu runs it)."""
+    from planner import plan as planner_plan
     from training import aot
     plan, device, run, choice = planner_plan.make_plan(
         config, device_name, devices, FLAGS.efficiency, FLAGS.documents, FLAGS.document_rows,
@@ -78,9 +80,7 @@ def build(config, device_name: str, devices: int, tpu_slice=None) -> tuple:
     plan["as_built"] = aot.state_as_built(config, run, choice)
     plan["today"] = planner_plan.today_scenarios(plan, config, choice, device, plan["as_built"])
     if tpu_slice is not None:
-        plan["compiled"] = aot.compiled_memory(config, run, choice, topology.devices(tpu_slice))
-        plan["compiled"].update(topology=tpu_slice.label(),
-                                fits=plan["compiled"]["total"] <= device.memory_bytes)
+        plan["compiled"] = {"pending": tpu_slice.label()}
         return plan, device, run, choice
     go, why = aot.compile_decision(FLAGS.compile, plan["params"]["total"], run)
     plan["compiled"] = aot.compiled_memory(config, run, choice) if go else {"status": why}
@@ -121,7 +121,14 @@ def main(argv):
         sys.exit(1)
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
     plan["measured"] = planner_plan.measured_times(filename, run.layout, run.seq_len)
-    print(report.format_plan(plan, config, choice, device, run))
+    print(report.format_plan(plan, config, choice, device, run), flush=True)
+    if tpu_slice is not None:  # the analytic tables above, while the TPU compiler works
+        try:
+            compile_for_tpu(plan, config, run, choice, device, tpu_slice)
+        except CompileRefused as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(1)
+        print("\n" + report.format_tpu_compiled(plan))
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:
             json.dump(dict(plan, config=config.to_dict()), f, indent=1, default=float)
@@ -132,6 +139,19 @@ def main(argv):
               f"remat (model.remat_policy='offload' keeps block inputs in host memory), smaller "
               f"model.loss_chunk/mlp_chunk, a shorter seq_len or more chips", file=sys.stderr)
         sys.exit(1)
+
+
+def compile_for_tpu(plan, config, run, choice, device, tpu_slice) -> None:
+    """plan['compiled']: the TPU compiler's per-chip figures for the slice (45-150 s for a
+    pod config; progress lines meanwhile)."""
+    from data.progress import Ticker
+    from planner import topology
+    from training import aot
+    with Ticker(f"plan: the TPU compiler is compiling the train step for {tpu_slice.label()}",
+                "plan: compiled by the TPU compiler"):
+        plan["compiled"] = aot.compiled_memory(config, run, choice, topology.devices(tpu_slice))
+    plan["compiled"].update(topology=tpu_slice.label(),
+                            fits=plan["compiled"]["total"] <= device.memory_bytes)
 
 
 def _tpu_slice(device_name: str, devices: int):
@@ -146,6 +166,12 @@ def _tpu_slice(device_name: str, devices: int):
     if FLAGS.device and FLAGS.device != tpu_slice.device:
         fail(f"--device={FLAGS.device} but --topology={tpu_slice.name} is a {tpu_slice.device} "
              f"slice: drop --device")
+    from parallel.mesh import check_slices, mesh_shape
+    try:  # before the tables: the compile that follows them would refuse the mesh
+        data, _ = mesh_shape(FLAGS.config.mesh.data, FLAGS.config.mesh.seq, tpu_slice.chips)
+        check_slices(data, tpu_slice.num_slices, tpu_slice.chips)
+    except ValueError as e:
+        fail(str(e))
     return tpu_slice.device, tpu_slice.chips, tpu_slice
 
 

@@ -239,3 +239,21 @@ def test_eval_never_overlaps_train(tokenizer, corpus, tmp_path):
     assert seen.max() < len(cache.train)
     for batch in data.eval_batches(held_out, s, 1000):
         assert batch["inputs"].min() >= len(cache.train)
+
+
+def test_a_step_without_a_count_of_its_own_prints_lines_while_it_runs():
+    """Tokenizer training (sentencepiece says nothing until it returns): in a log, a line every
+    every_s seconds while it runs and one with the time taken; the ticking stops with it."""
+    import io
+    import time
+
+    from data.progress import Ticker
+    out = io.StringIO()
+    with Ticker("data: training the tokenizer", "data: tokenizer trained", every_s=0.05,
+                stream=out):
+        time.sleep(0.4)
+    time.sleep(0.2)
+    *ticks, last = out.getvalue().splitlines()
+    assert len(ticks) >= 3 and last == "data: tokenizer trained in 0 s"
+    assert all(t.startswith("data: training the tokenizer, ") and t.endswith(" s so far")
+               for t in ticks)
