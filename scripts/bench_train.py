@@ -188,6 +188,8 @@ def main(argv=None):
     if args.steps < 1 or args.rounds < 1:
         print("bench_train: --steps and --rounds must be at least 1", file=sys.stderr)
         sys.exit(2)
+    from training.cli import config_file
+    config_file(args.config)  # a missing or broken file: one line, before any run starts
     if len(os.sched_getaffinity(0)) < args.processes:
         print(f"bench_train: note: {args.processes} processes on "
               f"{len(os.sched_getaffinity(0))} core(s): pinned processes will share cores")

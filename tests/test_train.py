@@ -1,6 +1,7 @@
 """End to end: train.py with configs/tiny.py, as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -141,13 +142,19 @@ def test_a_config_file_mistake_is_one_line(text, argv, message, tmp_path, capsys
     assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
 
 
-def test_a_missing_config_file_is_one_line_in_the_planner():
-    result = subprocess.run([sys.executable, "scripts/plan.py", "--config", "configs/nope.py"],
+@pytest.mark.parametrize("command", [
+    ["train.py", "--workdir", "/tmp/never"], ["scripts/plan.py"], ["scripts/bench_window.py"],
+    ["scripts/bench_train.py"],
+    ["scripts/bench_extension.py", "--workdir", "/tmp/never", "--out", "/tmp/never/x.png",
+     "--json", "/tmp/never/x.json"]])
+def test_a_missing_config_file_is_one_line_in_every_entry_point(command):
+    result = subprocess.run([sys.executable, *command, "--config", "configs/nope.py"],
                             cwd=ROOT, env=clean_env(), capture_output=True, text=True,
                             timeout=120)
-    assert result.returncode == 2 and result.stdout == ""
+    assert result.returncode == 2 and result.stdout == "", result.stderr
     assert result.stderr == ("error: config file 'configs/nope.py' does not exist: give a file "
                              "such as configs/tiny.py\n")
+    assert not os.path.exists("/tmp/never")
 
 
 def test_the_old_layout_field_names_the_new_one(tmp_path):
