@@ -20,10 +20,10 @@ accelerator, config.cpu_devices on cpu). Every figure is per device unless it sa
 --compile tpu compiles the whole train step with the TPU compiler (XLA:TPU and Mosaic, from the
 libtpu package; no TPU needed) for a TPU slice: --topology (e.g. v4-32; default: the slice of
 the config's DEVICE with the mesh's chips) and --num_slices; it prints the analytic tables
-first, a progress line while the compiler works (45-150 s for a pod config), then the compiler's
-per-chip bytes against the chip's HBM, FITS or DOES NOT FIT (exit 1), or, where the compiler refuses the
-program, one line naming the piece (exit 1). scripts/tpu_pod.py runs it before it pays for a
-slice.
+first, a progress line while the compiler works (45-150 s for a pod config), then the
+compiler's per-chip bytes against the chip's HBM, FITS or DOES NOT FIT (exit 1), or, where the
+compiler refuses the program, one line naming the piece (exit 1). scripts/tpu_pod.py runs it
+before it pays for a slice.
 
 This file reads the flags and prints. The model is the package planner/ (its README derives
 every formula); the compile check is training/aot.py; strategy='auto' is resolved here as a run

@@ -69,13 +69,14 @@ def checkpointed_run(workdir: str) -> str:
     the model the whole run ended with."""
     if storage.path(storage.join(workdir, "checkpoints")).is_dir():
         return workdir
+    from training.stages import stage_dir, stage_index
     top = storage.path(workdir)
-    stages = sorted((int(p.name[len("stage"):]), p.name) for p in
-                    (top.iterdir() if top.is_dir() else ())
-                    if p.name.startswith("stage") and p.name[len("stage"):].isdigit())
-    for _, name in reversed(stages):
-        if saved_steps(storage.join(workdir, name)):
-            return storage.join(workdir, name)
+    indices = sorted(i for i in map(stage_index, (p.name for p in
+                                                   (top.iterdir() if top.is_dir() else ())))
+                     if i is not None)
+    for index in reversed(indices):
+        if saved_steps(stage_dir(workdir, index)):
+            return stage_dir(workdir, index)
     return workdir  # saved_meta says there is nothing to read
 
 

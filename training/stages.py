@@ -32,6 +32,18 @@ import storage
 from training.validate import ConfigError
 
 _NOT_STAGED = ("stages", "init_from", "num_train_steps")  # what a stage sets otherwise, or never
+_DIR_PREFIX = "stage"  # stage K trains in WORKDIR/stageK
+
+
+def stage_dir(workdir: str, index: int) -> str:
+    """WORKDIR/stageK, where stage K (1-based) of a staged run trains."""
+    return storage.join(workdir, f"{_DIR_PREFIX}{index}")
+
+
+def stage_index(name: str) -> int | None:
+    """K for a directory named stageK, else None."""
+    number = name[len(_DIR_PREFIX):]
+    return int(number) if name.startswith(_DIR_PREFIX) and number.isdigit() else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +79,7 @@ def plan(config, workdir: str) -> list[tuple[Stage, object]]:
     for i, entry in enumerate(entries, 1):
         steps = dict(entry).get("steps", 0)
         if not isinstance(steps, int) or steps < 1:
-            raise ConfigError(f"stages[{i - 1}]: steps={steps!r}: each stage needs steps >= 1 "
+            raise ConfigError(f"stage {i}: steps={steps!r}: each stage needs steps >= 1 "
                               f"(its optimizer steps)")
         total += steps
     out, offset = [], 0
@@ -88,7 +100,7 @@ def plan(config, workdir: str) -> list[tuple[Stage, object]]:
             for name, value in fields.items():
                 _set(stage_config, name, value, i)
         out.append((Stage(i, len(entries), str(dict(entry).get("name") or f"stage {i}"),
-                          storage.join(workdir, f"stage{i}"), workdir, offset, total,
+                          stage_dir(workdir, i), workdir, offset, total,
                           tuple(fields)), stage_config))
         offset += entry["steps"]
     return out
@@ -100,7 +112,7 @@ def _set(config, name: str, value, index: int) -> None:
     for part in section.split(".") if section else ():
         target = target.get(part) if hasattr(target, "get") else None
     if target is None or field not in target or name.split(".")[0] in _NOT_STAGED:
-        raise ConfigError(f"stages[{index - 1}] sets {name!r}, which is not a config field a "
+        raise ConfigError(f"stage {index} sets {name!r}, which is not a config field a "
                           f"stage can set: use the names of the config file (seq_len, "
                           f"model.rope_theta, mesh.seq, optim.learning_rate, ...)")
     if name == "model.rope_scaling":
