@@ -75,9 +75,9 @@ def main(argv):
             where = f" ({e.filename})" if e.filename else ""
             fail(4, f"{e.strerror or e}{where}: free space or fix the storage, then run the same "
                     f"command again (it resumes from the last complete checkpoint)")
-        except KeyboardInterrupt:  # Ctrl-C before training began (or after it ended)
-            print("ringstripe: interrupted before a step could be saved; the same command starts "
-                  "again from the last complete checkpoint, if any", file=sys.stderr)
+        except KeyboardInterrupt:  # Ctrl-C outside the steps (data, the model's set-up, the end)
+            print("ringstripe: interrupted outside a training step, nothing saved now; the same "
+                  "command continues from the last complete checkpoint, if any", file=sys.stderr)
             sys.exit(ABORT_EXIT_CODE)
         where = background.save(FLAGS.workdir)  # reports of a failure that a retry overcame
         if where:
