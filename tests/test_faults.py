@@ -141,6 +141,7 @@ def _snapshot(directory):
 
 def _one_line(result, code, *fragments):
     assert result.returncode == code, (result.returncode, result.stderr[-3000:])
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
     (line,) = result.stderr.strip().splitlines()
     for fragment in fragments:
         assert fragment in line, line

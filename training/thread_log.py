@@ -16,11 +16,14 @@ and a run that ends in an error writes them to a file that the error's line name
 
 Kept: records of the Orbax and tensorstore loggers at ERROR and above (from any thread), and
 whatever a thread other than the main one writes to sys.stderr. The main thread's own output, the
-progress lines and the one-line errors, reaches the terminal as before.
+progress lines and the one-line errors, reaches the terminal as before. Leaving the `with` does
+not put the terminal back: Orbax's threads can outlive the run by a moment (a failed save ends
+while the process exits), and what they write then is appended to the same file at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -40,21 +43,17 @@ class ThreadLog:
         self._parts: list[str] = []
         self._size = 0
         self._lock = threading.Lock()
-        self._filter = _KeepLibraryErrors(self.keep)
-        self._stderr = None
+        self._saved_to: str | None = None
 
     def __enter__(self):
         for handler in logging.getLogger().handlers:
-            handler.addFilter(self._filter)
-        self._stderr = sys.stderr
-        sys.stderr = _ThreadStream(self._stderr, self.keep)
+            handler.addFilter(_KeepLibraryErrors(self.keep))
+        sys.stderr = _ThreadStream(sys.stderr, self.keep)
+        atexit.register(self._append_late)
         return self
 
     def __exit__(self, *exc_info):
-        sys.stderr = self._stderr
-        for handler in logging.getLogger().handlers:
-            handler.removeFilter(self._filter)
-        return False
+        return False  # the filters stay: see the module's docstring
 
     def keep(self, text: str) -> None:
         with self._lock:
@@ -65,9 +64,8 @@ class ThreadLog:
     def save(self, workdir: str) -> str | None:
         """Writes what was kept to WORKDIR/errors.log (a bucket workdir's: its local mirror),
         where the disk is full: the system's temporary directory; returns the file's path, or
-        None when nothing was kept."""
-        with self._lock:
-            text = "".join(self._parts)
+        None when nothing was kept. What is kept later is appended there at exit."""
+        text = self._take()
         if not text:
             return None
         folder = storage.mirror(workdir) if storage.is_remote(workdir) else workdir
@@ -78,10 +76,25 @@ class ThreadLog:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "a") as f:
                     f.write(header + text)
+                self._saved_to = path
                 return path
             except OSError:
                 continue
         return None
+
+    def _take(self) -> str:
+        with self._lock:
+            text, self._parts = "".join(self._parts), []
+        return text
+
+    def _append_late(self) -> None:
+        text = self._take()
+        if text and self._saved_to:
+            try:
+                with open(self._saved_to, "a") as f:
+                    f.write(text)
+            except OSError:
+                pass
 
 
 class _KeepLibraryErrors(logging.Filter):
