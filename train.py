@@ -56,34 +56,33 @@ def main(argv):
     from training import ConfigError, NonFiniteError
     from training.thread_log import ThreadLog
 
-    with ThreadLog() as background:  # Orbax's save threads report a failure there, not here
-        def fail(code, message):
-            where = background.save(FLAGS.workdir)
-            print(f"error: {message}" + (f" (tracebacks: {where})" if where else ""),
-                  file=sys.stderr)
-            sys.exit(code)
+    background = ThreadLog().install()  # Orbax's save threads report a failure there, not here
 
-        try:
-            # The fields set on the command line win over what config.init_from's source says.
-            explicit = config_flags.get_override_values(FLAGS["config"])
-            train_and_evaluate(config, FLAGS.workdir, explicit=explicit)
-        except (ConfigError, data.DataError, CheckpointError) as e:
-            fail(2, e)
-        except NonFiniteError as e:
-            fail(3, e)
-        except OSError as e:  # a full disk, a vanished mount: the checkpoints made so far stay
-            where = f" ({e.filename})" if e.filename else ""
-            fail(4, f"{e.strerror or e}{where}: free space or fix the storage, then run the same "
-                    f"command again (it resumes from the last complete checkpoint)")
-        except KeyboardInterrupt:  # Ctrl-C outside the steps (data, the model's set-up, the end)
-            print("ringstripe: interrupted outside a training step, nothing saved now; the same "
-                  "command continues from the last complete checkpoint, if any", file=sys.stderr)
-            sys.exit(ABORT_EXIT_CODE)
-        where = background.save(FLAGS.workdir)  # reports of a failure that a retry overcame
-        if where:
-            print(f"ringstripe: background threads reported errors, kept in {where}",
-                  file=sys.stderr)
+    def fail(code, message):
+        where = background.save(FLAGS.workdir)
+        print(f"error: {message}" + (f" (tracebacks: {where})" if where else ""), file=sys.stderr)
+        sys.exit(code)
 
+    try:
+        # The fields set on the command line win over what config.init_from's source says.
+        explicit = config_flags.get_override_values(FLAGS["config"])
+        train_and_evaluate(config, FLAGS.workdir, explicit=explicit)
+    except (ConfigError, data.DataError, CheckpointError) as e:
+        fail(2, e)
+    except NonFiniteError as e:
+        fail(3, e)
+    except OSError as e:  # a full disk, a vanished mount: the checkpoints made so far stay
+        where = f" ({e.filename})" if e.filename else ""
+        fail(4, f"{e.strerror or e}{where}: free space or fix the storage, then run the same "
+                f"command again (it resumes from the last complete checkpoint)")
+    except KeyboardInterrupt:  # Ctrl-C outside the steps (data, the model's set-up, the end)
+        print("ringstripe: interrupted outside a training step, nothing saved now; the same "
+              "command continues from the last complete checkpoint, if any", file=sys.stderr)
+        sys.exit(ABORT_EXIT_CODE)
+    where = background.save(FLAGS.workdir)  # reports of a failure that a retry overcame
+    if where:
+        print(f"ringstripe: background threads reported errors, kept in {where}",
+              file=sys.stderr)
 
 if __name__ == "__main__":
     app.run(main, flags_parser=parse_flags)

@@ -4,7 +4,7 @@ Public API:
   Checkpointer(directory, keep=, async_save=)   save / restore / restore_latest / steps /
                                                 restore_params (the parameters alone)
   abstract_like(tree)                           restore target with the current shardings
-  StopRequest(checkpointer)                     SIGTERM, Ctrl-C / distributed preemption between steps
+  StopRequest(checkpointer)                     SIGTERM, Ctrl-C, or the agreed preemption step
   CheckpointError                               user-facing checkpoint problems
   WorkdirLock(workdir), WorkdirBusy             one trainer per workdir (lock.py)
 """

@@ -11,9 +11,10 @@ where a rename is a copy, it writes a commit marker last instead. Either way a s
 halfway never looks like a checkpoint. Locally `cleanup_tmp_directories` removes such leftovers
 when a trainer starts; in a bucket they are moved to WORKDIR/damaged_checkpoints/ with a line
 (a record written before the first save, NATIVE_RECORD, tells them from steps written another
-way, which are refused). Saves are asynchronous: `save` returns once the arrays are copied off the devices,
-and training continues while files are written. A reader (sample.py) opens the directory
-read-only: it never cleans, deletes or writes there, so it can read while a trainer saves.
+way, which are refused). Saves are asynchronous: `save` returns once the arrays are copied off
+the devices, and training continues while files are written. A reader (sample.py) opens the
+directory read-only: it never cleans, deletes or writes there, so it can read while a trainer
+saves.
 
 Restoring tells damage from trouble. A checkpoint with missing, truncated or undecodable files is
 damaged: it is moved to WORKDIR/damaged_checkpoints/<step> (kept for a look, out of the way of the

@@ -27,16 +27,12 @@ from planner import flops
 from planner import resolve_attention
 from training import (init_from, position_loss, resume, stages, state as state_lib,
                       step as step_lib, trackers)
+from training.trackers import say
 from training.validate import ConfigError, validate_config
 
 
 class NonFiniteError(RuntimeError):
     """The loss or gradients stopped being finite; the last good checkpoint is kept."""
-
-
-def _say(message: str) -> None:
-    if jax.process_index() == 0:
-        print(message, flush=True)
 
 
 def create_train_state(config, mesh, choice=None):
@@ -139,12 +135,12 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     choice = resolve_attention(config, mesh_shape, jax.default_backend(),
                                mesh.devices.flat[0].device_kind)
     if config.parallel.strategy == "auto":
-        _say(f"ringstripe: parallel.strategy {choice.why}")
+        say(f"ringstripe: parallel.strategy {choice.why}")
     lock = WorkdirLock(workdir)
     _take(lock)  # the first write to the workdir
     try:
         checkpointer = Checkpointer(storage.join(workdir, "checkpoints"),
-                                    keep=config.checkpoint_keep, log=_say)
+                                    keep=config.checkpoint_keep, log=say)
         try:
             # Refuse a changed run before its data is built (a changed corpus would train a
             # new tokenizer first); the tokenizer itself is compared on restore.
@@ -164,7 +160,7 @@ def _take(lock) -> None:
     refusal = None
     if jax.process_index() == 0:
         try:
-            lock.acquire(log=_say)
+            lock.acquire(log=say)
         except CheckpointError as e:
             refusal = e
     if jax.process_count() > 1:
@@ -200,7 +196,7 @@ def _restore(config, checkpointer, state, identity):
         resume.check_compatible(config, checkpointer.directory, step, meta)
         resume.check_same_run(config, checkpointer.directory, step, meta, identity)
 
-    restored = checkpointer.restore_latest(abstract_like(state), check, log=_say)
+    restored = checkpointer.restore_latest(abstract_like(state), check, log=say)
     if restored is None:
         return 0, state, resume.Progress()
     step, state, meta = restored
@@ -239,7 +235,7 @@ def _position_eval(config, cache, mesh, choice, graphdef):
                                         config.global_batch_size)
     rows = rows[:len(rows) // mesh.shape[parallel.DATA] * mesh.shape[parallel.DATA]]
     if not len(rows):
-        _say(f"ringstripe: no held-out document has {config.seq_len + 1:,} tokens, so "
+        say(f"ringstripe: no held-out document has {config.seq_len + 1:,} tokens, so "
              f"eval/loss_by_position is not logged (raise data.eval_fraction)")
         return None
     batch = position_loss.position_batch(rows, choice.layout, mesh.shape[parallel.SEQ],
@@ -249,7 +245,7 @@ def _position_eval(config, cache, mesh, choice, graphdef):
 
 def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
     count = jax.device_count()
-    _say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
+    say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
          f"{count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
          f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
          f"{config.global_batch_size * config.seq_len:,} tokens per step")
@@ -260,7 +256,7 @@ def _initial_state(config, mesh, choice, checkpointer, identity, source):
     checkpoint of this run; else, at a start, the weights of config.init_from's source (read
     only then: a resume never needs them), or random ones."""
     def from_source(model_cfg, abstract):
-        _say(f"ringstripe: initial weights from {source}")
+        say(f"ringstripe: initial weights from {source}")
         return init_from.initial_params(source, model_cfg, abstract, mesh)
 
     initial = from_source if source is not None and not checkpointer.steps() else None

@@ -29,6 +29,7 @@ import copy
 import dataclasses
 
 import storage
+from training.trackers import say
 from training.validate import ConfigError
 
 _NOT_STAGED = ("stages", "init_from", "num_train_steps")  # what a stage sets otherwise, or never
@@ -106,15 +107,23 @@ def plan(config, workdir: str) -> list[tuple[Stage, object]]:
     return out
 
 
-def _set(config, name: str, value, index: int) -> None:
+def _holder(config, name: str):
+    """(the section that holds config field `name`, the field's own name), or None where the
+    config has no such field ('model.rope_theta' -> (config.model, 'rope_theta'))."""
     section, _, field = name.rpartition(".")
     target = config
     for part in section.split(".") if section else ():
         target = target.get(part) if hasattr(target, "get") else None
-    if target is None or field not in target or name.split(".")[0] in _NOT_STAGED:
+    return (target, field) if hasattr(target, "get") and field in target else None
+
+
+def _set(config, name: str, value, index: int) -> None:
+    found = _holder(config, name)
+    if found is None or name.split(".")[0] in _NOT_STAGED:
         raise ConfigError(f"stage {index} sets {name!r}, which is not a config field a "
                           f"stage can set: use the names of the config file (seq_len, "
                           f"model.rope_theta, mesh.seq, optim.learning_rate, ...)")
+    target, field = found
     if name == "model.rope_scaling":
         target[field] = type(target[field])({**target[field].to_dict(), **dict(value)})
     else:
@@ -138,11 +147,11 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
     for stage, stage_config in stages:
         steps = stage_config.num_train_steps
         if last_step(stage) == steps:
-            _say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}) finished "
+            say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}) finished "
                  f"earlier, {steps} steps: skipped")
             previous = (stage, steps)
             continue
-        _say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}): "
+        say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}): "
              f"{stage_config.seq_len:,} tokens a sequence, {steps} steps, in {stage.workdir}")
         if previous is not None and stage_config.init_from == "":
             with stage_config.unlocked():
@@ -154,12 +163,6 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
             return last  # asked to stop at this stage's last step: the next one waits
         previous = (stage, steps)
     return last
-
-
-def _say(message: str) -> None:
-    import jax
-    if jax.process_index() == 0:
-        print(message, flush=True)
 
 
 def apply_command_line(config, steps_everywhere: bool, overrides) -> None:
@@ -192,13 +195,13 @@ def _typed(config, name: str, text: str, flag: str):
     """`text` as a value of the config field `name` (steps: an int, name: a string)."""
     current = {"steps": 1, "name": ""}.get(name)
     if current is None:
-        current = config
-        for part in name.split("."):
-            if not hasattr(current, "get") or part not in current:
-                raise ConfigError(f"{flag}: {name!r} is not a config field a stage can set: use "
-                                  f"the names of the config file (seq_len, model.rope_theta, "
-                                  f"optim.learning_rate, steps, ...)")
-            current = current[part]
+        found = _holder(config, name)
+        if found is None:
+            raise ConfigError(f"{flag}: {name!r} is not a config field a stage can set: use "
+                              f"the names of the config file (seq_len, model.rope_theta, "
+                              f"optim.learning_rate, steps, ...)")
+        target, field = found
+        current = target[field]
     try:
         if isinstance(current, bool):
             if text.lower() not in ("true", "false", "1", "0"):

@@ -7,18 +7,18 @@ straight to stderr): about 200 lines for one `No space left on device`, while th
 turns the failure into one line (checkpoints/manager.py) anyway. ThreadLog keeps those reports,
 and a run that ends in an error writes them to a file that the error's line names:
 
-    with ThreadLog() as background:
-        try:
-            train(...)
-        except SomeError as e:
-            where = background.save(workdir)      # WORKDIR/errors.log, or None: nothing kept
-            print(f"error: {e}" + (f" (tracebacks in {where})" if where else ""))
+    background = ThreadLog().install()
+    try:
+        train(...)
+    except SomeError as e:
+        where = background.save(workdir)      # WORKDIR/errors.log, or None: nothing kept
+        print(f"error: {e}" + (f" (tracebacks in {where})" if where else ""))
 
 Kept: records of the Orbax and tensorstore loggers at ERROR and above (from any thread), and
 whatever a thread other than the main one writes to sys.stderr. The main thread's own output, the
-progress lines and the one-line errors, reaches the terminal as before. Leaving the `with` does
-not put the terminal back: Orbax's threads can outlive the run by a moment (a failed save ends
-while the process exits), and what they write then is appended to the same file at exit.
+progress lines and the one-line errors, reaches the terminal as before. Installed, it stays to
+the end of the process: Orbax's threads can outlive the run by a moment (a failed save ends while
+the process exits), and what they write then is appended to the same file at exit.
 """
 
 from __future__ import annotations
@@ -45,15 +45,13 @@ class ThreadLog:
         self._lock = threading.Lock()
         self._saved_to: str | None = None
 
-    def __enter__(self):
+    def install(self) -> ThreadLog:
+        """Filters the root logger's handlers and sys.stderr from now to the process's end."""
         for handler in logging.getLogger().handlers:
             handler.addFilter(_KeepLibraryErrors(self.keep))
         sys.stderr = _ThreadStream(sys.stderr, self.keep)
         atexit.register(self._append_late)
         return self
-
-    def __exit__(self, *exc_info):
-        return False  # the filters stay: see the module's docstring
 
     def keep(self, text: str) -> None:
         with self._lock:

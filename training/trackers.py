@@ -16,6 +16,13 @@ import time
 import storage
 
 
+def say(message: str) -> None:
+    """A line of the run's own on the console, from process 0 only (the others would repeat it)."""
+    import jax
+    if jax.process_index() == 0:
+        print(message, flush=True)
+
+
 class NullTracker:
     def log(self, step: int, metrics: dict) -> None:
         pass
