@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -n 2 --dist loadfile -q -m "not heavy" tests
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -m "not heavy" tests
 
 # The whole-config TPU compiles that do not fit make test's 15 minutes (about 2 minutes)
 test-slow: install

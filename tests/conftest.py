@@ -1,9 +1,8 @@
 """Fakes 8 CPU devices before JAX starts (pyproject.toml puts the repository root on the path).
 
-The tests compile hundreds of small programs and run each a few times: LLVM's optimisation of
-the CPU code is most of the compile time and buys nothing at these sizes, so it is off
-(FAST_COMPILE), here and in every train.py the tests start (tests/train_runs.py). It changes
-how fast the code runs, not what it computes.
+The tests compile hundreds of small programs and run each a few times, so they compile for
+speed of compiling (tests/train_runs.py FAST_COMPILE), here and in every train.py the tests
+start. It changes how fast the code runs, not what it computes.
 
 Each test process keeps a JAX compilation cache of its own, and another for the train.py and
 sample.py it starts (tests/train_runs.py clean_env): many tests compile the same programs again
@@ -15,15 +14,13 @@ import os
 import shutil
 import tempfile
 
-FAST_COMPILE = "--xla_backend_optimization_level=0"
+from tests.train_runs import COMPILE_CACHE, FAST_COMPILE  # imports no JAX: the flags still apply
+
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {FAST_COMPILE}"
                            " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402  (must come after XLA_FLAGS)
-import pytest  # noqa: E402
-
-from tests.train_runs import COMPILE_CACHE  # noqa: E402
 
 # Fresh for each pytest run and each worker (nothing outlives the run; two workers never write
 # one file); set before the first compile, which is when JAX opens the cache. This process and
@@ -43,8 +40,9 @@ assert jax.device_count("cpu") == 8, f"expected 8 fake CPU devices, got {jax.dev
 
 
 # make test runs the files on two workers (pytest-xdist, --dist loadfile), a file at a time, in
-# the order collected. The files that take longest go first, so that the run does not end with
-# one worker busy on a long file and the other idle (longest-first scheduling; measured with
+# the order collected (--no-loadscope-reorder: xdist would otherwise put the files with the most
+# tests first). The files that take longest go first, so that the run does not end with one
+# worker busy on a long file and the other idle (longest-first scheduling; measured with
 # --durations). The TPU compiles stay in one file on one worker: libtpu lets one process at a
 # time hold it, so two workers compiling at once wait for each other. (A third worker on the
 # 2 cores was measured no faster: 14:57 against 15:38 with the suite a little smaller.)

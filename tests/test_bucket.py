@@ -134,7 +134,7 @@ def test_a_stop_signal_to_both_processes_of_a_bucket_run_checkpoints_one_step(gc
     pair = [subprocess.Popen(
         [*command(workdir, "--config.cpu_devices=2", *schedule), "--coordinator_address",
          address, "--num_processes", "2", "--process_id", str(i)], cwd=ROOT,
-        env=gcs.env(clean_env(), tmp_path / f"host{i}"), stdout=subprocess.PIPE,
+        env=gcs.env(clean_env(processes=2), tmp_path / f"host{i}"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for i in range(2)]
     try:  # process 0 writes its rows to its mirror as it goes
         wait_for_step(tmp_path / "host0" / BUCKET / "pod", 6, pair[0])

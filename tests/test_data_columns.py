@@ -113,7 +113,7 @@ def test_two_processes_build_their_halves_of_one_row():
     builds columns of one row, and the global arrays equal the whole row (see that file)."""
     cmd = [sys.executable, "scripts/launch_local.py", "--processes", "2", "--timeout", "200",
            "--", "tests/two_process_data.py"]
-    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(processes=2), capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     for p in (0, 1):
@@ -136,7 +136,7 @@ def test_one_row_over_two_processes_trains_as_in_one(tmp_path):
         if processes > 1:
             program = ["scripts/launch_local.py", "--processes", "2", "--timeout", "300", "--",
                        *program]
-        result = subprocess.run([sys.executable, *program], cwd=ROOT, env=clean_env(),
+        result = subprocess.run([sys.executable, *program], cwd=ROOT, env=clean_env(processes),
                                 capture_output=True, text=True, timeout=400)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         runs[processes] = read_metrics(workdir)

@@ -10,24 +10,40 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# How the tests compile, in this process and in each train.py they start: LLVM's optimisation of
+# the CPU code is most of a compile and buys nothing at these sizes, and XLA's older loop
+# emitters compile a fusion in about half the time of its newer MLIR ones (the attention's
+# forward and backward over 4 devices: 0.8 s against 1.4 s; the suite a fifth faster). Both
+# change how fast the code runs, not what it computes.
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
 # The tests start train.py and sample.py about a hundred times, mostly on the same tiny
 # configs: half of a tiny run's 11 seconds is XLA compiling programs an earlier run compiled
 # already. JAX's persistent compilation cache hands them back from disk (keyed by the program,
-# the flags and the devices, so a hit is the same executable and the same numbers, bit for bit).
-# One folder per test worker, made fresh for each pytest run (tests/conftest.py), so nothing
-# outlives the run and the two workers never write one file.
+# the flags and the devices it runs on, so a hit is the same executable and the same numbers, bit
+# for bit). One folder per test worker, made fresh for each pytest run (tests/conftest.py), so
+# nothing outlives the run and the two workers never write one file.
 COMPILE_CACHE = "RINGSTRIPE_TEST_COMPILE_CACHE"
 
 
-def clean_env():
+def clean_env(processes=1):
     """The environment of a train.py the tests start: its own device count (train.py sets it),
     LLVM's optimisation off as in this process (tests/conftest.py), wandb off, and the test
-    run's compilation cache."""
+    run's compilation cache.
+
+    A run of `processes` > 1 (launch_local, --num_processes) keeps a folder of its own: the
+    cache's key names the devices a program runs on, not how many processes own them, so 2
+    processes of 1 device and 1 process of 2 compile to the same key, and the executable built
+    for one crashes inside XLA when the other runs it (seen: a single-process run aborted in
+    its evaluation after a two-process run of the same program)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+    env["XLA_FLAGS"] = FAST_COMPILE
     env["WANDB_MODE"] = "disabled"
     if os.environ.get(COMPILE_CACHE):
-        env["JAX_COMPILATION_CACHE_DIR"] = os.environ[COMPILE_CACHE]
+        folder = os.environ[COMPILE_CACHE]
+        env["JAX_COMPILATION_CACHE_DIR"] = folder if processes == 1 else (
+            f"{folder}-{processes}-processes")
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
         env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     return env
