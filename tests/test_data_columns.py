@@ -113,8 +113,8 @@ def test_two_processes_build_their_halves_of_one_row():
     builds columns of one row, and the global arrays equal the whole row (see that file)."""
     cmd = [sys.executable, "scripts/launch_local.py", "--processes", "2", "--timeout", "200",
            "--", "tests/two_process_data.py"]
-    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(processes=2), capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(processes=2), capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     for p in (0, 1):
         assert f"[{p}] ok: 32 of 64 columns" in result.stdout, result.stdout[-3000:]

@@ -283,8 +283,8 @@ def test_processes_take_the_decision_of_the_one_that_fared_worst(tmp_path, fault
     directory = tmp_path / "checkpoints"
     cmd = [sys.executable, "scripts/launch_local.py", "--processes", "2", "--timeout", "200",
            "--", "tests/two_process_restore.py", str(directory), fault]
-    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(processes=2), capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(cmd, cwd=ROOT, env=clean_env(processes=2), capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     for p in (0, 1):
         assert f"[{p}] ok: {outcome}" in result.stdout, result.stdout[-3000:]

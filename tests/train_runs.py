@@ -29,8 +29,8 @@ COMPILE_CACHE = "RINGSTRIPE_TEST_COMPILE_CACHE"
 
 def clean_env(processes=1):
     """The environment of a train.py the tests start: its own device count (train.py sets it),
-    LLVM's optimisation off as in this process (tests/conftest.py), wandb off, and the test
-    run's compilation cache.
+    compiled as this process compiles (FAST_COMPILE), wandb off, and the test run's
+    compilation cache.
 
     A run of `processes` > 1 (launch_local, --num_processes) keeps a folder of its own: the
     cache's key names the devices a program runs on, not how many processes own them, so 2
