@@ -236,7 +236,7 @@ def _position_eval(config, cache, mesh, choice, graphdef):
     rows = rows[:len(rows) // mesh.shape[parallel.DATA] * mesh.shape[parallel.DATA]]
     if not len(rows):
         say(f"ringstripe: no held-out document has {config.seq_len + 1:,} tokens, so "
-             f"eval/loss_by_position is not logged (raise data.eval_fraction)")
+            f"eval/loss_by_position is not logged (raise data.eval_fraction)")
         return None
     batch = position_loss.position_batch(rows, choice.layout, mesh.shape[parallel.SEQ],
                                          choice.balance_unit)
@@ -246,9 +246,9 @@ def _position_eval(config, cache, mesh, choice, graphdef):
 def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
     count = jax.device_count()
     say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
-         f"{count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
-         f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
-         f"{config.global_batch_size * config.seq_len:,} tokens per step")
+        f"{count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
+        f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
+        f"{config.global_batch_size * config.seq_len:,} tokens per step")
 
 
 def _initial_state(config, mesh, choice, checkpointer, identity, source):

@@ -148,11 +148,11 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
         steps = stage_config.num_train_steps
         if last_step(stage) == steps:
             say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}) finished "
-                 f"earlier, {steps} steps: skipped")
+                f"earlier, {steps} steps: skipped")
             previous = (stage, steps)
             continue
         say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}): "
-             f"{stage_config.seq_len:,} tokens a sequence, {steps} steps, in {stage.workdir}")
+            f"{stage_config.seq_len:,} tokens a sequence, {steps} steps, in {stage.workdir}")
         if previous is not None and stage_config.init_from == "":
             with stage_config.unlocked():
                 stage_config.init_from = f"run:{previous[0].workdir}@{previous[1]}"
