@@ -9,6 +9,7 @@ for under 10 minutes on 2 cores. Tokens per step: global_batch_size 8 x seq_len 
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def get_config():
@@ -104,13 +105,19 @@ def get_config():
     config.model.mlp_activation = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU, Gemma)
     config.model.sandwich_norms = False  # Gemma: a norm after attention and the MLP as well
     config.model.embed_scale = False  # Gemma: embeddings times sqrt(d_model)
-    config.model.remat = False  # recompute each block in the backward pass
-    config.model.remat_policy = "nothing"  # with remat, a block keeps: 'nothing' | 'dots' (matmuls) | 'offload' (input on host)
-    config.model.scan_layers = False  # one lax.scan over stacked blocks: compile time flat in depth
-    # Per-token work a chunk of each device's tokens at a time (0 = all at once): the output
-    # projection + loss never makes [B, S, vocab] logits; the MLP never makes [B, S, mlp_dim].
-    config.model.loss_chunk = 0  # tokens per device per loss chunk; divides seq_len / mesh.seq
-    config.model.mlp_chunk = 0  # tokens per device per MLP chunk; divides seq_len / mesh.seq
+    # Memory switches, 'auto': the planner turns on what the run needs to fit its devices and
+    # no more, the fastest setting it predicts to fit (planner/switches.py; the run's first
+    # lines say what it chose). A value set here, in a config or on the command line wins.
+    for switch in ("remat", "remat_policy", "scan_layers", "loss_chunk", "mlp_chunk"):
+        config.model[switch] = config_dict.placeholder(object)  # 'auto' or a value of any type
+        config.model[switch] = "auto"
+    # remat: recompute each block in the backward pass (True | False)
+    # remat_policy: with remat, a block keeps 'nothing' | 'dots' (matmuls) | 'offload' (its
+    #   input, in host memory)
+    # scan_layers: one lax.scan over stacked blocks: compile time flat in depth (True | False)
+    # loss_chunk, mlp_chunk: per-token work a chunk of each device's tokens at a time (0 = all
+    #   at once; a divisor of seq_len / mesh.seq): the output projection + loss never makes
+    #   [B, S, vocab] logits, the MLP never [B, S, mlp_dim]
     config.model.dtype = "float32"  # compute dtype ('bfloat16' on accelerators)
     config.model.param_dtype = "float32"  # parameter and optimizer-state dtype
     config.model.tile_q = 32  # attention query tile (block 256 -> 8 tiles per side); 0 = default

@@ -3,6 +3,7 @@ full or sliding-window attention per layer; attention from parallel/.
 
 Public API:
   ModelConfig                     hyper-parameters (from config.model)
+  MemorySwitches                  remat, scanned layers, loss and MLP chunks (resolved by the planner)
   Transformer(cfg, mesh, rngs)    tokens, positions, segment_ids [B, S] -> logits [B, S, V]
   create(cfg, mesh, seed)         a Transformer with parameters created sharded (FSDP)
   count_params(model)
@@ -10,7 +11,7 @@ Public API:
                                          Mistral, Qwen3, Gemma 2, Gemma 3)
 """
 
-from model.config import ModelConfig
+from model.config import MemorySwitches, ModelConfig
 from model.transformer import Transformer, count_params, create
 
-__all__ = ["ModelConfig", "Transformer", "count_params", "create"]
+__all__ = ["MemorySwitches", "ModelConfig", "Transformer", "count_params", "create"]

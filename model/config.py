@@ -20,6 +20,40 @@ REMAT_POLICIES = {"nothing": "nothing_saveable",  # name -> jax.checkpoint_polic
 BLOCK_INPUT = "block_input"  # the checkpoint name of a block's input (what 'offload' moves)
 
 
+AUTO = "auto"  # a switch's value that leaves it to the planner (planner/switches.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySwitches:
+    """How the model trades compute for memory: the five `model.*` switches of a run config,
+    each 'auto' there by default and resolved once by the planner (planner/switches.py) to the
+    fastest setting it predicts to fit; a value given in the config always wins. The defaults
+    here are all switches off: what a model built in code, or read only for its shapes, runs
+    with."""
+
+    remat: bool = False  # recompute each block in the backward pass
+    remat_policy: str = "nothing"  # with remat, what a block keeps: REMAT_POLICIES
+    scan_layers: bool = False  # the blocks stacked under one lax.scan
+    loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
+    mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def record(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def label(self) -> str:
+        """'remat (nothing), scanned layers, loss in chunks of 4,096, MLP in chunks of 8,192';
+        'no memory switches'."""
+        parts = ([f"remat ({self.remat_policy})"] if self.remat else []) + (
+            ["scanned layers"] if self.scan_layers else []) + (
+            [f"loss in chunks of {self.loss_chunk:,}"] if self.loss_chunk else []) + (
+            [f"MLP in chunks of {self.mlp_chunk:,}"] if self.mlp_chunk else [])
+        return ", ".join(parts) or "no memory switches"
+
+
 FULL, SLIDING = "full_attention", "sliding_attention"
 LAYER_TYPES = (FULL, SLIDING)  # Hugging Face's names of a layer's attention
 MLP_ACTIVATIONS = ("silu", "gelu_tanh")
@@ -48,7 +82,7 @@ class ModelConfig:
     attention_layout: str = "striped"  # where tokens sit on the seq shards: parallel.LAYOUTS
     attention_strategy: str = "ring"  # how K/V meet the queries: parallel.STRATEGIES
     attention_kernel: str = "auto"  # the block-pair kernel: 'auto' or parallel.KERNELS
-    ulysses_degree: int = 0  # strategy 'usp': devices per all-to-all group; 0 = not set
+    ulysses_degree: int = 0  # devices per head all-to-all group (1 ring, N ulysses, u usp); 0 = not set
     tile_q: int = 0  # attention tile sizes; 0 = parallel.attention's default
     tile_k: int = 0
     # Attention per layer (Hugging Face's names and meanings). The defaults leave a Llama model
@@ -68,19 +102,25 @@ class ModelConfig:
     embed_scale: bool = False
 
     @classmethod
-    def from_config(cls, model_cfg, attention=None) -> "ModelConfig":
-        """Builds from a run config's `model` section (unknown fields are ignored) and the run's
-        resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles)."""
+    def from_config(cls, model_cfg, attention=None, switches=None) -> "ModelConfig":
+        """Builds from a run config's `model` section (unknown fields are ignored), the run's
+        resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles) and
+        its resolved memory switches (a MemorySwitches, which replaces the section's: they
+        may be 'auto' there). ValueError, one line, for a switch left 'auto' without them."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
+        if switches is not None:
+            values.update(switches.record())
+        unresolved = [k for k in MemorySwitches.fields() if values.get(k) == AUTO]
+        if unresolved:
+            raise ValueError(f"model.{unresolved[0]} is 'auto': resolve the run first "
+                             f"(planner.resolve_run), or give it a value")
         values["rope_scaling"] = RopeScaling.from_config(values.get("rope_scaling"))
         if attention is not None:
             values.update(attention_layout=attention.layout,
                           attention_strategy=attention.strategy,
                           attention_kernel=attention.kernel, tile_q=attention.tile_q,
-                          tile_k=attention.tile_k,
-                          ulysses_degree=(attention.ulysses_degree
-                                          if attention.strategy == "usp" else 0))
+                          tile_k=attention.tile_k, ulysses_degree=attention.ulysses_degree)
         return cls(**values)
 
     def __post_init__(self):

@@ -49,7 +49,7 @@ class AttentionChoice:
         """The keyword arguments of `parallel.attention` that this choice fixes."""
         return dict(layout=self.layout, strategy=self.strategy, kernel=self.kernel,
                     tile_q=self.tile_q, tile_k=self.tile_k,
-                    ulysses_degree=self.ulysses_degree if self.strategy == "usp" else None)
+                    **get_strategy(self.strategy).option_values(self.ulysses_degree))
 
     def permutation(self, seq_len: int, num_shards: int, segment_ids=None):
         """The layout's permutation; for 'balanced', placed on this choice's unit."""
@@ -58,7 +58,7 @@ class AttentionChoice:
 
     def label(self) -> str:
         """'striped attention (ring strategy, xla kernel, tiles 32x32)'; usp shows its degree."""
-        strategy = self.strategy + (f" {self.ulysses_degree}" if self.strategy == "usp" else "")
+        strategy = get_strategy(self.strategy).label(self.ulysses_degree)
         return (f"{self.layout} attention ({strategy} strategy, {self.kernel} kernel, tiles "
                 f"{self.tile_q}x{self.tile_k})")
 

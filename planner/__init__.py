@@ -7,8 +7,9 @@ configs/; training/ reads it); scripts/plan.py prints what it computes.
     run.py        the shape of a planned run (mesh, rows per device, processes)
     memory.py     bytes per device, term by term; fits or not
     time.py       time per step: attention (each strategy's own cost), dense, optimizer
-    recommend.py  every strategy priced; `recommend`, what strategy='auto' runs;
-                  `resolve_attention`: the run's AttentionChoice, 'auto' resolved
+    recommend.py  every strategy priced; `recommend`, what strategy='auto' runs
+    switches.py   the memory switches a config leaves 'auto': the fastest that fits
+    resolve.py    `resolve_run`: the run resolved once (attention, switches, model config)
     attention.py  the configured AttentionChoice of a config (`choice_from_config`)
     documents.py  packed documents to plan with (--documents)
     sizes.py      what dominates memory; the 1B/3B/7B model-size table
@@ -18,6 +19,7 @@ configs/; training/ reads it); scripts/plan.py prints what it computes.
 
 from planner.attention import choice_from_config
 from planner.devices import DEVICES, Device, device_for_kind
-from planner.recommend import resolve_attention
+from planner.resolve import ResolvedRun, resolve_run
 
-__all__ = ["DEVICES", "Device", "choice_from_config", "device_for_kind", "resolve_attention"]
+__all__ = ["DEVICES", "Device", "ResolvedRun", "choice_from_config", "device_for_kind",
+           "resolve_run"]

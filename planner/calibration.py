@@ -30,7 +30,9 @@ from planner import recommend, time
 from planner.attention import choice_from_config
 from planner.devices import DEVICES, Calibration, Device
 from planner.flops import flops_per_token
+from parallel.strategies import parse_label
 from planner.run import make_run
+from planner.switches import resolve_switches
 
 # What the fit may choose: (lower, upper) for each Calibration field it fits.
 BOUNDS = {"matmul_efficiency": (0.05, 1.0), "attention_efficiency": (0.05, 1.0),
@@ -52,11 +54,8 @@ class Measurement:
 
     @property
     def strategy(self) -> tuple[str, int]:
-        """(strategy, Ulysses degree) from the label."""
-        name, _, size = self.label.partition(" ")
-        if name == "usp":
-            return name, int(size.split("x")[0])
-        return name, int(size) if size else 1
+        """(strategy, Ulysses degree) from the label (each strategy reads its own)."""
+        return parse_label(self.label)
 
 
 def measurements(module: str) -> list[Measurement]:
@@ -94,9 +93,8 @@ def predict(point: Measurement, device: Device) -> float:
     config = point_config(point)
     run = make_run(config, config.mesh.data * config.mesh.seq)
     strategy, degree = point.strategy
-    choice = choice_from_config(config, run.seq, device.platform, strategy,
-                                degree if strategy == "usp" else None)
-    m = recommend.run_model(config, choice)
+    choice = choice_from_config(config, run.seq, device.platform, strategy, degree)
+    m = recommend.run_model(config, choice, resolve_switches(config, run, choice, device)[0])
     model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
     return time.step_time(m, run, choice.tiles, point.layout, device, 1.0,
                           bool(config.data.mask_documents), model_flops, None,

@@ -103,6 +103,16 @@ DEVICES = {
 }
 
 
+def on_host(device: Device, devices: int) -> Device:
+    """`device` as `devices` of them see it on this host: fake CPU devices share the host's
+    memory, so each has its share of it; an accelerator has its own."""
+    if device.flops_key != "cpu":
+        return device
+    import os
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return dataclasses.replace(device, memory_bytes=host / devices)
+
+
 def device_for_kind(device_kind: str) -> Device:
     """The table's entry one of whose `kinds` (else its flops_key) is in jax's `device_kind`
     (e.g. 'TPU v5' for a v5p, 'TPU v5 lite' for a v5e, 'NVIDIA H100 80GB HBM3'); the cpu entry

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import os
 
 import parallel
 from planner import memory, recommend, time
-from planner.devices import DEVICES, Device
+from planner.devices import DEVICES, Device, on_host
 from planner.documents import describe_documents, sample_documents
 from planner.flops import flops_per_token, peak_flops
 from planner.run import Run, make_run, process_count
@@ -19,11 +18,7 @@ from planner.sizes import size_rows
 
 def plan_device(device_name: str, devices: int) -> Device:
     """The device table's entry; for fake CPU devices, the host's memory shared among them."""
-    device = DEVICES[device_name]
-    if device_name == "cpu":
-        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        device = dataclasses.replace(device, memory_bytes=host / devices)
-    return device
+    return on_host(DEVICES[device_name], devices)
 
 
 def layout_tiles(config, choice, layout: str, block: int, platform: str):
@@ -35,11 +30,12 @@ def layout_tiles(config, choice, layout: str, block: int, platform: str):
                                          config.model.tile_k or None)
 
 
-def analytic_plan(config, device: Device, run: Run, choice, efficiency: float = 1.0,
+def analytic_plan(config, device: Device, run: Run, resolved, efficiency: float = 1.0,
                   documents=None) -> dict:
     """Every analytic figure: parameters, memory terms, fit, FLOPs and time per layout and per
-    strategy; documents: segment ids [R, seq_len] of sample rows (None: one document per row)."""
-    m = recommend.run_model(config, choice)
+    strategy; documents: segment ids [R, seq_len] of sample rows (None: one document per row);
+    resolved: the run's planner.ResolvedRun."""
+    choice, m = resolved.attention, resolved.model
     state = memory.state_memory(m, run)
     acts = memory.activation_memory(m, run, choice.tiles)
     total = sum(state.values()) + sum(acts.values())
@@ -56,26 +52,43 @@ def analytic_plan(config, device: Device, run: Run, choice, efficiency: float = 
             "model_flops_per_step": model_flops, "peak_flops": peak_flops(device.flops_key),
             "efficiency": efficiency, "time": times,
             "strategies": recommend.strategy_table(config, run, choice, device, efficiency,
-                                                   documents),
-            "attention": choice.record(), "calibration": dataclasses.asdict(device.calibration)}
+                                                   documents, resolved.switches),
+            "attention": choice.record(), "calibration": dataclasses.asdict(device.calibration),
+            "resolved": resolved_record(resolved)}
+
+
+def resolved_record(resolved) -> dict:
+    """plan.py --json's "resolved": what the run would use, and the memory candidates the
+    planner weighed, best first."""
+    a = resolved.attention
+    return {"layout": a.layout, "strategy": a.strategy, "degree": a.ulysses_degree,
+            "kernel": a.kernel, "tile": [a.tile_q, a.tile_k], "switches": resolved.switches.record(),
+            "auto_switches": list(resolved.auto_switches), "predicted_step_s": resolved.step_s,
+            "predicted_bytes": resolved.bytes_per_device, "device_bytes": resolved.device_bytes,
+            "candidates": [{"switches": r["switches"].record(), "step_s": r["step_s"],
+                            "total_bytes": r["total_bytes"], "fits": r["fits"]}
+                           for r in resolved.candidates]}
 
 
 def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
               documents: str | None = None, document_rows: int = 4,
               workdir: str = "runs/plan") -> tuple[dict, Device, Run, object]:
-    """(plan, device, run, choice) for `devices` devices of `device_name`; the config must have
-    passed training.validate_config. The attention (choice, a parallel.AttentionChoice) is the
-    run's, 'auto' resolved as the run would."""
+    """(plan, device, run, resolved) for `devices` devices of `device_name`; the config must
+    have passed training.validate_config. resolved (a planner.ResolvedRun) is the run's, every
+    'auto' resolved as the run would."""
+    from planner.resolve import resolve_run
     device, run = plan_device(device_name, devices), make_run(config, devices)
-    choice = recommend.resolve_on_device(config, (run.data, run.seq), device.platform, device)
     segment_ids = sample_documents(config, documents, document_rows, workdir)
-    plan = analytic_plan(config, device, run, choice, efficiency, segment_ids)
+    resolved = resolve_run(config, (run.data, run.seq), device.platform, "", device=device,
+                           documents=segment_ids)
+    choice = resolved.attention
+    plan = analytic_plan(config, device, run, resolved, efficiency, segment_ids)
     plan.update(device=device_name, device_spec=dataclasses.asdict(device),
                 processes=process_count(device, devices), run=dataclasses.asdict(run),
                 documents=describe_documents(documents, segment_ids), why=choice.why)
     plan["sizes"] = ([] if device_name == "cpu" else  # the model-size table: accelerators only
-                     size_rows(config, device, run, choice))
-    return plan, device, run, choice
+                     size_rows(config, device, run, resolved))
+    return plan, device, run, resolved
 
 
 def measured_times(filename: str, layout: str, seq_len: int) -> dict | None:
@@ -107,11 +120,11 @@ def _layouts_for(run: Run) -> list[str]:
     return [layout for layout in parallel.LAYOUTS if allowed(layout)]
 
 
-def today_scenarios(plan: dict, config, choice, device: Device, as_built: dict) -> dict:
+def today_scenarios(plan: dict, config, resolved, device: Device, as_built: dict) -> dict:
     """Totals for the program as it is: the optimizer state as built (training/aot.py measures
     it from its shardings), then also every layer's gathered weights and full gradient alive
     at once."""
-    m = recommend.run_model(config, choice)
+    m = resolved.model
     design = plan["fit"]["total_bytes"]
     opt_added = as_built["optimizer_state"] - plan["state_bytes"]["optimizer_state"]
     gather_added = memory.gather_all_bytes(m) - plan["state_bytes"]["fsdp_gather"]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from planner.memory import GB
-from planner.recommend import run_model
+from planner.switches import AUTO_SHARE
 from planner.report_time import format_strategies, format_time
 from planner.run import Run, process_block
 from planner.sizes import dominant_lines, format_sizes
@@ -154,8 +154,9 @@ def _format_tpu_compiled(plan: dict, unit) -> list[str]:
         f"the compiler's schedule)" for pass_, text in c.get("transfers", {}).items()]
 
 
-def format_plan(plan: dict, config, choice, device, run: Run) -> str:
-    m = run_model(config, choice)
+def format_plan(plan: dict, config, resolved, device, run: Run) -> str:
+    """resolved: the run's planner.ResolvedRun."""
+    choice, m = resolved.attention, resolved.model
     pc = plan["params"]
     rows, columns = process_block(run, plan["processes"])
     head = [f"ringstripe plan: {plan['config_file']} on {run.devices} x {device.title} "
@@ -172,7 +173,10 @@ def format_plan(plan: dict, config, choice, device, run: Run) -> str:
             f"{run.accum}); {run.layout} attention",
             f"  hosts  each of {plan['processes']} process(es) builds {rows} row(s) x "
             f"{columns:,} laid-out columns of every batch (a row may span hosts)",
-            f"  attention  {choice.label()}: {plan['why']}", ""]
+            f"  attention  {choice.label()}: {plan['why']}"]
+    if resolved.auto_switches:
+        head.append(f"  memory  {resolved.line()}")
+    head.append("")
     unit = _unit(plan["fit"]["total_bytes"])
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]
             + format_sizes(plan["sizes"], m, run, unit)
@@ -181,3 +185,18 @@ def format_plan(plan: dict, config, choice, device, run: Run) -> str:
             + format_strategies(plan, run, plan.get("measured")) + [""]
             + format_notes(plan, unit, m.scan_layers))
     return "\n".join(head + body)
+
+
+def format_candidates(resolved) -> str:
+    """plan.py --explain: every memory-switch candidate the planner weighed for the 'auto'
+    switches, best first (planner/switches.py: the fastest that fits wins)."""
+    if not resolved.auto_switches:
+        return "Memory switches: all set by the config; nothing for 'auto' to weigh"
+    budget = f"{AUTO_SHARE:.0%} of {resolved.device_bytes / GB:.2f} GB"
+    lines = [f"Memory switches weighed for {', '.join(resolved.auto_switches)} ('auto'; fits: "
+             f"analytic total at most {budget}), best first:",
+             f"  {'#':>3}  {'predicted step s':>16}  {'GB per device':>13}  {'fits':<5} switches"]
+    for i, r in enumerate(resolved.candidates, 1):
+        lines.append(f"  {i:>3}  {r['step_s']:>16.4g}  {r['total_bytes'] / GB:>13.2f}  "
+                     f"{'yes' if r['fits'] else 'no':<5} {r['switches'].label()}")
+    return "\n".join(lines)

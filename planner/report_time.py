@@ -12,6 +12,7 @@ terms.
 
 from __future__ import annotations
 
+from parallel import get_strategy
 from planner.run import Run
 
 AGREES = (0.8, 1.25)  # predicted / measured step time counted as agreeing
@@ -74,12 +75,9 @@ def format_documents(docs: dict | None) -> list[str]:
 
 
 def label(row: dict, num_shards: int) -> str:
-    """'ring', 'allgather', 'ulysses 64', 'usp 4x16' (u Ulysses x N/u ring)."""
-    if row["strategy"] == "usp":
-        return f"usp {row['degree']}x{num_shards // row['degree']}"
-    if row["strategy"] == "ulysses":
-        return f"ulysses {row['degree']}"
-    return row["strategy"]
+    """'ring', 'allgather', 'ulysses 64', 'usp 4x16' (u Ulysses x N/u ring): each strategy's
+    own label."""
+    return get_strategy(row["strategy"]).label(row["degree"], num_shards)
 
 
 def format_strategies(plan: dict, run, measured: dict | None) -> list[str]:
@@ -101,9 +99,9 @@ def format_strategies(plan: dict, run, measured: dict | None) -> list[str]:
     choice = strategies["choice"]
     best = next(r for r in rows if (r["strategy"], r["degree"]) == (choice["strategy"],
                                                                      choice["degree"]))
-    flag = f"--config.parallel.strategy={choice['strategy']}"
-    if choice["strategy"] == "usp":
-        flag += f" --config.parallel.ulysses_degree={choice['degree']}"
+    options = get_strategy(choice["strategy"]).option_values(choice["degree"])
+    flag = " ".join([f"--config.parallel.strategy={choice['strategy']}"]
+                    + [f"--config.parallel.{k}={v}" for k, v in options.items()])
     lines.append(f"  choose {label(best, run.seq)} (fastest predicted that fits; what "
                  f"parallel.strategy='auto' takes): {flag}")
     if measured:

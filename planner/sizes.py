@@ -38,21 +38,22 @@ def dominant_lines(plan: dict, m, run: Run) -> list[str]:
 SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/<name>.py, each with set_model(model)
 
 
-def _shapes(name: str, config, choice):
+def _shapes(name: str, config, resolved):
     """A ModelConfig with the shapes and precision of configs/<name>.py and this run's memory
     options (tiles, chunks, remat policy, scan)."""
     import importlib
     import model
     section = config.model.copy_and_resolve_references()
     importlib.import_module(f"configs.{name}").set_model(section)
-    return model.ModelConfig.from_config(section, choice)
+    return model.ModelConfig.from_config(section, resolved.attention, resolved.switches)
 
 
-def size_rows(config, device: Device, run: Run, choice) -> list[dict]:
-    """Per size: parameters, total bytes and verdict as configured, and without chunks."""
-    rows, tiles = [], choice.tiles
+def size_rows(config, device: Device, run: Run, resolved) -> list[dict]:
+    """Per size: parameters, total bytes and verdict as configured (the run's resolved memory
+    switches), and without chunks."""
+    rows, tiles = [], resolved.attention.tiles
     for name in SIZES:
-        m = _shapes(name, config, choice)
+        m = _shapes(name, config, resolved)
         plain = dataclasses.replace(m, loss_chunk=0, mlp_chunk=0)
         totals = {}
         for label, shape in (("configured", m), ("unchunked", plain)):

@@ -20,6 +20,7 @@ from parallel.mask import Mask
 from parallel.strategies import get_strategy
 from planner import recommend
 from planner.attention import choice_from_config
+from planner.switches import resolve_switches
 from planner.flops import layer_windows
 from planner.run import make_run
 
@@ -35,7 +36,8 @@ def kind_table(config, device, devices: int) -> list[dict]:
             config.parallel.layout = layout
         run = make_run(config, devices)
         choice = choice_from_config(config, run.seq, device.platform, "ring")
-        table = recommend.strategy_table(config, run, choice, device)
+        switches = resolve_switches(config, run, choice, device)[0]
+        table = recommend.strategy_table(config, run, choice, device, switches=switches)
         for priced in table["rows"]:
             kinds = {w: _layer(config, run, choice.tiles, layout, priced, w) for w in windows}
             full = _layer(config, run, choice.tiles, layout, priced, None)

@@ -36,7 +36,12 @@ MEMORY_VARIANTS = {
     "+ mlp_chunk": {"model.remat": True, "model.loss_chunk": 4096, "model.mlp_chunk": 8192},
     "+ scan_layers": {"model.remat": True, "model.loss_chunk": 4096, "model.mlp_chunk": 8192,
                       "model.scan_layers": True},
+    "auto": {},  # every switch left to the planner (planner/switches.py)
 }
+# A switch a variant does not name is off, except in the 'auto' row, where the planner
+# resolves every one (the configs' default).
+OFF = {"model.remat": False, "model.remat_policy": "nothing", "model.scan_layers": False,
+       "model.loss_chunk": 0, "model.mlp_chunk": 0}
 
 
 def measure(overrides: dict, devices: int) -> dict:
@@ -54,7 +59,7 @@ def one(overrides: dict, devices: int) -> None:
     from training.cli import use_fake_devices
     use_fake_devices(devices)
     from configs import default
-    from planner.attention import choice_from_config
+    from planner import resolve_run
     from planner.run import make_run
     from training.aot import compiled_memory
     config = default.get_config()
@@ -63,9 +68,11 @@ def one(overrides: dict, devices: int) -> None:
         section, _, name = key.rpartition(".")
         (config[section] if section else config)[name] = value
     run = make_run(config, devices)
-    figures = compiled_memory(config, run, choice_from_config(config, run.seq, "cpu"))
+    resolved = resolve_run(config, (run.data, run.seq), "cpu", "cpu")
+    figures = compiled_memory(config, run, resolved)
     print(json.dumps({"temp_gb": figures["temp"] / 1e9, "total_gb": figures["total"] / 1e9,
-                      "compile_s": figures["step_compile_s"], "hlo_lines": figures["hlo_lines"]}))
+                      "compile_s": figures["step_compile_s"], "hlo_lines": figures["hlo_lines"],
+                      "switches": resolved.switches.label()}))
 
 
 def memory_table(args) -> list[dict]:
@@ -76,16 +83,17 @@ def memory_table(args) -> list[dict]:
     print(f"  {'variant':<16}{'temporaries GB':>16}{'total GB':>10}{'compile s':>11}")
     rows = []
     for name, overrides in MEMORY_VARIANTS.items():
-        r = dict(measure({**base, **overrides}, args.devices), variant=name)
+        fixed = {} if name == "auto" else OFF
+        r = dict(measure({**base, **fixed, **overrides}, args.devices), variant=name)
         rows.append(r)
-        print(f"  {name:<16}{r['temp_gb']:>16.2f}{r['total_gb']:>10.2f}{r['compile_s']:>11.1f}",
-              flush=True)
+        print(f"  {name:<16}{r['temp_gb']:>16.2f}{r['total_gb']:>10.2f}{r['compile_s']:>11.1f}"
+              + (f"  (auto: {r['switches']})" if name == "auto" else ""), flush=True)
     return rows
 
 
 def compile_table(args) -> list[dict]:
     base = {"seq_len": args.seq_len, "global_batch_size": 1, "mesh.data": 1,
-            "mesh.seq": args.devices, "model.remat": True}
+            "mesh.seq": args.devices, **OFF, "model.remat": True}
     kinds = [(layers, scan) for scan in (False, True) for layers in args.layers]
     times, sizes = {k: [] for k in kinds}, {}
     for _ in range(args.reps):  # interleaved: drift on this machine hits every kind alike

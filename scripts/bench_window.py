@@ -23,6 +23,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    from parallel import get_strategy
     from planner import windows
     from planner.devices import DEVICES
     from planner.plan import module_constant
@@ -45,15 +46,15 @@ def main(argv):
           f"full causal: tiles | full causal: K/V tokens | predicted step (s) |")
     print("|" + "---|" * (2 + 2 * len(kinds) + 5))
     for r in rows:
-        name = r["strategy"] + (f" u={r['degree']}" if r["strategy"] == "usp" else "")
+        name = get_strategy(r["strategy"]).label(r["degree"], r["seq"])
         cells = " | ".join(f"{r['kinds'][k]['critical_path_tiles']:,.0f} | "
                            f"{r['kinds'][k]['kv_tokens']:,.0f}" for k in kinds)
         print(f"| {r['layout']} | {name} | {cells} | {r['model']['critical_path_tiles']:,.0f} | "
               f"{r['model']['kv_tokens']:,.0f} | {r['full_causal']['critical_path_tiles']:,.0f} "
               f"| {r['full_causal']['kv_tokens']:,.0f} | {r['step_s']:.3f} |")
     best = windows.recommended(rows)
-    print(f"planner's choice: layout {best['layout']}, strategy {best['strategy']}"
-          + (f" (ulysses_degree {best['degree']})" if best["strategy"] == "usp" else "")
+    print(f"planner's choice: layout {best['layout']}, strategy "
+          f"{get_strategy(best['strategy']).label(best['degree'], best['seq'])}"
           + f": {best['step_s']:.3f} s per step, {best['tokens_per_s']:,.0f} tokens/s")
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:

@@ -11,6 +11,8 @@ which strategy should it use?
     python scripts/plan.py --config configs/tiny.py --compile tpu --topology v4-8 \
         --config.mesh.data=1 --config.mesh.seq=4 --config.model.tile_q=128 ...
     python scripts/plan.py --config configs/llama_1b.py --documents lognormal:7.5:1.5
+    python scripts/plan.py --config configs/default.py --config.seq_len=1048576 \
+        --config.global_batch_size=1 --config.mesh.seq=8 --config.cpu_devices=8 --explain
 
 Needs no accelerator. Config overrides (--config.FIELD=VALUE) work as in train.py. --device
 defaults to the config file's module-level DEVICE (e.g. "a100-80gb"), else "cpu". The device
@@ -26,8 +28,9 @@ compiler refuses the program, one line naming the piece (exit 1). scripts/tpu_po
 before it pays for a slice.
 
 This file reads the flags and prints. The model is the package planner/ (its README derives
-every formula); the compile check is training/aot.py; strategy='auto' is resolved here as a run
-resolves it (planner.recommend), and the plan says what it resolved to.
+every formula); the compile check is training/aot.py; every 'auto' (the strategy, the memory
+switches) is resolved here as a run resolves it (planner.resolve_run), and the plan says what it
+resolved to (--explain: the memory candidates it weighed).
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ flags.DEFINE_string("topology", None, "With --compile tpu: the TPU slice, as Clo
                     "the mesh's chip count).")
 flags.DEFINE_integer("num_slices", 1, "With --compile tpu: slices joined over the data-centre "
                      "network (multi-slice); the mesh spans all their chips.")
-flags.DEFINE_string("json", None, "Write every figure to this JSON file.")
+flags.DEFINE_string("json", None, "Write every figure to this JSON file (its \"resolved\": "
+                    "what the run would use, every 'auto' filled).")
+flags.DEFINE_bool("explain", False, "Also rank every memory-switch candidate the planner "
+                  "weighed for the switches the config leaves 'auto'.")
 flags.DEFINE_integer("devices", 0, "Device count where the mesh has a -1 (0: 8 on accelerators, "
                      "config.cpu_devices on cpu).")
 flags.DEFINE_float("efficiency", 1.0, "Share of the calibrated rates assumed reached (1.0 = as "
@@ -70,21 +76,21 @@ FLAGS = flags.FLAGS
 
 
 def build(config, device_name: str, devices: int, tpu_slice=None) -> tuple:
-    """(plan, device, run, choice): the analytic plan, the state as built and the compile on
+    """(plan, device, run, resolved): the analytic plan, the state as built and the compile on
     the host (for a TPU slice, marked pending: compile_for_tpu runs it)."""
     from planner import plan as planner_plan
     from training import aot
-    plan, device, run, choice = planner_plan.make_plan(
+    plan, device, run, resolved = planner_plan.make_plan(
         config, device_name, devices, FLAGS.efficiency, FLAGS.documents, FLAGS.document_rows,
         FLAGS.workdir)
-    plan["as_built"] = aot.state_as_built(config, run, choice)
-    plan["today"] = planner_plan.today_scenarios(plan, config, choice, device, plan["as_built"])
+    plan["as_built"] = aot.state_as_built(config, run, resolved)
+    plan["today"] = planner_plan.today_scenarios(plan, config, resolved, device, plan["as_built"])
     if tpu_slice is not None:
         plan["compiled"] = {"pending": tpu_slice.label()}
-        return plan, device, run, choice
+        return plan, device, run, resolved
     go, why = aot.compile_decision(FLAGS.compile, plan["params"]["total"], run)
-    plan["compiled"] = aot.compiled_memory(config, run, choice) if go else {"status": why}
-    return plan, device, run, choice
+    plan["compiled"] = aot.compiled_memory(config, run, resolved) if go else {"status": why}
+    return plan, device, run, resolved
 
 
 def main(argv):
@@ -113,7 +119,7 @@ def main(argv):
     try:
         validate_config(config, devices, process_count(DEVICES[device_name], devices),
                         platform=DEVICES[device_name].platform)
-        plan, device, run, choice = build(config, device_name, devices, tpu_slice)
+        plan, device, run, resolved = build(config, device_name, devices, tpu_slice)
     except (ConfigError, DataError, PlanError, TopologyError) as e:
         fail(str(e))
     except CompileRefused as e:
@@ -121,10 +127,12 @@ def main(argv):
         sys.exit(1)
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
     plan["measured"] = planner_plan.measured_times(filename, run.layout, run.seq_len)
-    print(report.format_plan(plan, config, choice, device, run), flush=True)
+    print(report.format_plan(plan, config, resolved, device, run), flush=True)
+    if FLAGS.explain:
+        print("\n" + report.format_candidates(resolved), flush=True)
     if tpu_slice is not None:  # the analytic tables above, while the TPU compiler works
         try:
-            compile_for_tpu(plan, config, run, choice, device, tpu_slice)
+            compile_for_tpu(plan, config, run, resolved, device, tpu_slice)
         except CompileRefused as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)
@@ -141,7 +149,7 @@ def main(argv):
         sys.exit(1)
 
 
-def compile_for_tpu(plan, config, run, choice, device, tpu_slice) -> None:
+def compile_for_tpu(plan, config, run, resolved, device, tpu_slice) -> None:
     """plan['compiled']: the TPU compiler's per-chip figures for the slice (45-150 s for a
     pod config; progress lines meanwhile)."""
     from data.progress import Ticker
@@ -149,7 +157,7 @@ def compile_for_tpu(plan, config, run, choice, device, tpu_slice) -> None:
     from training import aot
     with Ticker(f"plan: the TPU compiler is compiling the train step for {tpu_slice.label()}",
                 "plan: compiled by the TPU compiler"):
-        plan["compiled"] = aot.compiled_memory(config, run, choice, topology.devices(tpu_slice))
+        plan["compiled"] = aot.compiled_memory(config, run, resolved, topology.devices(tpu_slice))
     plan["compiled"].update(topology=tpu_slice.label(),
                             fits=plan["compiled"]["total"] <= device.memory_bytes)
 

@@ -124,12 +124,12 @@ def test_parameters_alone_restore_as_in_the_whole_state(uninterrupted):
     import parallel
     from checkpoints import Checkpointer
     from configs import tiny
-    from planner import resolve_attention
+    from planner import resolve_run
     from training.state import create_train_state
     config = tiny.get_config()
     mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
-    choice = resolve_attention(config, (2, 2), "cpu", "cpu")
-    state, *_ = create_train_state(config, mesh, choice, abstract=True)
+    resolved = resolve_run(config, (2, 2), "cpu", "cpu")
+    state, *_ = create_train_state(config, mesh, resolved, abstract=True)
     restored = []
     for read in (lambda c: c.restore_params(STEPS, state["params"]),
                  lambda c: c.restore(STEPS, state)[0]["params"]):

@@ -107,7 +107,7 @@ def test_layout_counts_are_the_kernels_per_row(layout):
 
 
 def test_document_flops_count_each_documents_triangle():
-    m = model.ModelConfig.from_config(tiny.get_config().model)
+    m = model.ModelConfig.from_config(tiny.get_config().model, switches=model.MemorySwitches())
     causal = flops.flops_per_token(m, 128)
     assert flops.flops_per_token(m, 128, keys_per_query=64) == causal
     halves = (2 * 64 * 65 / 2) / 128  # two documents of 64: 32.5 keys per query

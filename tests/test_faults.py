@@ -260,15 +260,18 @@ def test_wandb_is_rewound_to_the_checkpoint_online_and_continued_offline(tmp_pat
     import types
 
     from configs import tiny
+    from model import MemorySwitches
     from parallel import AttentionChoice
     from training import trackers
     calls = []
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(
         init=lambda **kw: calls.append(kw) or types.SimpleNamespace(finish=lambda: None)))
-    config, choice = tiny.get_config(), AttentionChoice("striped", "ring", 1, "xla", 64, 64)
+    config = tiny.get_config()
+    resolved = types.SimpleNamespace(attention=AttentionChoice("striped", "ring", 1, "xla", 64, 64),
+                                     switches=MemorySwitches())
     for mode, resumed in (("online", 12), ("online", 0), ("offline", 12)):
         monkeypatch.setenv("WANDB_MODE", mode)
-        trackers.WandbTracker(config, str(tmp_path), (2, 2), choice, "3f9a1c2b", resumed)
+        trackers.WandbTracker(config, str(tmp_path), (2, 2), resolved, "3f9a1c2b", resumed)
     rewound, fresh, offline = calls
     assert rewound["resume_from"] == "3f9a1c2b?_step=12" and "resume" not in rewound
     assert (fresh["id"], fresh["resume"]) == ("3f9a1c2b", "allow") and "resume_from" not in fresh

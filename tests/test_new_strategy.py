@@ -9,7 +9,7 @@ import parallel
 from configs import default
 from parallel import strategy_cost
 from parallel.strategies import STRATEGIES, ring
-from planner import resolve_attention
+from planner import resolve_run
 from planner.recommend import strategy_table
 from planner.run import make_run
 from planner.devices import DEVICES
@@ -48,13 +48,15 @@ def test_the_planner_prices_it_and_auto_picks_it(registered):
     config.parallel.strategy = registered
     validate_config(config, 4, 1)
     run = make_run(config, 4)
-    choice = resolve_attention(config, (1, 4), "cpu", "cpu")
+    resolved = resolve_run(config, (1, 4), "cpu", "cpu")
+    choice = resolved.attention
     assert choice.strategy == registered
-    rows = {r["strategy"]: r for r in strategy_table(config, run, choice, DEVICES["cpu"])["rows"]}
+    rows = {r["strategy"]: r for r in strategy_table(config, run, choice, DEVICES["cpu"],
+                                                     switches=resolved.switches)["rows"]}
     ring_layer, toy_layer = (rows[s]["attention_layer"] for s in ("ring", registered))
     assert toy_layer["seconds"] == pytest.approx(ring_layer["seconds"] / 2)
     config.parallel.strategy = "auto"
-    assert resolve_attention(config, (1, 4), "cpu", "cpu").strategy == registered
+    assert resolve_run(config, (1, 4), "cpu", "cpu").attention.strategy == registered
 
 
 def test_without_the_line_it_is_unknown():

@@ -23,21 +23,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from configs import paper_a100_256k, tiny
 from parallel import strategy_cost
-from planner import DEVICES, memory, plan, time
-from planner.attention import choice_from_config
+from planner import DEVICES, memory, plan, resolve_run, time
 from planner.run import Run, make_run, process_block
 from training import aot
 
 
 def tiny_model(**overrides):
+    """configs/tiny.py with `overrides`; its memory switches off unless given (the by-hand
+    figures below count them so)."""
     config = tiny.get_config()
-    for name, value in overrides.items():
+    for name, value in {**model.MemorySwitches().record(), **overrides}.items():
         config.model[name] = value
-    return config, model.ModelConfig.from_config(config.model, tiny_choice(config))
+    return config, tiny_resolved(config).model
 
 
-def tiny_choice(config):
-    return choice_from_config(config, config.mesh.seq, "cpu")
+def tiny_resolved(config):
+    return resolve_run(config, (config.mesh.data, config.mesh.seq), "cpu", "cpu")
 
 
 def tiny_run(config) -> Run:
@@ -108,7 +109,7 @@ def test_saved_activations_match_jax_saved_residuals(remat, chunks, policy):
                            remat_policy=policy)
     run = tiny_run(config)
     mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
-    state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_choice(config))
+    state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_resolved(config))
     batch = aot.abstract_batch(config, mesh)
     loss = lambda params, batch: step_lib.token_loss_sums(graphdef, params, batch, True)[0]
     with jax.set_mesh(mesh):
@@ -165,15 +166,66 @@ def test_ring_steps_overlap_transfer_with_compute():
 def test_verdicts_for_the_paper_settings():
     config = paper_a100_256k.get_config()
     run = make_run(config, 8)
-    choice = choice_from_config(config, run.seq, "gpu")
-    a100 = plan.analytic_plan(config, DEVICES["a100-80gb"], run, choice)
+    resolve = lambda device: resolve_run(config, (run.data, run.seq), device.platform, "",
+                                         device=device)
+    a100 = plan.analytic_plan(config, DEVICES["a100-80gb"], run, resolve(DEVICES["a100-80gb"]))
     assert a100["fit"]["verdict"] == "fits"  # 7B at 256k on 8 x 80 GB, as designed
     t = {layout: a100["time"][layout]["step_s"] for layout in parallel.LAYOUTS}
     assert t["zigzag"] < t["striped"] < t["ring"] / 1.3
-    v4 = plan.analytic_plan(config, DEVICES["tpu-v4"], run,
-                            choice_from_config(config, run.seq, "tpu"))
+    v4 = plan.analytic_plan(config, DEVICES["tpu-v4"], run, resolve(DEVICES["tpu-v4"]))
     assert v4["fit"]["verdict"] == "does not fit"  # the same per-chip load on 32 GB
     assert v4["fit"]["headroom_bytes"] < 0
+
+
+def million_token_run(memory_gb: float, **given):
+    """configs/default.py at 1,048,576 tokens on 8 fake CPU devices of `memory_gb` each, the
+    memory switches in `given` set, the rest 'auto'."""
+    import dataclasses
+    from configs import default
+    config = default.get_config()
+    config.seq_len, config.global_batch_size, config.mesh.seq = 1 << 20, 1, 8
+    for name, value in given.items():
+        config.model[name] = value
+    device = dataclasses.replace(DEVICES["cpu"], memory_bytes=memory_gb * 1e9)
+    return resolve_run(config, (1, 8), "cpu", "", device=device)
+
+
+def test_auto_memory_switches_turn_on_what_fits_and_no_more():
+    """The fastest candidate whose analytic total is at most 75% of the device (the rule of
+    planner/switches.py), checked against every candidate it weighed; a given value wins."""
+    tight = million_token_run(3.2)  # 24 GiB shared by 8 fake devices, as on this machine
+    assert tight.switches == model.MemorySwitches(remat=True, remat_policy="nothing",
+                                                  scan_layers=True, loss_chunk=4096,
+                                                  mlp_chunk=8192)
+    assert tight.bytes_per_device <= 0.75 * 3.2e9
+    fitting = [r for r in tight.candidates if r["total_bytes"] <= 0.75 * 3.2e9]
+    assert all(r["fits"] == (r in fitting) for r in tight.candidates)
+    assert tight.step_s == min(r["step_s"] for r in fitting)
+    assert tight.model.scan_layers and tight.model.loss_chunk == 4096
+    assert all(r["switches"].scan_layers for r in tight.candidates if r["switches"].remat)
+    roomy = million_token_run(64.0)  # everything fits: nothing to pay for
+    assert roomy.switches == model.MemorySwitches()
+    given = million_token_run(3.2, remat=False, loss_chunk=2048)
+    assert not given.switches.remat and given.switches.loss_chunk == 2048
+    assert given.auto_switches == ("remat_policy", "scan_layers", "mlp_chunk")
+    # A resume keeps what its checkpoint ran with, for the switches left 'auto' only.
+    kept = given.keeping({"scan_layers": not given.switches.scan_layers, "remat": True})
+    assert kept.model.scan_layers != given.switches.scan_layers and not kept.model.remat
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("remat", "yes", "model.remat='yes': use True, False or 'auto'"),
+    ("remat_policy", "all", "model.remat_policy='all': choose one of nothing, dots, offload, "
+                            "or 'auto'"),
+    ("mlp_chunk", "half", "model.mlp_chunk='half': use a number of tokens per device (0: all at "
+                         "once) or 'auto'")])
+def test_a_memory_switch_of_the_wrong_kind_is_one_line(field, value, message):
+    from training.validate import ConfigError, validate_config
+    config = tiny.get_config()
+    config.model[field] = value
+    with pytest.raises(ConfigError) as e:
+        validate_config(config, 4, 1)
+    assert str(e.value) == message
 
 
 def run_plan(*args, tmp_path):
@@ -209,6 +261,10 @@ def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
     assert result["compiled"]["total"] > 0
     assert f"({resolved['strategy']} strategy, xla kernel" in stdout
     assert f"auto -> {resolved['strategy']}" in stdout
+    # the JSON's "resolved": what the run would use, every 'auto' filled
+    assert result["resolved"]["strategy"] == resolved["strategy"]
+    assert result["resolved"]["switches"]["scan_layers"] is False
+    assert len(result["resolved"]["candidates"]) >= 2
 
 
 def test_state_as_built_is_what_create_train_state_makes():
@@ -218,11 +274,11 @@ def test_state_as_built_is_what_create_train_state_makes():
     config, _ = tiny_model()
     run = tiny_run(config)
     state, *_ = create_train_state(config, aot.run_mesh(run))
-    built = aot.state_as_built(config, run, tiny_choice(config))
+    built = aot.state_as_built(config, run, tiny_resolved(config))
     assert built["parameters"] == aot.bytes_per_device(state["params"])
     assert built["optimizer_state"] == aot.bytes_per_device(state["opt_state"])
     assert built["parameters"] == pytest.approx(memory.state_memory(
-        model.ModelConfig.from_config(config.model, tiny_choice(config)), run)["parameters"])
+        tiny_resolved(config).model, run)["parameters"])
 
 
 def test_large_config_skips_the_compile(tmp_path):

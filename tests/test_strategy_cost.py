@@ -6,7 +6,7 @@ import pytest
 from configs import default
 from parallel import strategy_cost as sc
 import parallel
-from planner import resolve_attention
+from planner import resolve_run
 from planner.recommend import recommend
 from training.validate import ConfigError, validate_config
 
@@ -86,13 +86,13 @@ def test_auto_resolves_to_a_registered_strategy_with_a_reason():
     degree where it has one), says why, and is the planner's recommendation for this run."""
     config = default.get_config()
     config.parallel.strategy = "auto"
-    choice = resolve_attention(config, (1, 4), "cpu", "cpu")
+    choice = resolve_run(config, (1, 4), "cpu", "cpu").attention
     assert choice.strategy in parallel.STRATEGIES
     assert (choice.strategy, choice.ulysses_degree) in sc.options(4, config.model.num_heads)
     assert choice.why.startswith(f"auto -> {choice.strategy}")
     assert choice.kernel == "xla" and choice.tiles == (32, 32)
     config.parallel.strategy, config.parallel.ulysses_degree = "usp", 2
-    configured = resolve_attention(config, (1, 4), "cpu", "cpu")
+    configured = resolve_run(config, (1, 4), "cpu", "cpu").attention
     assert (configured.strategy, configured.ulysses_degree, configured.why) == ("usp", 2,
                                                                               "configured")
 

@@ -174,8 +174,9 @@ def test_the_old_layout_field_names_the_new_one(tmp_path):
 
 
 def test_auto_strategy_is_recorded_as_what_it_resolved_to(tmp_path, shared_cache):
-    """strategy=auto is resolved before anything is built: the console says to what, the
-    metrics and the checkpoint record carry the resolved strategy and kernel, never 'auto'."""
+    """strategy=auto and the memory switches (auto in every config that does not set them) are
+    resolved before anything is built: the console says to what, the metrics and the
+    checkpoint record carry the resolved values, never 'auto'."""
     result = run_train(tmp_path, "--config.parallel.strategy=auto", "--config.tracker=jsonl",
                        "--config.num_train_steps=2", f"--config.data.cache_dir={shared_cache}")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -188,10 +189,22 @@ def test_auto_strategy_is_recorded_as_what_it_resolved_to(tmp_path, shared_cache
     assert meta["attention"]["strategy"] == strategy
     assert meta["attention"]["kernel"] == kernel
     assert meta["config"]["parallel"]["strategy"] == "auto"  # what the user asked for, kept
+    # tiny fits its devices many times over: auto turns no memory switch on
+    said = next(line for line in result.stdout.splitlines() if "memory switches auto ->" in line)
+    assert "auto -> no memory switches: predicted" in said and "(fits)" in said
+    off = {"remat": False, "remat_policy": "nothing", "scan_layers": False, "loss_chunk": 0,
+           "mlp_chunk": 0}
+    assert meta["memory_switches"] == off and meta["config"]["model"]["scan_layers"] == "auto"
+    assert {k: first[f"memory/{k}"] for k in off} == off
 
 
 def test_grain_loader_gives_the_same_run(tmp_path, shared_cache, losses_by_kind):
-    result = run_train(tmp_path, "--config.data.loader=grain",
+    """The grain loader, and the memory switches 'auto' resolved to (none on) written out by
+    hand: the same losses as the default loader's run with them 'auto'."""
+    by_hand = [f"--config.model.{k}={v}" for k, v in (
+        ("remat", False), ("remat_policy", "nothing"), ("scan_layers", False),
+        ("loss_chunk", 0), ("mlp_chunk", 0))]
+    result = run_train(tmp_path, "--config.data.loader=grain", *by_hand,
                        f"--config.data.cache_dir={shared_cache}")
     assert result.returncode == 0, result.stderr[-3000:]
     got = [r["train/loss"] for r in read_metrics(tmp_path)]

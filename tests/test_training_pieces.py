@@ -9,7 +9,7 @@ from flax import nnx
 import model
 import parallel
 from configs import tiny
-from planner import flops, resolve_attention
+from planner import flops, resolve_run
 from training import optim, step as step_lib
 from tests.test_model import SIZES, natural_batch
 
@@ -82,7 +82,7 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     from training.trackers import wandb_names
 
     def names_of(config, mesh_shape):
-        choice = resolve_attention(config, mesh_shape, "cpu", "cpu")
+        choice = resolve_run(config, mesh_shape, "cpu", "cpu").attention
         return wandb_names(config, mesh_shape, choice)
 
     names = {}
@@ -99,7 +99,7 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     config.data.mask_documents, config.seq_len = False, 256
     assert names_of(config, (2, 2))[0] == "S256-ring-xla-2x2-nodocs"  # another comparison
     config.parallel.strategy = "auto"  # the group and tags name what 'auto' resolved to
-    choice = resolve_attention(config, (2, 2), "cpu", "cpu")
+    choice = resolve_run(config, (2, 2), "cpu", "cpu").attention
     group, _, tags = wandb_names(config, (2, 2), choice)
     assert "auto" not in group and f"strategy-{choice.strategy}" in tags
     assert "kernel-xla" in tags

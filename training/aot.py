@@ -3,9 +3,9 @@ it: the planner's second opinion (scripts/plan.py --compile), on fake CPU device
 --compile tpu, by the TPU compiler for a TPU slice's devices (planner/topology.py; no TPU
 needed). The state is training/state.py's, abstract: nothing is allocated.
 
-    state_as_built(config, run, choice) -> bytes per device of parameters and optimizer state
-    compiled_memory(config, run, choice) -> XLA's memory_analysis() of the jitted step
-    compiled_memory(config, run, choice, devices=topology.devices(slice_for("v4-32")))
+    state_as_built(config, run, resolved) -> bytes per device of parameters and optimizer state
+    compiled_memory(config, run, resolved) -> XLA's memory_analysis() of the jitted step
+    compiled_memory(config, run, resolved, devices=topology.devices(slice_for("v4-32")))
         -> the same from XLA:TPU and Mosaic, per chip, host memory included
 """
 
@@ -60,10 +60,11 @@ def _piece(op_name: str) -> str:
 
 # ------------------------------------------------------------------------------ XLA's view
 
-def abstract_train_state(config, mesh, choice):
-    """(abstract state, graphdef, tx, schedule): training.state's, shapes and shardings only."""
+def abstract_train_state(config, mesh, resolved):
+    """(abstract state, graphdef, tx, schedule): training.state's, shapes and shardings only;
+    resolved: the run's planner.ResolvedRun."""
     from training.state import create_train_state
-    return create_train_state(config, mesh, choice, abstract=True)[:4]
+    return create_train_state(config, mesh, resolved, abstract=True)[:4]
 
 
 def _on_mesh(x, mesh, spec):
@@ -96,23 +97,23 @@ def run_mesh(run: Run, devices=None):
     return parallel.make_mesh(run.data, run.seq, devices=devices or jax.devices()[:run.devices])
 
 
-def state_as_built(config, run: Run, choice) -> dict:
+def state_as_built(config, run: Run, resolved) -> dict:
     """Bytes per device of parameters and optimizer state as the code shards them today."""
     mesh = run_mesh(run)
-    state, *_ = abstract_train_state(config, mesh, choice)
+    state, *_ = abstract_train_state(config, mesh, resolved)
     return {"parameters": bytes_per_device(state["params"]),
             "optimizer_state": bytes_per_device(state["opt_state"])}
 
 
-def compiled_memory(config, run: Run, choice, devices=None) -> dict:
+def compiled_memory(config, run: Run, resolved, devices=None) -> dict:
     """XLA's memory_analysis() of the train step compiled for `devices` (TPU topology devices),
     else for run.devices fake CPU devices. Bytes per device; host_* where the program keeps
     values in host memory (remat offload)."""
-    figures, _ = compile_train_step(config, run, choice, devices)
+    figures, _ = compile_train_step(config, run, resolved, devices)
     return figures
 
 
-def compile_train_step(config, run: Run, choice, devices=None):
+def compile_train_step(config, run: Run, resolved, devices=None):
     """(figures, compiled): compiled_memory's figures and the jax Compiled (its .as_text() is the
     optimized HLO)."""
     import time
@@ -126,7 +127,7 @@ def compile_train_step(config, run: Run, choice, devices=None):
         mesh = run_mesh(run, devices)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    state, graphdef, tx, schedule = abstract_train_state(config, mesh, choice)
+    state, graphdef, tx, schedule = abstract_train_state(config, mesh, resolved)
     train_step = step_lib.make_train_step(
         graphdef, tx, schedule, mask_documents=config.data.mask_documents,
         grad_accum_steps=config.optim.grad_accum_steps,

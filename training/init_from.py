@@ -25,7 +25,7 @@ import dataclasses
 import os
 
 import storage
-from model.config import ModelConfig
+from model.config import AUTO, ModelConfig
 from training.validate import ConfigError
 
 SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -86,7 +86,11 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
         fields, tokenizer = _from_hf(source.path)
     else:
         source, fields, tokenizer = _from_run(source)
-        if fields["scan_layers"] != config.model.get("scan_layers", False):
+        ours = config.model.get("scan_layers", False)
+        if ours == AUTO:  # the weights come stacked as the source stacked them
+            with config.unlocked():
+                config.model.scan_layers = fields["scan_layers"]
+        elif fields["scan_layers"] != ours:
             raise ConfigError(f"init_from={source}: that run's layers are "
                               f"{'' if fields['scan_layers'] else 'not '}stacked: set "
                               f"--config.model.scan_layers={fields['scan_layers']}")
@@ -138,7 +142,7 @@ def _check_hf_files(path: str, config) -> None:
     import data
     import model
     from model import hf
-    cfg = model.ModelConfig.from_config(config.model)
+    cfg = model.ModelConfig.from_config(config.model, switches=model.MemorySwitches())  # shapes
     try:
         hf.open_weights(path, cfg)
     except hf.HFError as e:

@@ -24,7 +24,7 @@ import parallel
 import storage
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from planner import flops
-from planner import resolve_attention
+from planner import resolve_run
 from training import (init_from, position_loss, resume, stages, state as state_lib,
                       step as step_lib, trackers)
 from training.trackers import say
@@ -35,11 +35,16 @@ class NonFiniteError(RuntimeError):
     """The loss or gradients stopped being finite; the last good checkpoint is kept."""
 
 
-def create_train_state(config, mesh, choice=None):
-    """training.state.create_train_state, the attention resolved here when not given."""
-    choice = choice or resolve_attention(config, mesh_shape_of(mesh), jax.default_backend(),
-                                         mesh.devices.flat[0].device_kind)
-    return state_lib.create_train_state(config, mesh, choice)
+def create_train_state(config, mesh, resolved=None):
+    """training.state.create_train_state, the run resolved here when not given."""
+    resolved = resolved or resolve_here(config, mesh)
+    return state_lib.create_train_state(config, mesh, resolved)
+
+
+def resolve_here(config, mesh):
+    """planner.resolve_run for `mesh` on this process's backend and devices."""
+    return resolve_run(config, mesh_shape_of(mesh), jax.default_backend(),
+                       mesh.devices.flat[0].device_kind)
 
 
 def mesh_shape_of(mesh) -> tuple[int, int]:
@@ -132,10 +137,7 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     mesh_shape = mesh_shape_of(mesh)
-    choice = resolve_attention(config, mesh_shape, jax.default_backend(),
-                               mesh.devices.flat[0].device_kind)
-    if config.parallel.strategy == "auto":
-        say(f"ringstripe: parallel.strategy {choice.why}")
+    resolved = resolve_here(config, mesh)  # every 'auto' filled; nothing built or written yet
     lock = WorkdirLock(workdir)
     _take(lock)  # the first write to the workdir
     try:
@@ -145,9 +147,11 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
             # Refuse a changed run before its data is built (a changed corpus would train a
             # new tokenizer first); the tokenizer itself is compared on restore.
             identity = resume.run_identity(config)  # the corpus's fingerprint stats its files
-            _check_against_latest(config, checkpointer, identity)
-            prepared = data.prepare_data(config, workdir, mesh_shape[1], choice)  # data errors
-            return _run(config, workdir, mesh, choice, checkpointer, prepared, identity,
+            latest = _check_against_latest(config, checkpointer, identity)
+            resolved = _announce_resolved(config, resolved, latest)
+            prepared = data.prepare_data(config, workdir, mesh_shape[1],
+                                         resolved.attention)  # data errors
+            return _run(config, workdir, mesh, resolved, checkpointer, prepared, identity,
                         source, stage)
         finally:
             checkpointer.close()
@@ -172,13 +176,28 @@ def _take(lock) -> None:
         raise refusal
 
 
-def _check_against_latest(config, checkpointer, identity) -> None:
+def _announce_resolved(config, resolved, latest):
+    """What 'auto' resolved to, in a line each; a resume keeps the memory switches its
+    checkpoint (`latest`, its record) was trained with, whatever this host would pick."""
+    if config.parallel.strategy == "auto":
+        say(f"ringstripe: parallel.strategy {resolved.attention.why}")
+    if not resolved.auto_switches:
+        return resolved
+    ran = resume.saved_config(latest).model if latest else {}  # a checkpoint's, 'auto' filled
+    kept = resolved.keeping({k: ran[k] for k in model.MemorySwitches.fields() if k in ran})
+    say(f"ringstripe: {resolved.line()}" if kept is resolved else
+        f"ringstripe: memory switches as the checkpoint was trained with: "
+        f"{kept.switches.label()} (auto would pick {resolved.switches.label()} here)")
+    return kept
+
+
+def _check_against_latest(config, checkpointer, identity):
     """The newest checkpoint's run against this one, and stop_at_step after its step (a
     checkpoint that does not read is left to the restore, which tells damage from trouble;
-    falling back to an older one only moves the start earlier)."""
+    falling back to an older one only moves the start earlier). Its record, or None."""
     steps = checkpointer.steps()
     if not steps:
-        return
+        return None
     if config.stop_at_step and config.stop_at_step <= steps[-1]:
         raise ConfigError(f"stop_at_step={config.stop_at_step} is not after step {steps[-1]}, "
                           f"which this run resumes from: raise it, or set "
@@ -186,14 +205,15 @@ def _check_against_latest(config, checkpointer, identity) -> None:
     try:
         meta = checkpointer.read_meta(steps[-1])
     except Exception:  # noqa: BLE001
-        return
+        return None
     resume.check_same_run(config, checkpointer.directory, steps[-1], meta, identity)
+    return meta
 
 
-def _restore(config, checkpointer, state, identity):
+def _restore(config, checkpointer, state, identity, model_cfg):
     """(start step, state, progress): the latest good checkpoint, or a fresh start."""
     def check(step, meta):
-        resume.check_compatible(config, checkpointer.directory, step, meta)
+        resume.check_compatible(config, checkpointer.directory, step, meta, model_cfg)
         resume.check_same_run(config, checkpointer.directory, step, meta, identity)
 
     restored = checkpointer.restore_latest(abstract_like(state), check, log=say)
@@ -251,7 +271,7 @@ def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
         f"{config.global_batch_size * config.seq_len:,} tokens per step")
 
 
-def _initial_state(config, mesh, choice, checkpointer, identity, source):
+def _initial_state(config, mesh, resolved, checkpointer, identity, source):
     """(start step, state, progress, graphdef, tx, schedule, model_cfg): the latest good
     checkpoint of this run; else, at a start, the weights of config.init_from's source (read
     only then: a resume never needs them), or random ones."""
@@ -261,21 +281,22 @@ def _initial_state(config, mesh, choice, checkpointer, identity, source):
 
     initial = from_source if source is not None and not checkpointer.steps() else None
     state, graphdef, tx, schedule, model_cfg = state_lib.create_train_state(
-        config, mesh, choice, initial_params=initial)
-    start_step, state, progress = _restore(config, checkpointer, state, identity)
+        config, mesh, resolved, initial_params=initial)
+    start_step, state, progress = _restore(config, checkpointer, state, identity, model_cfg)
     if not start_step and source is not None and initial is None:  # every checkpoint damaged
         state, graphdef, tx, schedule, model_cfg = state_lib.create_train_state(
-            config, mesh, choice, initial_params=from_source)
+            config, mesh, resolved, initial_params=from_source)
     return start_step, state, progress, graphdef, tx, schedule, model_cfg
 
 
-def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source,
+def _run(config, workdir, mesh, resolved, checkpointer, prepared, identity, source,
          stage) -> dict:
     tokenizer, cache, spec = prepared
+    choice = resolved.attention
     mesh_shape = mesh_shape_of(mesh)
     identity = {**identity, "tokenizer": tokenizer.fingerprint}
     start_step, state, progress, graphdef, tx, schedule, model_cfg = _initial_state(
-        config, mesh, choice, checkpointer, identity, source)
+        config, mesh, resolved, checkpointer, identity, source)
     if stage is not None and stage.index > 1 and not start_step and source is not None:
         progress = resume.Progress.from_meta(source.meta)  # the stage before's counters, run
     train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
@@ -283,20 +304,20 @@ def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source
     by_position = _position_eval(config, cache, mesh, choice, graphdef)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
     flops_per_token = model_flops_per_token(config, model_cfg, cache, spec)
-    track = trackers.make_trackers(config, workdir, mesh_shape, choice,
+    track = trackers.make_trackers(config, workdir, mesh_shape, resolved,
                                    jax.process_index() == 0, progress.wandb_run_id, start_step,
                                    stage)
     _announce(config, choice, mesh_shape,
               model.count_params(nnx.merge(graphdef, state["params"])), cache)
     if start_step:
-        track.event(start_step, "resumed", {"restored_step": start_step, **choice.record(),
+        track.event(start_step, "resumed", {"restored_step": start_step, **resolved.record(),
                                             "attention": choice.layout, "mesh": list(mesh_shape)})
 
     tokenizer_path = resume.tokenizer_location(config, workdir, tokenizer)
 
     def save(step):
         checkpointer.save(step, state, resume.checkpoint_meta(
-            config, step, progress, mesh_shape, tokenizer_path, choice, identity))
+            config, step, progress, mesh_shape, tokenizer_path, resolved, identity))
         track.persist()  # the rows up to this checkpoint outlive a kill
 
     tokens_per_step = config.global_batch_size * config.seq_len
@@ -337,8 +358,9 @@ def _run(config, workdir, mesh, choice, checkpointer, prepared, identity, source
                     progress.train_tokens += window_steps * tokens_per_step
                     last.update(_throughput(config, flops_per_token, mesh, window_steps,
                                             now - window_start, peak))
-                if first:  # what this run's attention resolved to ('auto' too), once a start
+                if first:  # what this run resolved to ('auto' too), once a start
                     last.update({f"attention/{k}": v for k, v in choice.record().items()})
+                    last.update({f"memory/{k}": v for k, v in resolved.switches.record().items()})
                 last.update({"progress/train_time_s": progress.train_time_s,
                              "progress/train_tokens": progress.train_tokens, **memory_metrics()})
                 if is_eval:

@@ -149,10 +149,10 @@ def saved_tokenizer_file(meta: dict, config, workdir: str) -> str:
 
 
 def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
-                    tokenizer_path: str = "", choice=None, identity: dict | None = None) -> dict:
+                    tokenizer_path: str = "", resolved=None, identity: dict | None = None) -> dict:
     """The record saved with a checkpoint; tokenizer_path: tokenizer_location's answer;
-    choice: the run's parallel.AttentionChoice (what 'auto' resolved to: strategy, degree,
-    kernel, tiles); identity: run_identity's fingerprints."""
+    resolved: the run's planner.ResolvedRun (what 'auto' resolved to: strategy, degree,
+    kernel, tiles, memory switches); identity: run_identity's fingerprints."""
     identity = identity or {}
     return {"config": config.to_dict(), "data": {"seed": config.seed, "step": int(step)},
             "tokenizer_path": tokenizer_path,
@@ -160,13 +160,18 @@ def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
             "train_tokens": progress.train_tokens, "code_version": code_version(),
             "mesh": list(mesh_shape),
-            "attention": choice.record() if choice is not None else config.parallel.layout}
+            "attention": (resolved.attention.record() if resolved is not None
+                          else config.parallel.layout),
+            "memory_switches": resolved.switches.record() if resolved is not None else {}}
 
 
 def saved_config(meta: dict):
     """The run config a checkpoint was written with, its renamed fields under their new names
-    (a checkpoint from before a rename still samples and resumes)."""
+    (a checkpoint from before a rename still samples and resumes), and its memory switches as
+    the run resolved them where it left them 'auto' (scan_layers decides how its weights are
+    stacked)."""
     import ml_collections
+    from model.config import AUTO, MemorySwitches
     config = ml_collections.ConfigDict(meta["config"])
     for old, new in RENAMED_FIELDS.items():
         (section, field), (_, field_now) = old.split("."), new.split(".")
@@ -174,14 +179,20 @@ def saved_config(meta: dict):
             values = dict(config[section])
             values[field_now] = values.pop(field)
             config[section] = ml_collections.ConfigDict(values)
+    ran = {**MemorySwitches().record(), **meta.get("memory_switches", {})}
+    for field, value in ran.items():
+        if config.model.get(field) == AUTO:
+            config.model[field] = value
     return config
 
 
-def check_compatible(config, directory: str, step: int, meta: dict) -> None:
-    """Raises CheckpointError when the checkpoint's model shapes differ from the config's."""
-    saved = meta.get("config", {}).get("model", {})
+def check_compatible(config, directory: str, step: int, meta: dict, model_cfg=None) -> None:
+    """Raises CheckpointError when the checkpoint's model shapes differ from this run's
+    (model_cfg: its resolved model.ModelConfig; else the config's own values)."""
+    saved = saved_config(meta).model
     for field in SHAPE_FIELDS:
-        ours = config.model.get(field, False)  # scan_layers may be missing from a user config
+        # scan_layers may be missing from a user config
+        ours = getattr(model_cfg, field) if model_cfg else config.model.get(field, False)
         if field in saved and saved[field] != ours:
             raise CheckpointError(
                 f"the checkpoint at step {step} in {directory} has model.{field}={saved[field]} "

@@ -22,7 +22,7 @@ import parallel
 import storage
 from checkpoints import Checkpointer
 from model import hf
-from planner import resolve_attention
+from planner import resolve_run
 from training import extension
 from training.resume import saved_config, saved_tokenizer_file
 from training.state import create_train_state
@@ -128,11 +128,14 @@ def _abstract_model(config, devices: int):
     devices: the model is never initialised, and only the parameters are read back into it
     (not the optimizer's moments, twice their size)."""
     mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
-    choice = resolve_attention(config, (1, devices), jax.default_backend(),
-                               mesh.devices.flat[0].device_kind)
+    resolved = resolve_run(config, (1, devices), jax.default_backend(),
+                           mesh.devices.flat[0].device_kind)
     if config.model.tile_q == 0 and config.model.tile_k == 0:
-        choice = dataclasses.replace(choice, tile_q=0, tile_k=0)
-    state, graphdef, *_ = create_train_state(config, mesh, choice, abstract=True)
+        attention = dataclasses.replace(resolved.attention, tile_q=0, tile_k=0)
+        resolved = dataclasses.replace(resolved, attention=attention,
+                                       model=dataclasses.replace(resolved.model, tile_q=0,
+                                                                 tile_k=0))
+    state, graphdef, *_ = create_train_state(config, mesh, resolved, abstract=True)
     return state, graphdef
 
 

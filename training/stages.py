@@ -202,6 +202,11 @@ def _typed(config, name: str, text: str, flag: str):
                               f"optim.learning_rate, steps, ...)")
         target, field = found
         current = target[field]
+    if current == "auto":  # a field whose value may be of any kind (the memory switches)
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
     try:
         if isinstance(current, bool):
             if text.lower() not in ("true", "false", "1", "0"):

@@ -2,8 +2,8 @@
 (training) or abstractly (shapes and shardings only: the planner's compile check, and sample.py,
 which restores a checkpoint into it without initialising a model or an optimizer).
 
-    create_train_state(config, mesh, choice)                -> (state, graphdef, tx, schedule, model_cfg)
-    create_train_state(config, mesh, choice, abstract=True) -> the same, leaves jax.ShapeDtypeStruct
+    create_train_state(config, mesh, resolved)                -> (state, graphdef, tx, schedule, model_cfg)
+    create_train_state(config, mesh, resolved, abstract=True) -> the same, leaves jax.ShapeDtypeStruct
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import model
 from training import optim
 
 
-def create_train_state(config, mesh, choice, *, abstract: bool = False, initial_params=None):
-    """The state every step reads and writes; choice: the run's parallel.AttentionChoice.
+def create_train_state(config, mesh, resolved, *, abstract: bool = False, initial_params=None):
+    """The state every step reads and writes; resolved: the run's planner.ResolvedRun, whose
+    model config (attention and memory switches applied) builds the model.
     initial_params(model_cfg, abstract_params) -> params: where the weights come from instead
     of a random draw (config.init_from: training/init_from.py); the model is never drawn."""
-    model_cfg = model.ModelConfig.from_config(config.model, choice)
+    model_cfg = resolved.model
     if abstract or initial_params is not None:
         with jax.set_mesh(mesh):
             net = nnx.eval_shape(lambda: model.Transformer(model_cfg, mesh,

@@ -14,6 +14,7 @@ import sys
 import time
 
 import storage
+from parallel import get_strategy
 
 
 def say(message: str) -> None:
@@ -95,7 +96,7 @@ def wandb_names(config, mesh_shape, choice) -> tuple[str, str, list[str]]:
     e.g. striped at 16,384 on a 1x2 mesh: ('S16384-ring-xla-1x2-docs',
     'striped-S16384-ring-xla-1x2-docs', ['striped', 'strategy-ring', ...])."""
     layout, seq_len, kernel = choice.layout, config.seq_len, choice.kernel
-    strategy = choice.strategy + (str(choice.ulysses_degree) if choice.strategy == "usp" else "")
+    strategy = get_strategy(choice.strategy).label(choice.ulysses_degree).replace(" ", "")
     mesh = f"{mesh_shape[0]}x{mesh_shape[1]}"
     docs = "docs" if config.data.get("mask_documents", True) else "nodocs"
     group = config.get("wandb_group") or f"S{seq_len}-{strategy}-{kernel}-{mesh}-{docs}"
@@ -113,11 +114,12 @@ class WandbTracker:
     one curve, from the checkpoint on as this start logs it. Offline runs cannot be rewound (the
     server does it): they resume and keep the first copy of those steps when synced."""
 
-    def __init__(self, config, workdir: str, mesh_shape, choice, run_id: str,
+    def __init__(self, config, workdir: str, mesh_shape, resolved, run_id: str,
                  resumed_step: int = 0):
+        """resolved: the run's planner.ResolvedRun (its attention names the group)."""
         import wandb  # imported here: it is slow to import and optional for other trackers
 
-        group, name, tags = wandb_names(config, mesh_shape, choice)
+        group, name, tags = wandb_names(config, mesh_shape, resolved.attention)
         mode = os.environ.get("WANDB_MODE", config.wandb_mode)
         where = (dict(resume_from=f"{run_id}?_step={resumed_step}")
                  if resumed_step and mode == "online" else dict(id=run_id, resume="allow"))
@@ -126,7 +128,8 @@ class WandbTracker:
         os.makedirs(directory, exist_ok=True)
         self._run = wandb.init(
             project=config.wandb_project, group=group, name=name,
-            config={**config.to_dict(), "attention": choice.record()}, dir=directory,
+            config={**config.to_dict(), "attention": resolved.attention.record(),
+                    "memory_switches": resolved.switches.record()}, dir=directory,
             mode=mode, tags=tags, **where)
 
     def log(self, step, metrics):
@@ -220,7 +223,7 @@ class Trackers:
             t.close()
 
 
-def make_trackers(config, workdir: str, mesh_shape, choice, is_main: bool,
+def make_trackers(config, workdir: str, mesh_shape, resolved, is_main: bool,
                   run_id: str, resumed_step: int = 0, stage=None) -> Trackers:
     """stage: a training.stages.Stage, whose metrics go to the staged run's WORKDIR and
     time axis (stage.top, stage.offset); None for a run of one stage."""
@@ -233,7 +236,7 @@ def make_trackers(config, workdir: str, mesh_shape, choice, is_main: bool,
         trackers.append(JsonlTracker(storage.join(workdir, "metrics.jsonl"),
                                      resumed_step + offset))
     if config.tracker == "wandb":
-        trackers.append(WandbTracker(config, workdir, mesh_shape, choice, run_id,
+        trackers.append(WandbTracker(config, workdir, mesh_shape, resolved, run_id,
                                      resumed_step + offset))
     return Trackers(trackers, offset, stage.index if stage else 0)
 

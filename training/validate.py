@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import parallel
-from model.config import FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
+from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.rope import RopeScaling
 from planner.attention import choice_from_config
 
@@ -87,6 +87,8 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     block = config.seq_len // seq
     for field in ("tile_q", "tile_k", "loss_chunk", "mlp_chunk"):
         size = config.model.get(field, 0)
+        if not isinstance(size, int) or isinstance(size, bool):
+            continue  # 'auto', or a wrong kind of value (_validate_switches says which)
         if size < 0 or (size and block % size):
             raise ConfigError(f"model.{field}={size} does not divide the per-device block of "
                               f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}"
@@ -196,13 +198,28 @@ def _validate_model(m, device_count):
     scaling = RopeScaling.from_config(m.get("rope_scaling"))
     if scaling.problem():
         raise ConfigError(f"model.rope_scaling: {scaling.problem()}")
-    policy = m.get("remat_policy", "nothing")
-    if policy not in REMAT_POLICIES:
-        raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
-                          f"{', '.join(REMAT_POLICIES)}")
+    _validate_switches(m)
     if m.dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"model.dtype={m.dtype!r}: choose float32, bfloat16 or float16")
     _validate_attention_kinds(m)
+
+
+def _validate_switches(m):
+    """The memory switches: 'auto' (the planner's choice) or a value of their kind."""
+    for name in ("remat", "scan_layers"):
+        value = m.get(name, False)
+        if value != AUTO and not isinstance(value, bool):
+            raise ConfigError(f"model.{name}={value!r}: use True, False or 'auto'")
+    policy = m.get("remat_policy", "nothing")
+    if policy != AUTO and policy not in REMAT_POLICIES:
+        raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
+                          f"{', '.join(REMAT_POLICIES)}, or 'auto'")
+    for name in ("loss_chunk", "mlp_chunk"):
+        value = m.get(name, 0)
+        if value != AUTO and (isinstance(value, bool) or not isinstance(value, int)
+                              or value < 0):
+            raise ConfigError(f"model.{name}={value!r}: use a number of tokens per device (0: "
+                              f"all at once) or 'auto'")
 
 
 def _validate_attention_kinds(m):

@@ -17,6 +17,13 @@ STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY
                                    for m in (ring, allgather, ulysses, usp)}
 
 
+def parse_label(label: str) -> tuple[str, int]:
+    """(strategy, degree) from a label as Strategy.label writes it: 'usp 4x16' -> ('usp', 4),
+    'ulysses 64' -> ('ulysses', 64), 'ring' -> ('ring', 1)."""
+    name, _, rest = label.partition(" ")
+    return name, get_strategy(name).degree_in(rest)
+
+
 def get_strategy(name: str) -> Strategy:
     """The registered strategy called `name`; ValueError naming the choices otherwise."""
     if isinstance(name, Strategy):

@@ -55,6 +55,24 @@ class Strategy:
                                  f"strategy {self.name!r} takes no option {key}")
         return self
 
+    def label(self, degree: int, num_shards: int | None = None) -> str:
+        """How tables, calibration files and run names show it at `degree` on `num_shards`
+        'seq' devices: its name ('ring', 'allgather'); a strategy with a degree of its own
+        adds it ('ulysses 64', 'usp 4x16'; without num_shards 'ulysses', 'usp 4')."""
+        return self.name
+
+    def degree_in(self, rest: str) -> int:
+        """The degree a label's text after the name stands for (label's inverse)."""
+        if rest:
+            raise ValueError(f"strategy {self.name!r} has no degree: write {self.name!r}, "
+                             f"not {self.name + ' ' + rest!r}")
+        return 1
+
+    def option_values(self, degree: int) -> dict:
+        """Its options at `degree`, as parallel.attention and parallel.choose take them (and
+        as parallel.* config fields): {} for a strategy without options."""
+        return {}
+
     def degrees(self, num_shards, q_heads) -> list[int]:
         """The Ulysses degrees this strategy runs with on this mesh and head count (what the
         planner prices): [1] unless the strategy overrides it."""

@@ -134,6 +134,12 @@ class Ulysses(base.Strategy):
         check_heads(num_shards, q_heads, num_shards)
         return dataclasses.replace(self, degree=num_shards)
 
+    def label(self, degree, num_shards=None):
+        return self.name + (f" {num_shards}" if num_shards else "")
+
+    def degree_in(self, rest):
+        return int(rest)
+
     def _setup(self, spec, q, seg, order):
         degree = self.degree
         pos = base.positions(spec, order, *q.shape[:2])

@@ -35,6 +35,15 @@ class Usp(Ulysses):
         check_heads(ulysses_degree, q_heads, num_shards)
         return dataclasses.replace(self, degree=ulysses_degree)
 
+    def label(self, degree, num_shards=None):
+        return f"usp {degree}" + (f"x{num_shards // degree}" if num_shards else "")
+
+    def degree_in(self, rest):
+        return int(rest.split("x")[0])
+
+    def option_values(self, degree):
+        return {"ulysses_degree": degree}
+
     def degrees(self, num_shards, q_heads):
         """Strictly between the ring (u = 1) and ulysses (u = N), which price themselves."""
         return [u for u in range(2, num_shards) if num_shards % u == 0 and q_heads % u == 0]

@@ -1,0 +1,101 @@
+"""A run resolved once, before anything is built or written: its attention (every 'auto' of
+parallel.* filled: planner/recommend.py) and its memory switches (every 'auto' of model.remat,
+remat_policy, scan_layers, loss_chunk, mlp_chunk filled: planner/switches.py), the model config
+that holds both, and what the planner predicts for it. Every part of a run reads this one
+frozen value; the config it came from is not changed.
+
+    resolved = resolve_run(config, (data, seq), platform, device_kind)
+    resolved.attention   parallel.AttentionChoice     resolved.model     model.ModelConfig
+    resolved.switches    model.MemorySwitches         resolved.line()    what auto chose, why
+
+The order: the switches are searched with the configured attention (the ring standing in for
+strategy 'auto', whose K/V buffers the memory terms count), then the strategy is chosen with
+those switches, and if that changed the attention the switches are searched again for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import model
+import parallel
+from planner import recommend
+from planner.attention import choice_from_config
+from planner.devices import Device, device_for_kind, on_host
+from planner.run import make_run
+from planner.switches import AUTO_SHARE, given, resolve_switches
+
+GB = 1e9
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedRun:
+    mesh_shape: tuple[int, int]  # (data, seq)
+    attention: parallel.AttentionChoice
+    switches: model.MemorySwitches
+    model: model.ModelConfig  # config.model with the attention and switches above
+    device: str  # the planner's device, e.g. 'CPU (fake device)'
+    step_s: float  # predicted seconds per step
+    bytes_per_device: float  # analytic memory per device
+    device_bytes: float  # what a device has (fake CPU devices: their share of the host)
+    auto_switches: tuple[str, ...]  # the switches the config left 'auto'
+    candidates: tuple = dataclasses.field(default=(), compare=False, repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return not self.device_bytes or self.bytes_per_device <= AUTO_SHARE * self.device_bytes
+
+    def line(self) -> str:
+        """What 'auto' chose for the memory switches, and why, in one line."""
+        verdict = "fits" if self.fits else "does NOT fit: the least memory of any candidate"
+        return (f"memory switches auto -> {self.switches.label()}: predicted "
+                f"{self.bytes_per_device / GB:.2f} GB per device of {self.device_bytes / GB:.1f} "
+                f"({verdict}), {self.step_s:.3g} s per step on {self.device}; fastest of "
+                f"{len(self.candidates)} candidates (scripts/plan.py --explain)")
+
+    def keeping(self, recorded: dict) -> "ResolvedRun":
+        """This run with the switches it left 'auto' set as in `recorded` (a checkpoint's
+        memory_switches): a resume runs the program it saved, whatever this host would pick
+        (scan_layers decides how the weights are stacked). Itself when nothing changes."""
+        values = {k: recorded[k] for k in self.auto_switches if k in recorded}
+        switches = dataclasses.replace(self.switches, **values)
+        if switches == self.switches:
+            return self
+        return dataclasses.replace(self, switches=switches,
+                                   model=dataclasses.replace(self.model, **switches.record()))
+
+    def record(self) -> dict:
+        """What the metrics, wandb and the checkpoint record carry."""
+        return {**self.attention.record(), **self.switches.record(),
+                "predicted_step_s": self.step_s, "predicted_bytes": self.bytes_per_device}
+
+
+def run_device(device_kind: str, devices: int) -> Device:
+    """The planner's device for jax's `device_kind`, as `devices` of them see it here."""
+    return on_host(device_for_kind(device_kind), devices)
+
+
+def resolve_run(config, mesh_shape, platform: str, device_kind: str,
+                device: Device | None = None, documents=None) -> ResolvedRun:
+    """The run `config` makes on a (data, seq) mesh of `device_kind` devices (jax's name; or
+    `device`, one of the planner's, for a plan). ValueError, one line, for an attention that
+    cannot run."""
+    devices = mesh_shape[0] * mesh_shape[1]
+    device = device or run_device(device_kind, devices)
+    run = make_run(config, devices)
+    auto_strategy = config.parallel.strategy == "auto"
+    stand_in = choice_from_config(config, mesh_shape[1], platform,
+                                  "ring" if auto_strategy else None)
+    switches, rows = resolve_switches(config, run, stand_in, device, documents)
+    attention = recommend.resolve_on_device(config, mesh_shape, platform, device, switches)
+    if attention != stand_in:
+        switches, rows = resolve_switches(config, run, attention, device, documents)
+    best = rows[0]
+    return ResolvedRun(
+        mesh_shape=tuple(mesh_shape), attention=attention, switches=switches,
+        model=model.ModelConfig.from_config(config.model, attention, switches),
+        device=device.title, step_s=best["step_s"], bytes_per_device=best["total_bytes"],
+        device_bytes=device.memory_bytes,
+        auto_switches=tuple(k for k in model.MemorySwitches.fields()
+                            if k not in given(config.model)),
+        candidates=tuple(rows))
