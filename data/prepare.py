@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 import storage
-
+from configs import setting
 from data.batches import BatchSpec, batch_rows
 from data.errors import DataError
 from data.passkey import PasskeyMix
@@ -115,13 +115,13 @@ def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
 
 def _passkey_mix(config, tokenizer) -> PasskeyMix | None:
     """The training rows' passkey examples (data/passkey.py), None without them."""
-    if not config.data.get("passkey_fraction", 0.0):
+    if not setting(config, "data.passkey_fraction"):
         return None
     mix = PasskeyMix.build(tokenizer, config.data.passkey_fraction,
-                           config.data.get("passkey_min_len", 0),
-                           config.data.get("passkey_weight", 1.0),
-                           config.data.get("passkey_repeats", 0.0))
-    need = max(mix.shortest + 1, config.data.get("passkey_min_len", 0))
+                           setting(config, "data.passkey_min_len"),
+                           setting(config, "data.passkey_weight"),
+                           setting(config, "data.passkey_repeats"))
+    need = max(mix.shortest + 1, setting(config, "data.passkey_min_len"))
     if config.seq_len + 1 < need:
         raise DataError(f"seq_len={config.seq_len} is shorter than one passkey example "
                         f"({need} tokens with this tokenizer): raise seq_len or set "

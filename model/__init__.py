@@ -3,7 +3,7 @@ full or sliding-window attention per layer; attention from parallel/.
 
 Public API:
   ModelConfig                     hyper-parameters (from config.model)
-  MemorySwitches                  remat, scanned layers, loss and MLP chunks (resolved by the planner)
+  MemorySwitches                  remat, scanned layers, loss and MLP chunks (the planner's)
   Transformer(cfg, mesh, rngs)    tokens, positions, segment_ids [B, S] -> logits [B, S, V]
   create(cfg, mesh, seed)         a Transformer with parameters created sharded (FSDP)
   count_params(model)

@@ -82,7 +82,7 @@ class ModelConfig:
     attention_layout: str = "striped"  # where tokens sit on the seq shards: parallel.LAYOUTS
     attention_strategy: str = "ring"  # how K/V meet the queries: parallel.STRATEGIES
     attention_kernel: str = "auto"  # the block-pair kernel: 'auto' or parallel.KERNELS
-    ulysses_degree: int = 0  # devices per head all-to-all group (1 ring, N ulysses, u usp); 0 = not set
+    ulysses_degree: int = 0  # devices per head all-to-all group (1 ring, N ulysses); 0 = not set
     tile_q: int = 0  # attention tile sizes; 0 = parallel.attention's default
     tile_k: int = 0
     # Attention per layer (Hugging Face's names and meanings). The defaults leave a Llama model

@@ -62,7 +62,8 @@ def resolved_record(resolved) -> dict:
     planner weighed, best first."""
     a = resolved.attention
     return {"layout": a.layout, "strategy": a.strategy, "degree": a.ulysses_degree,
-            "kernel": a.kernel, "tile": [a.tile_q, a.tile_k], "switches": resolved.switches.record(),
+            "kernel": a.kernel, "tile": [a.tile_q, a.tile_k],
+            "switches": resolved.switches.record(),
             "auto_switches": list(resolved.auto_switches), "predicted_step_s": resolved.step_s,
             "predicted_bytes": resolved.bytes_per_device, "device_bytes": resolved.device_bytes,
             "candidates": [{"switches": r["switches"].record(), "step_s": r["step_s"],

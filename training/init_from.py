@@ -25,6 +25,7 @@ import dataclasses
 import os
 
 import storage
+from configs import setting
 from model.config import AUTO, ModelConfig
 from training.validate import ConfigError
 
@@ -76,7 +77,7 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
 
     A run that already has checkpoints of its own takes those settings from its latest one
     instead: a resume needs neither the source's files nor their being unchanged."""
-    source = parse(config.get("init_from", ""))
+    source = parse(setting(config, "init_from"))
     if source is None:
         return None
     from training.saved_run import saved_steps
@@ -86,7 +87,7 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
         fields, tokenizer = _from_hf(source.path)
     else:
         source, fields, tokenizer = _from_run(source)
-        ours = config.model.get("scan_layers", False)
+        ours = setting(config, "model.scan_layers")
         if ours == AUTO:  # the weights come stacked as the source stacked them
             with config.unlocked():
                 config.model.scan_layers = fields["scan_layers"]

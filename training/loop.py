@@ -23,6 +23,7 @@ import model
 import parallel
 import storage
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
+from configs import setting
 from planner import flops
 from planner import resolve_run
 from training import (init_from, position_loss, resume, stages, state as state_lib,
@@ -103,7 +104,7 @@ def _check_finite(step: int, metrics: dict, config, checkpointer, skipped_in_a_r
     """Stops the run before a non-finite state can reach a checkpoint; with skip_nonfinite,
     once optim.max_skipped_steps steps in a row were skipped (the run has diverged)."""
     if config.optim.skip_nonfinite:
-        limit = config.optim.get("max_skipped_steps", 10)
+        limit = setting(config, "optim.max_skipped_steps")
         if skipped_in_a_row >= limit:
             kept = checkpointer.steps()
             raise NonFiniteError(
@@ -248,7 +249,7 @@ def _eval_batches(config, cache, spec, mesh):
 def _position_eval(config, cache, mesh, choice, graphdef):
     """(the jitted per-position eval, its batch on the mesh) for config.eval_position_buckets,
     or None (off, or no held-out document of seq_len + 1 tokens: said once)."""
-    buckets = config.get("eval_position_buckets", 0)
+    buckets = setting(config, "eval_position_buckets")
     if not buckets:
         return None
     rows = position_loss.long_documents(cache.eval, cache.eos_id, config.seq_len,

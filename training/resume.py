@@ -36,6 +36,7 @@ import data
 import storage
 from checkpoints import CheckpointError
 from checkpoints.manager import short_error
+from configs import setting
 from training.validate import RENAMED_FIELDS, ConfigError
 
 # Fields that fix the shapes of the parameters: a checkpoint with other values cannot be restored.
@@ -73,12 +74,12 @@ def data_fingerprint(config) -> str:
     """Changes when the corpus's files (or TFDS split), the byte budget or the share of
     passkey examples change."""
     description = data.describe_source(config.data.source, data.source_options(config.data))
-    passkeys = config.data.get("passkey_fraction", 0.0)
+    passkeys = setting(config, "data.passkey_fraction")
     # Fields at their defaults stay out of it: older runs keep their fingerprint.
     examples = {name: config.data.get(name) for name, default in
                 (("passkey_min_len", 0), ("passkey_weight", 1.0), ("passkey_repeats", 0.0))
                 if config.data.get(name, default) != default}
-    key = json.dumps([description, config.data.get("max_bytes", 0)]
+    key = json.dumps([description, setting(config, "data.max_bytes")]
                      + ([passkeys] if passkeys else []) + ([examples] if examples else []))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
@@ -95,7 +96,7 @@ def check_same_run(config, directory: str, step: int, meta: dict, identity: dict
     """Raises CheckpointError naming the first field of RUN_FIELDS whose value differs from the
     checkpoint's, unless config.resume_accepts lists it. Fields a checkpoint lacks (written
     before they were recorded) are not compared."""
-    accepted = {name.strip() for name in config.get("resume_accepts", "").split(",")}
+    accepted = {name.strip() for name in setting(config, "resume_accepts").split(",")}
     for name, (where, field) in RUN_FIELDS.items():
         saved = meta
         for key in where:

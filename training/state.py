@@ -2,8 +2,10 @@
 (training) or abstractly (shapes and shardings only: the planner's compile check, and sample.py,
 which restores a checkpoint into it without initialising a model or an optimizer).
 
-    create_train_state(config, mesh, resolved)                -> (state, graphdef, tx, schedule, model_cfg)
-    create_train_state(config, mesh, resolved, abstract=True) -> the same, leaves jax.ShapeDtypeStruct
+    create_train_state(config, mesh, resolved)
+        -> (state, graphdef, tx, schedule, model_cfg)
+    create_train_state(config, mesh, resolved, abstract=True)
+        -> the same, its leaves jax.ShapeDtypeStruct
 """
 
 from __future__ import annotations

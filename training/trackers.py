@@ -14,6 +14,7 @@ import sys
 import time
 
 import storage
+from configs import setting
 from parallel import get_strategy
 
 
@@ -98,7 +99,7 @@ def wandb_names(config, mesh_shape, choice) -> tuple[str, str, list[str]]:
     layout, seq_len, kernel = choice.layout, config.seq_len, choice.kernel
     strategy = get_strategy(choice.strategy).label(choice.ulysses_degree).replace(" ", "")
     mesh = f"{mesh_shape[0]}x{mesh_shape[1]}"
-    docs = "docs" if config.data.get("mask_documents", True) else "nodocs"
+    docs = "docs" if setting(config, "data.mask_documents") else "nodocs"
     group = config.get("wandb_group") or f"S{seq_len}-{strategy}-{kernel}-{mesh}-{docs}"
     tags = [layout, f"strategy-{strategy}", f"kernel-{kernel}", f"seq{seq_len}", f"mesh{mesh}",
             docs]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import parallel
+from configs import setting
 from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.rope import RopeScaling
 from planner.attention import choice_from_config
@@ -62,10 +63,10 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     """
     _check_renamed(config)
     _validate_parallel(config.parallel, platform)
-    loader = config.data.get("loader", "thread")
+    loader = setting(config, "data.loader")
     if loader not in LOADERS:
         raise ConfigError(f"data.loader={loader!r}: choose one of {', '.join(LOADERS)}")
-    if config.data.get("grain_workers", 0) < 0:
+    if setting(config, "data.grain_workers") < 0:
         raise ConfigError(f"data.grain_workers={config.data.grain_workers} must be >= 0 "
                           f"(0 = threads, N = worker processes)")
     if config.tracker not in TRACKERS:
@@ -75,10 +76,10 @@ def validate_config(config, device_count: int, process_count: int, platform: str
         if config[name] < 1:
             raise ConfigError(f"{name}={config[name]} must be at least 1")
     _validate_ranges(config)
-    if config.optim.get("max_skipped_steps", 1) < 1:
+    if setting(config, "optim.max_skipped_steps") < 1:
         raise ConfigError(f"optim.max_skipped_steps={config.optim.max_skipped_steps} must be at "
                           f"least 1")
-    _validate_resume_accepts(config.get("resume_accepts", ""))
+    _validate_resume_accepts(setting(config, "resume_accepts"))
     data, seq = _mesh_shape(config, device_count)
     try:
         parallel.check_divisible(config.parallel.layout, config.seq_len, seq)
@@ -110,24 +111,24 @@ def _validate_ranges(config) -> None:
     """Fields that would fail later (after tokenizing or compiling) or silently do nothing."""
     checks = [
         ("stop_at_step", config.stop_at_step >= 0, "0 (never) or a step"),
-        ("eval_position_buckets", 0 <= config.get("eval_position_buckets", 0) <= config.seq_len,
+        ("eval_position_buckets", 0 <= setting(config, "eval_position_buckets") <= config.seq_len,
          "0 (off) or a count of position ranges up to seq_len"),
         ("data.eval_fraction", 0.0 <= config.data.eval_fraction < 1.0,
          "a fraction in [0, 1), e.g. 0.005"),
-        ("data.max_bytes", config.data.get("max_bytes", 0) >= 0, "0 (all) or a byte count"),
-        ("data.passkey_fraction", 0.0 <= config.data.get("passkey_fraction", 0.0) <= 1.0,
+        ("data.max_bytes", setting(config, "data.max_bytes") >= 0, "0 (all) or a byte count"),
+        ("data.passkey_fraction", 0.0 <= setting(config, "data.passkey_fraction") <= 1.0,
          "a share of the rows in [0, 1]"),
-        ("data.passkey_min_len", 0 <= config.data.get("passkey_min_len", 0) <= config.seq_len,
+        ("data.passkey_min_len", 0 <= setting(config, "data.passkey_min_len") <= config.seq_len,
          "0 (one example a row) or a length up to seq_len"),
-        ("data.passkey_weight", config.data.get("passkey_weight", 1.0) > 0,
+        ("data.passkey_weight", setting(config, "data.passkey_weight") > 0,
          "a positive loss weight (1 = like any token)"),
-        ("data.passkey_repeats", 0.0 <= config.data.get("passkey_repeats", 0.0) <= 1.0,
+        ("data.passkey_repeats", 0.0 <= setting(config, "data.passkey_repeats") <= 1.0,
          "a share of the keys in [0, 1] (0 = as drawn, about a third)"),
-        ("optim.grad_accum_steps", config.optim.get("grad_accum_steps", 1) >= 1, "at least 1"),
+        ("optim.grad_accum_steps", setting(config, "optim.grad_accum_steps") >= 1, "at least 1"),
         ("optim.learning_rate", config.optim.learning_rate > 0, "a positive rate"),
-        ("optim.warmup_steps", config.optim.get("warmup_steps", 0) >= 0, "0 or more"),
-        ("cpu_devices", config.get("cpu_devices", 1) >= 1, "at least 1"),
-        ("wandb_mode", config.get("wandb_mode", "offline") in ("online", "offline", "disabled"),
+        ("optim.warmup_steps", setting(config, "optim.warmup_steps") >= 0, "0 or more"),
+        ("cpu_devices", setting(config, "cpu_devices") >= 1, "at least 1"),
+        ("wandb_mode", setting(config, "wandb_mode") in ("online", "offline", "disabled"),
          "online, offline or disabled"),
     ]
     for field, ok, want in checks:
@@ -152,7 +153,7 @@ def _validate_corpus_size(config):
     from data import DataError
     from data.sources import most_tokens
     try:
-        bound = most_tokens(config.data.source, config.data.get("max_bytes", 0))
+        bound = most_tokens(config.data.source, setting(config, "data.max_bytes"))
     except DataError:
         return  # a missing source is the data pipeline's one-line error
     batch = config.global_batch_size * config.seq_len + 1
