@@ -69,7 +69,9 @@ def get_config():
     config.mesh.seq = -1  # sequence shards, the attention ring (-1: the remaining devices)
 
     vocab_size = ml_collections.FieldReference(2048)
-    config.model = ml_collections.ConfigDict()
+    # Not type-safe: a memory switch holds 'auto' or a value of its own kind, and a copy of the
+    # config (a stage's, a plan's) must still take either (validate_config checks the kinds).
+    config.model = ml_collections.ConfigDict(type_safe=False)
     config.model.vocab_size = vocab_size  # tokenizer pieces = embedding rows
     config.model.d_model = 128  # residual width
     config.model.num_layers = 4  # transformer blocks

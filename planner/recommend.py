@@ -76,7 +76,7 @@ def auto_choice(config, mesh_shape, platform: str, device: Device,
                 switches=None) -> parallel.AttentionChoice:
     """strategy='auto' resolved on a (data, seq) mesh of `device`s: the recommendation of
     `strategy_table`, one document per row (plan.py --documents refines it)."""
-    run = make_run(config, mesh_shape[0] * mesh_shape[1])
+    run = make_run(config, mesh_shape[0] * mesh_shape[1], tuple(mesh_shape))
     ring = choice_from_config(config, mesh_shape[1], platform, "ring", None)
     table = strategy_table(config, run, ring, device, switches=switches)
     best, first = table["choice"], table["rows"][0]

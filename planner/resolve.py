@@ -82,7 +82,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     cannot run."""
     devices = mesh_shape[0] * mesh_shape[1]
     device = device or run_device(device_kind, devices)
-    run = make_run(config, devices)
+    run = make_run(config, devices, tuple(mesh_shape))
     auto_strategy = config.parallel.strategy == "auto"
     stand_in = choice_from_config(config, mesh_shape[1], platform,
                                   "ring" if auto_strategy else None)

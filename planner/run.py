@@ -43,8 +43,10 @@ def device_count(config, device_name: str, given: int) -> int:
     return config.cpu_devices if device_name == "cpu" else 8
 
 
-def make_run(config, devices: int) -> Run:
-    data, seq = parallel.mesh_shape(config.mesh.data, config.mesh.seq, devices)
+def make_run(config, devices: int, mesh_shape=None) -> Run:
+    """The run of `config` on `devices` devices, on its mesh (or on `mesh_shape`, (data, seq),
+    the mesh a caller built)."""
+    data, seq = mesh_shape or parallel.mesh_shape(config.mesh.data, config.mesh.seq, devices)
     return Run(devices=devices, data=data, seq=seq, seq_len=config.seq_len,
                global_batch=config.global_batch_size, accum=config.optim.grad_accum_steps,
                layout=config.parallel.layout)

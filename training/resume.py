@@ -181,9 +181,9 @@ def saved_config(meta: dict):
             values[field_now] = values.pop(field)
             config[section] = ml_collections.ConfigDict(values)
     ran = {**MemorySwitches().record(), **meta.get("memory_switches", {})}
-    for field, value in ran.items():
-        if config.model.get(field) == AUTO:
-            config.model[field] = value
+    model = config.model.to_dict()
+    model.update({k: v for k, v in ran.items() if model.get(k) == AUTO})
+    config.model = ml_collections.ConfigDict(model, type_safe=False)  # as configs/default.py's
     return config
 
 
