@@ -104,6 +104,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
             raise ConfigError(f"global_batch_size={config.global_batch_size} is not divisible "
                               f"by {what} ({count}): use a multiple of {count}")
     _validate_model(config.model, device_count)
+    _validate_switches(config)
     _validate_corpus_size(config)
 
 
@@ -199,24 +200,23 @@ def _validate_model(m, device_count):
     scaling = RopeScaling.from_config(m.get("rope_scaling"))
     if scaling.problem():
         raise ConfigError(f"model.rope_scaling: {scaling.problem()}")
-    _validate_switches(m)
     if m.dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"model.dtype={m.dtype!r}: choose float32, bfloat16 or float16")
     _validate_attention_kinds(m)
 
 
-def _validate_switches(m):
+def _validate_switches(config):
     """The memory switches: 'auto' (the planner's choice) or a value of their kind."""
     for name in ("remat", "scan_layers"):
-        value = m.get(name, False)
+        value = setting(config, f"model.{name}")
         if value != AUTO and not isinstance(value, bool):
             raise ConfigError(f"model.{name}={value!r}: use True, False or 'auto'")
-    policy = m.get("remat_policy", "nothing")
+    policy = setting(config, "model.remat_policy")
     if policy != AUTO and policy not in REMAT_POLICIES:
         raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
                           f"{', '.join(REMAT_POLICIES)}, or 'auto'")
     for name in ("loss_chunk", "mlp_chunk"):
-        value = m.get(name, 0)
+        value = setting(config, f"model.{name}")
         if value != AUTO and (isinstance(value, bool) or not isinstance(value, int)
                               or value < 0):
             raise ConfigError(f"model.{name}={value!r}: use a number of tokens per device (0: "
