@@ -20,7 +20,7 @@ Rules the search follows:
     memory-aware and keeps every block's values: 10.22 -> 9.42 GB in BENCHMARKS.md), so where
     scan_layers is 'auto' remat comes with it there.
   - remat_policy 'offload' (block inputs in host memory; TPU and GPU only) is ranked after every
-    other candidate: its host transfers are not in the time model.
+    other candidate that fits: its host transfers are not in the time model.
   - When nothing fits, the candidate with the least memory, and the run line says so.
 """
 
