@@ -254,7 +254,7 @@ def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
     """--config.parallel.strategy=auto is resolved as a run resolves it, before the compile,
     and the plan says to what."""
     stdout, result = run_plan("--config", "configs/default.py", "--compile", "yes",
-                              "--config.parallel.strategy=auto", tmp_path=tmp_path)
+                              "--config.parallel.strategy=auto", "--explain", tmp_path=tmp_path)
     resolved = result["attention"]
     assert resolved["strategy"] in parallel.STRATEGIES and resolved["kernel"] == "xla"
     assert result["strategies"]["choice"]["strategy"] == resolved["strategy"]
@@ -265,6 +265,9 @@ def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
     assert result["resolved"]["strategy"] == resolved["strategy"]
     assert result["resolved"]["switches"]["scan_layers"] is False
     assert len(result["resolved"]["candidates"]) >= 2
+    ranked = stdout[stdout.index("Memory switches weighed"):].splitlines()[2:]
+    assert len(ranked) == len(result["resolved"]["candidates"])
+    assert ranked[0].split()[-1] == "switches" and " yes " in ranked[0]  # 'no memory switches'
 
 
 def test_state_as_built_is_what_create_train_state_makes():
