@@ -26,13 +26,13 @@ import math
 
 import numpy as np
 
+from parallel.strategies import parse_label
 from planner import recommend, time
 from planner.attention import choice_from_config
 from planner.devices import DEVICES, Calibration, Device
 from planner.flops import flops_per_token
-from parallel.strategies import parse_label
 from planner.run import make_run
-from planner.switches import resolve_switches
+from planner.switches import all_given, resolve_switches
 
 # What the fit may choose: (lower, upper) for each Calibration field it fits.
 BOUNDS = {"matmul_efficiency": (0.05, 1.0), "attention_efficiency": (0.05, 1.0),
@@ -94,7 +94,10 @@ def predict(point: Measurement, device: Device) -> float:
     run = make_run(config, config.mesh.data * config.mesh.seq)
     strategy, degree = point.strategy
     choice = choice_from_config(config, run.seq, device.platform, strategy, degree)
-    m = recommend.run_model(config, choice, resolve_switches(config, run, choice, device)[0])
+    # The measured setups give every switch; a search would price the step twice per call of
+    # the fit, which calls this thousands of times.
+    switches = all_given(config.model) or resolve_switches(config, run, choice, device)[0]
+    m = recommend.run_model(config, choice, switches)
     model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
     return time.step_time(m, run, choice.tiles, point.layout, device, 1.0,
                           bool(config.data.mask_documents), model_flops, None,

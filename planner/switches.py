@@ -46,6 +46,12 @@ def given(model_cfg) -> dict:
             if k in model_cfg and model_cfg[k] != AUTO}
 
 
+def all_given(model_cfg) -> MemorySwitches | None:
+    """The switches when the config gives all five (nothing to search), else None."""
+    values = given(model_cfg)
+    return MemorySwitches(**values) if len(values) == len(MemorySwitches.fields()) else None
+
+
 def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
     """Every combination of the values the 'auto' switches may take (the given ones fixed)."""
     fixed = given(model_cfg)
