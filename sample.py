@@ -74,7 +74,7 @@ def main(argv):
     try:
         # Tiles from the prompt's length (0): the run's were chosen for its seq_len.
         config, tokenizer, graphdef, params, step = load_run(
-            FLAGS.workdir, FLAGS.step, shards, {"tile_q": 0, "tile_k": 0}, FLAGS.layout)
+            FLAGS.workdir, FLAGS.step, shards, tile=0, layout=FLAGS.layout)
         prompts = _prompts(tokenizer)
         if FLAGS.dynamic_rope:
             longest, trained = max(map(len, prompts)), config.seq_len

@@ -50,7 +50,7 @@ def get_config():
     config.wandb_mode = "offline"  # wandb mode unless WANDB_MODE is set: offline | online
     config.peak_tflops_per_device = 0.0  # MFU denominator; 0 = from the device table
 
-    config.parallel = ml_collections.ConfigDict()
+    config.parallel = ml_collections.ConfigDict(type_safe=False)  # tile: 'auto' or a size
     # Three separate choices (parallel/README.md): where tokens sit on the seq shards, how keys and
     # values reach the queries, and what computes one (query block, key block) pair.
     config.parallel.layout = "striped"  # layout: 'ring' | 'striped' | 'zigzag' | 'balanced'
@@ -63,6 +63,11 @@ def get_config():
     # 'xla') | 'xla' (runs everywhere) | 'pallas_tpu' | 'pallas_gpu' (both interpreted, slowly,
     # on CPUs; pallas_tpu wants tiles that are multiples of 128 on a TPU)
     config.parallel.kernel = "auto"
+    # tile: the kernel's (query x key) tile, 'auto' (the planner's: small tiles balance the
+    # devices, each tile has a fixed cost; the run's first lines say which) | 512 | '256x128' |
+    # (256, 128) | 0 (the kernel's largest default that divides the block)
+    config.parallel.tile = config_dict.placeholder(object)  # 'auto' or a size or a pair
+    config.parallel.tile = "auto"
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)
@@ -122,8 +127,6 @@ def get_config():
     #   [B, S, vocab] logits, the MLP never [B, S, mlp_dim]
     config.model.dtype = "float32"  # compute dtype ('bfloat16' on accelerators)
     config.model.param_dtype = "float32"  # parameter and optimizer-state dtype
-    config.model.tile_q = 32  # attention query tile (block 256 -> 8 tiles per side); 0 = default
-    config.model.tile_k = 32  # attention key tile
 
     config.data = ml_collections.ConfigDict()
     config.data.source = "stdlib"  # 'stdlib' | a text file | a directory | a glob | 'tfds:NAME[/CONFIG][:VERSION][:SPLIT]'

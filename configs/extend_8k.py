@@ -28,8 +28,8 @@ def get_config():
              # Adjusted base frequency: positions 8x further apart rotate no faster than the
              # first stage's did at 1,024 (the base grows faster than the length, as in
              # Code Llama's and LWM's recipes).
-             model=dict(rope_theta=100_000.0,
-                        tile_q=256, tile_k=256),  # blocks of 2,048 tokens per device
+             model=dict(rope_theta=100_000.0),
+             parallel=dict(tile=256),  # blocks of 2,048 tokens per device
              optim=dict(learning_rate=1e-3, warmup_steps=10),
              eval_every_steps=50, checkpoint_every_steps=50),
     )

@@ -43,6 +43,5 @@ def get_config():
     m.scan_layers = True  # one scanned program for both kinds of layer
     m.loss_chunk = 1024  # 262k-word logits a chunk of 1,024 tokens at a time
     m.mlp_chunk = 2048  # GeGLU 2,048 tokens at a time
-    m.tile_q = 512  # attention tiles (block 4,096 -> 8 per side; 4 per zigzag chunk)
-    m.tile_k = 512
+    config.parallel.tile = 512  # attention tiles (block 4,096 -> 8 per side; 4 per zigzag chunk)
     return config

@@ -48,7 +48,6 @@ def get_config():
     config.model.num_kv_heads = 32  # key/value heads (no GQA)
     config.model.head_dim = 128  # per-head width
     config.model.mlp_dim = 11008  # SwiGLU hidden width
-    config.model.tile_q = 1024  # attention tiles: the zigzag chunk of 1,024 tokens
-    config.model.tile_k = 1024
+    config.parallel.tile = 1024  # attention tiles: the zigzag chunk of 1,024 tokens
     llama_7b.set_accelerator_precision(config.model)
     return config

@@ -76,7 +76,6 @@ def get_config():
     config.model.head_dim = 128  # per-head width
     config.model.mlp_dim = 14336  # SwiGLU hidden width
     config.model.rope_theta = 500_000.0  # RoPE base (Llama 3)
-    config.model.tile_q = 512  # attention tiles: the zigzag chunk of 512 tokens at 64k
-    config.model.tile_k = 512
+    config.parallel.tile = 512  # attention tiles: the zigzag chunk of 512 tokens at 64k
     llama_7b.set_accelerator_precision(config.model)
     return config

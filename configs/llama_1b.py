@@ -37,7 +37,6 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring's length (one 8-GPU node)
     set_model(config.model)
-    config.model.tile_q = 2048  # attention query tile (block 16384 -> 8 tiles per side)
-    config.model.tile_k = 2048  # attention key tile
+    config.parallel.tile = 2048  # attention tiles (block 16384 -> 8 tiles per side)
     config.optim.learning_rate = 4e-4  # peak learning rate (TinyLlama's)
     return config

@@ -37,6 +37,5 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring's length (one 8-GPU node)
     set_model(config.model)
-    config.model.tile_q = 1024  # attention query tile (block 8192 -> 8 tiles per side)
-    config.model.tile_k = 1024  # attention key tile
+    config.parallel.tile = 1024  # attention tiles (block 8192 -> 8 tiles per side)
     return config

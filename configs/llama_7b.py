@@ -66,6 +66,5 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring's length (one 8-GPU node)
     set_model(config.model)
-    config.model.tile_q = 512  # attention query tile (block 4096 -> 8 tiles per side)
-    config.model.tile_k = 512  # attention key tile
+    config.parallel.tile = 512  # attention tiles (block 4096 -> 8 tiles per side)
     return config

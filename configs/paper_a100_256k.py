@@ -38,6 +38,5 @@ def get_config():
     config.mesh.seq = 8  # sequence shards: the attention ring over the node's 8 GPUs
     config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
     llama_7b.set_model(config.model)
-    config.model.tile_q = 2048  # attention query tile (block 32768 -> 16 tiles per side)
-    config.model.tile_k = 2048  # attention key tile
+    config.parallel.tile = 2048  # attention tiles (block 32768 -> 16 tiles per side)
     return config

@@ -45,8 +45,8 @@ def get_config():
     config.mesh.seq = 16  # sequence shards: the attention ring over all 16 chips
     config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
     llama_1b.set_model(config.model)
-    config.model.tile_q = 1024  # attention query tile (block 49152 -> 48 tiles per side)
-    config.model.tile_k = 1024  # attention key tile (1024, not 2048: 1.2 GB less tile scratch)
+    # Attention tiles (block 49152 -> 48 tiles per side; 1024, not 2048: 1.2 GB less scratch)
+    config.parallel.tile = 1024
     config.model.loss_chunk = 2048  # output projection + loss 2,048 tokens at a time: no logits
     config.model.mlp_chunk = 4096  # SwiGLU 4,096 tokens at a time
     config.model.scan_layers = True  # 22 blocks in one lax.scan: one block's program to compile

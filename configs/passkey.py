@@ -50,6 +50,7 @@ def get_config():
     # tiles: train.py's tokens/s rose about 10% at 256 tokens, 14% at 2,048 and 34% at 8,192
     # over the ring strategy here, with the same losses (14-step runs of each stage's settings).
     config.parallel.strategy = "ulysses"
+    config.parallel.tile = 32  # the tiles the recipe was measured with (the longer stages: larger)
     config.eval_position_buckets = 0
     config.data.eval_fraction = 0.005  # 57k held-out tokens: the probes' filler at 16,384
     config.data.passkey_fraction = 0.75  # rows made examples; the rest stay plain text
@@ -69,13 +70,13 @@ def get_config():
         # Longer distances, the extended RoPE: examples of 256 to 2,048 tokens.
         dict(name="2k", steps=150, seq_len=2048, global_batch_size=4,
              data=dict(passkey_min_len=256, passkey_repeats=REPEATS, passkey_weight=32.0),
-             model=dict(EXTENDED, tile_q=128, tile_k=128),
+             model=EXTENDED, parallel=dict(tile=128),
              optim=dict(learning_rate=1e-3, warmup_steps=10),
              eval_every_steps=75, checkpoint_every_steps=75),
         # The longest: examples of 1,024 to 8,192 tokens, 8,192 tokens a step.
         dict(name="8k", steps=450, seq_len=LONG, global_batch_size=1,
              data=dict(passkey_min_len=1024, passkey_repeats=REPEATS, passkey_weight=128.0),
-             model=dict(EXTENDED, tile_q=256, tile_k=256),
+             model=EXTENDED, parallel=dict(tile=256),
              optim=dict(learning_rate=1e-3, warmup_steps=10),
              eval_every_steps=100, checkpoint_every_steps=100),
         # A cool-down at the longest length: keys drawn uniformly, as the probes draw them, at a
@@ -85,7 +86,7 @@ def get_config():
         # minutes more; BENCHMARKS.md).
         dict(name="8k-uniform", steps=100, seq_len=LONG, global_batch_size=1,
              data=dict(passkey_min_len=1024, passkey_repeats=0.0, passkey_weight=128.0),
-             model=dict(EXTENDED, tile_q=256, tile_k=256),
+             model=EXTENDED, parallel=dict(tile=256),
              optim=dict(learning_rate=3e-4, warmup_steps=10),
              eval_every_steps=50, checkpoint_every_steps=50),
     )

@@ -29,8 +29,7 @@ def get_config():
     config.model.num_kv_heads = 2  # key/value heads (GQA)
     config.model.head_dim = 16  # per-head width
     config.model.mlp_dim = 128  # SwiGLU hidden width
-    config.model.tile_q = 0  # attention tiles; 0 = default (largest divisor of the block <= 512)
-    config.model.tile_k = 0
+    config.parallel.tile = 0  # attention tiles; 0 = default (largest divisor of the block <= 512)
 
     config.data.max_bytes = 2_000_000  # tokenize only this many bytes of the source
     config.optim.learning_rate = 3e-3  # peak learning rate

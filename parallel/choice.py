@@ -69,6 +69,59 @@ class AttentionChoice:
                 "tile_q": self.tile_q, "tile_k": self.tile_k}
 
 
+AUTO = "auto"  # a parallel.* setting left to the planner (planner/recommend.py)
+
+
+def parse_tile(value) -> tuple[int, int] | None:
+    """config.parallel.tile as (tile_q, tile_k), or None for 'auto' (the planner picks). 512 or
+    '512': square tiles; (128, 256), [128, 256] or '128x256': query x key; 0: the kernel's
+    default (the largest divisor of the block up to its max_tiles). ValueError, one line,
+    for anything else.
+
+    Example: parse_tile('256x128') -> (256, 128); parse_tile('auto') -> None."""
+    if value == AUTO or value is None:
+        return None
+    sizes = value
+    if isinstance(value, str):
+        sizes = value.lower().replace(" ", "").split("x")
+    elif not isinstance(value, (list, tuple)):
+        sizes = (value, value)
+    try:
+        if isinstance(value, bool) or len(sizes) not in (1, 2):
+            raise ValueError
+        pair = tuple(int(s) for s in sizes) * (3 - len(sizes))
+        if min(pair) < 0 or any(isinstance(s, float) and s != int(s) for s in sizes):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"parallel.tile={value!r} is not a tile: give 'auto', a size (512), "
+                         f"query x key ('256x128' or (256, 128)) or 0 (the kernel's "
+                         f"default)") from None
+    return pair[0], pair[1]
+
+
+def tile_options(layout, kernel, block: int, platform: str, smallest: int = 16,
+                 most_per_side: int = 128) -> list[tuple[int, int]]:
+    """The square tiles parallel.tile='auto' weighs: powers of two from `smallest` up to the
+    kernel's largest default tile, each dividing the layout's contiguous run (a tile never
+    straddles zigzag's halves) and compiling on `platform`, with at most `most_per_side` tiles
+    a side of the block (past that, balance no longer pays for the tiles' fixed costs, and the
+    tile counts the planner makes grow as their square); the kernel's default tile when no
+    power of two qualifies (a block of 96 tokens: 96).
+
+    Example: tile_options(striped, xla, 8192, 'cpu') -> [(64, 64), (128, 128), ..., (512, 512)]."""
+    run, largest = get_layout(layout).contiguous_run(block), min(kernel.max_tiles)
+    options, tile = [], max(smallest, block // most_per_side)
+    while tile <= min(run, largest):
+        try:
+            if run % tile == 0:
+                kernel.check_tiles(tile, tile, kernel.interpreted_on(platform))
+                options.append((tile, tile))
+        except ValueError:
+            pass
+        tile *= 2
+    return options or [(default_tile(layout, block, largest),) * 2]
+
+
 def default_tile(layout, block: int, largest: int) -> int:
     """Largest divisor of the layout's contiguous run (the block, half of it for zigzag,
     balanced's default unit) that is at most `largest` (a kernel's `max_tiles`), so tiles never

@@ -9,13 +9,14 @@ d head_dim, p bytes per element, u the Ulysses degree (1 for ring and allgather,
 r = N / u ring steps, h' = lcm(h, u) KV heads after ulysses repeats them (h when u = 1).
 
 Compute. A tile is tq x tk (query, key) pairs; F = 4 b tq tk d H FLOPs for a forward tile over all
-H heads (QK^T and PV), 2F backward. Tile counts come from parallel.cost, the rule the kernels
-run, so skipping (causal, documents) and imbalance are counted, not assumed:
-  ring       c_s = max over devices of tiles on step s, x F / rate: devices wait at every hop
-  allgather  w = max over devices of all its tiles x F / rate: nothing to wait for once gathered;
+H heads (QK^T and PV), 2F backward; a forward tile takes t = t0 + F / rate (t0: its fixed cost).
+Tile counts come from parallel.cost, the rule the kernels run, so skipping (causal, documents)
+and imbalance are counted, not assumed:
+  ring       c_s = max over devices of tiles on step s, x t: devices wait at every hop
+  allgather  w = max over devices of all its tiles x t: nothing to wait for once gathered;
              c_0 = its own block's share
-  ulysses,   c'_s from the sorted groups (cost.group_tile_counts), x F / (u rate): a tile spans
-  usp        H / u heads
+  ulysses,   c'_s from the sorted groups (cost.group_tile_counts), x (t0 + F / (u rate)): a
+  usp        tile spans H / u heads
 
 Network: a collective in which each device sends B bytes costs a + B / coll (all-gather,
 reduce-scatter, all-to-all: `coll` is what a device drives into them, more than one link on a
@@ -88,6 +89,7 @@ class Network:
     collective_bytes_per_s: float  # a device's share of an all-gather / all-to-all
     latency_s: float  # a: fixed cost of each ring step or collective
     hop_exposed: float = 0.0  # e: share of a hop's transfer that compute does not hide
+    tile_overhead_s: float = 0.0  # t0: fixed cost of each forward tile (its loop step, slices)
 
     def hop(self, compute_s: float, nbytes: float) -> float:
         """One ring step: `compute_s` of work while `nbytes` travel to the next device."""
@@ -118,9 +120,12 @@ def block_bytes(x: LayerShape, heads_kv: int):
     return tokens * x.q_heads * x.head_dim * x.itemsize, kv, 8 * tokens * heads_kv * x.head_dim
 
 
-def tile_seconds(x: LayerShape, net: Network) -> float:
-    """A forward tile over all H heads: 4 b tq tk d H FLOPs at the kernel's rate."""
-    return 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads / net.flops_per_s
+def tile_seconds(x: LayerShape, net: Network, head_share: float = 1.0) -> float:
+    """A forward tile over all H heads (x `head_share` of them: ulysses' H / u): its fixed cost
+    t0 and 4 b tq tk d H FLOPs at the kernel's rate. t0 is what makes small tiles slow and
+    large ones imbalanced: the tile 'auto' picks weighs the two (planner/recommend.py)."""
+    flops = 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads * head_share
+    return net.tile_overhead_s + flops / net.flops_per_s
 
 
 def ring_seconds(steps, kv: float, dkv: float, net: Network):

@@ -1,23 +1,32 @@
 """A run's configured attention, read from its config once: `choice_from_config` returns the
-`parallel.AttentionChoice` of the config's parallel.* and model.tile_q/tile_k (the config
-checks use it as they are; `planner.resolve_attention`, in recommend.py, also replaces
-strategy='auto' by the planner's recommendation).
+`parallel.AttentionChoice` of the config's parallel.* (the config checks use it as it is;
+planner/recommend.py replaces what the config leaves 'auto', the strategy and the tile, by
+what it predicts fastest, and planner.resolve_run calls it once for a run).
 """
 
 from __future__ import annotations
 
 import parallel
+from parallel.choice import parse_tile
+
+
+def configured_tiles(config) -> tuple[int, int] | None:
+    """config.parallel.tile as (tile_q, tile_k); None where it is 'auto'. ValueError, one line,
+    for a value that is not a tile."""
+    return parse_tile(config.parallel.get("tile", parallel.choice.AUTO))
 
 
 def choice_from_config(config, num_shards: int, platform: str, strategy: str | None = None,
-                       ulysses_degree: int | None = None,
-                       why: str = "configured") -> parallel.AttentionChoice:
-    """The config's parallel.* and model.tile_q/tile_k on `num_shards` 'seq' devices of
-    `platform`; `strategy` (and its degree) in place of the config's (for 'auto').
-    ValueError, one line, if the choice cannot run."""
+                       ulysses_degree: int | None = None, why: str = "configured",
+                       tiles: tuple[int, int] | None = None) -> parallel.AttentionChoice:
+    """The config's parallel.* on `num_shards` 'seq' devices of `platform`; `strategy` (and its
+    degree) in place of the config's (for 'auto'); `tiles` in place of the config's (its
+    'auto' stands in as the kernel's default tile when none are given). ValueError, one line,
+    if the choice cannot run."""
     p = config.parallel
     degree = p.ulysses_degree if strategy is None else ulysses_degree
+    tile_q, tile_k = tiles or configured_tiles(config) or (0, 0)
     return parallel.choose(layout=p.layout, strategy=strategy or p.strategy, kernel=p.kernel,
-                           tile_q=config.model.tile_q, tile_k=config.model.tile_k,
-                           seq_len=config.seq_len, num_shards=num_shards, platform=platform,
+                           tile_q=tile_q, tile_k=tile_k, seq_len=config.seq_len,
+                           num_shards=num_shards, platform=platform,
                            q_heads=config.model.num_heads, ulysses_degree=degree, why=why)

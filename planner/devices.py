@@ -3,10 +3,13 @@ memory, the network figures of parallel/strategy_cost.py, and what runs really r
 Nominal vendor figures; where a figure is assumed, its note says so.
 
 Calibration (`Calibration`): the share of peak the matmuls and the attention kernel reach, a
-ring step's fixed cost and the share of its transfer that does not hide behind compute. Fitted
-to published step times (configs/*.py MEASURED, with their sources) by scripts/calibrate.py,
-whose output the constants below are copied from; a device without published times keeps the
-nominal model (every share 1, perfect overlap) and the planner says it is uncalibrated.
+ring step's fixed cost, the share of its transfer that does not hide behind compute and an
+attention tile's fixed cost. Fitted to published step times (configs/*.py MEASURED, with their
+sources) by scripts/calibrate.py, whose output the constants below are copied from, or measured
+on the machine at hand by scripts/calibrate.py --measure, which writes
+planner/calibrations/<device>.json (read here, at import); a device with neither keeps the
+nominal model (every share 1, perfect overlap, free tiles) and the planner says it is
+uncalibrated.
 
 Network: `link_bytes_per_s` is one ring hop (one link, one direction); `collective_bytes_per_s`
 what one device drives into an all-gather, reduce-scatter or all-to-all (on a GPU the NVLink
@@ -18,8 +21,15 @@ the fixed cost of one hop or collective, kernel launch included (assumed).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 GB = 1e9
+# Calibrations measured on a machine (scripts/calibrate.py --measure): DIR/<device key>.json
+# replaces that device's calibration. The repository's holds the CPU measured where it was
+# developed; RINGSTRIPE_CALIBRATIONS names another directory (a user's own machine).
+CALIBRATIONS = os.environ.get("RINGSTRIPE_CALIBRATIONS") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "calibrations")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +40,7 @@ class Calibration:
     attention_efficiency: float = 1.0  # the attention kernel's tiles: share of peak FLOP/s
     ring_step_s: float = 0.0  # fixed cost of one ring step or collective (with the latency)
     hop_exposed: float = 0.0  # share of a hop's transfer that never hides behind compute
+    tile_overhead_s: float = 0.0  # fixed cost of one attention tile (loop step, slicing)
     source: str = ""  # the published measurements fitted ('' = nominal, uncalibrated)
 
 
@@ -101,6 +112,25 @@ DEVICES = {
     "cpu": Device("CPU (fake device)", "cpu", 0.0, 20 * GB, 10 * GB,  # memory: host / devices
                   "nominal 10 GB/s between fake devices", 1 << 30, latency_s=50e-6),
 }
+
+
+def calibration_file(key: str) -> str:
+    """Where the measured calibration of DEVICES[key] lives."""
+    return os.path.join(CALIBRATIONS, f"{key}.json")
+
+
+def measured_calibration(key: str) -> Calibration | None:
+    """The calibration scripts/calibrate.py --measure wrote for DEVICES[key], or None."""
+    try:
+        with open(calibration_file(key)) as f:
+            return Calibration(**json.load(f)["calibration"])
+    except FileNotFoundError:
+        return None
+
+
+DEVICES = {key: dataclasses.replace(device, calibration=measured)
+           if (measured := measured_calibration(key)) else device
+           for key, device in DEVICES.items()}
 
 
 def on_host(device: Device, devices: int) -> Device:

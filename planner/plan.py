@@ -9,6 +9,7 @@ import dataclasses
 
 import parallel
 from planner import memory, recommend, time
+from planner.attention import configured_tiles
 from planner.devices import DEVICES, Device, on_host
 from planner.documents import describe_documents, sample_documents
 from planner.flops import flops_per_token, peak_flops
@@ -26,8 +27,8 @@ def layout_tiles(config, choice, layout: str, block: int, platform: str):
     if layout == choice.layout:
         return choice.tiles
     kernel = parallel.resolve_kernel(choice.kernel, platform)
-    return parallel.choice.resolve_tiles(layout, kernel, block, config.model.tile_q or None,
-                                         config.model.tile_k or None)
+    tile_q, tile_k = configured_tiles(config) or (0, 0)
+    return parallel.choice.resolve_tiles(layout, kernel, block, tile_q or None, tile_k or None)
 
 
 def analytic_plan(config, device: Device, run: Run, resolved, efficiency: float = 1.0,
@@ -58,8 +59,8 @@ def analytic_plan(config, device: Device, run: Run, resolved, efficiency: float 
 
 
 def resolved_record(resolved) -> dict:
-    """plan.py --json's "resolved": what the run would use, and the memory candidates the
-    planner weighed, best first."""
+    """plan.py --json's "resolved": what the run would use, and the memory and attention
+    candidates the planner weighed, best first."""
     a = resolved.attention
     return {"layout": a.layout, "strategy": a.strategy, "degree": a.ulysses_degree,
             "kernel": a.kernel, "tile": [a.tile_q, a.tile_k],
@@ -68,7 +69,12 @@ def resolved_record(resolved) -> dict:
             "predicted_bytes": resolved.bytes_per_device, "device_bytes": resolved.device_bytes,
             "candidates": [{"switches": r["switches"].record(), "step_s": r["step_s"],
                             "total_bytes": r["total_bytes"], "fits": r["fits"]}
-                           for r in resolved.candidates]}
+                           for r in resolved.candidates],
+            "attention_candidates": [
+                {"strategy": r["choice"].strategy, "degree": r["choice"].ulysses_degree,
+                 "tile": list(r["choice"].tiles), "step_s": r["step_s"],
+                 "fits": None if r["memory"] is None else r["memory"]["verdict"] != "does not fit"}
+                for r in resolved.attention_candidates]}
 
 
 def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,

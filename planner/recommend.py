@@ -1,21 +1,27 @@
-"""The strategy a run should use: every option the registered strategies offer on this mesh and
-head count, priced as a whole step (planner/time.py) with its memory (the plan's total with the
-ring's K/V buffers swapped for the strategy's), and the fastest whose total fits. One function,
-`recommend`, serves both `parallel.strategy='auto'` (`resolve_on_device`, `auto_choice`, which
-planner.resolve_run calls once for a run) and scripts/plan.py.
+"""The attention a run should use where its config leaves it 'auto': every (strategy, degree)
+the registered strategies offer on this mesh and head count, times every tile the kernel may
+run (parallel.choice.tile_options), each priced as a whole step (planner/time.py: the critical
+path in tiles, each tile's fixed cost and FLOPs, the hops) with its memory (the plan's total
+with the ring's K/V buffers swapped for the strategy's), and the fastest whose total fits.
+Small tiles balance the devices' work; each tile costs a fixed t0 besides its FLOPs, so large
+ones run fewer: the time model weighs the two. `recommend` ranks the strategy table of
+scripts/plan.py the same way.
 
-    resolve_on_device(config, (data, seq), platform, device, switches) -> AttentionChoice
-        the configured choice, or for strategy='auto' the recommendation, with a line saying
-        why (choice.why)
+    resolve_on_device(config, (data, seq), platform, device, switches)
+        -> (AttentionChoice, candidates): the configured choice, or, for a strategy or tile
+        left 'auto', the fastest, with a line saying why (choice.why), and what it weighed
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import model
 import parallel
 from parallel import strategy_cost
 from planner import memory, time
-from planner.attention import choice_from_config
+from parallel.choice import AUTO, tile_options
+from planner.attention import choice_from_config, configured_tiles
 from planner.devices import Device
 from planner.flops import flops_per_token
 from planner.run import Run, make_run
@@ -64,27 +70,58 @@ def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: D
 
 
 def resolve_on_device(config, mesh_shape, platform: str, device: Device,
-                      switches=None) -> parallel.AttentionChoice:
-    """The run's attention on a (data, seq) mesh of `device`s (a planner device), with
-    the run's memory switches (planner/switches.py) where the config leaves them 'auto'."""
-    if config.parallel.strategy != "auto":
-        return choice_from_config(config, mesh_shape[1], platform)
+                      switches=None) -> tuple[parallel.AttentionChoice, list[dict]]:
+    """(the run's attention on a (data, seq) mesh of `device`s (a planner device), the
+    candidates weighed for it, best first: none where the config sets the strategy and the
+    tile), with the run's memory switches (planner/switches.py) where the config leaves them
+    'auto'."""
+    if config.parallel.strategy != AUTO and configured_tiles(config) is not None:
+        return choice_from_config(config, mesh_shape[1], platform), []
     return auto_choice(config, mesh_shape, platform, device, switches)
 
 
+def attention_rows(config, run: Run, platform: str, device: Device, switches=None,
+                   documents=None) -> list[dict]:
+    """Every (strategy, degree, tile) the config leaves open, priced as a step (the strategy
+    and the tile fixed where the config gives them), each row with its "choice"."""
+    p, seq = config.parallel, run.seq
+    fixed = None if p.strategy == AUTO else choice_from_config(config, seq, platform,
+                                                                tiles=(0, 0))
+    given = configured_tiles(config)
+    base = choice_from_config(config, seq, platform, "ring", None, tiles=given or (0, 0))
+    tiles = [base.tiles] if given else tile_options(
+        p.layout, parallel.resolve_kernel(base.kernel, platform), run.block, platform)
+    rows = []
+    for tile in tiles:
+        choice = dataclasses.replace(base, tile_q=tile[0], tile_k=tile[1])
+        table = strategy_table(config, run, choice, device, documents=documents,
+                               switches=switches)
+        for row in table["rows"]:
+            if fixed is None or (row["strategy"], row["degree"]) == (fixed.strategy,
+                                                                     fixed.ulysses_degree):
+                rows.append(dict(row, choice=dataclasses.replace(
+                    choice, strategy=row["strategy"], ulysses_degree=row["degree"])))
+    return rows
+
+
 def auto_choice(config, mesh_shape, platform: str, device: Device,
-                switches=None) -> parallel.AttentionChoice:
-    """strategy='auto' resolved on a (data, seq) mesh of `device`s: the recommendation of
-    `strategy_table`, one document per row (plan.py --documents refines it)."""
+                switches=None) -> tuple[parallel.AttentionChoice, list[dict]]:
+    """What the config leaves 'auto' (parallel.strategy with its degree, parallel.tile)
+    resolved on a (data, seq) mesh of `device`s: the fastest predicted step that fits, one
+    document per row (plan.py --documents refines it); ties go to the smaller buffers, then
+    the larger tile. Returns it with every candidate, ranked so (the best first)."""
     run = make_run(config, mesh_shape[0] * mesh_shape[1], tuple(mesh_shape))
-    ring = choice_from_config(config, mesh_shape[1], platform, "ring", None)
-    table = strategy_table(config, run, ring, device, switches=switches)
-    best, first = table["choice"], table["rows"][0]
-    row = next(r for r in table["rows"] if (r["strategy"], r["degree"]) ==
-               (best["strategy"], best["degree"]))
-    name = parallel.get_strategy(best["strategy"]).label(best["degree"], mesh_shape[1])
-    why = (f"auto -> {name}: predicted {row['step_s'] * 1e3:.3f} ms per step against the "
-           f"ring's {first['step_s'] * 1e3:.3f} ms on {device.title}"
+    rows = attention_rows(config, run, platform, device, switches)
+    ranked = sorted(rows, key=lambda r: (
+        r["memory"] is not None and r["memory"]["verdict"] == "does not fit", r["step_s"],
+        r["attention_layer"]["buffer_bytes"], -r["choice"].tile_q))
+    best, slowest = ranked[0], max(rows, key=lambda r: r["step_s"])
+    choice = best["choice"]
+    left = [what for what, auto in (("strategy", config.parallel.strategy == AUTO),
+                                    ("tile", configured_tiles(config) is None)) if auto]
+    strategy = parallel.get_strategy(choice.strategy).label(choice.ulysses_degree, run.seq)
+    why = (f"auto {' and '.join(left)} -> {strategy}, tiles {choice.tile_q}x{choice.tile_k}: "
+           f"predicted {best['step_s'] * 1e3:.3f} ms per step, fastest of {len(rows)} "
+           f"(slowest {slowest['step_s'] * 1e3:.3f} ms) on {device.title}"
            f"{'' if device.calibration.source else ' (uncalibrated)'}")
-    return choice_from_config(config, mesh_shape[1], platform, best["strategy"],
-                              best["degree"], why=why)
+    return dataclasses.replace(choice, why=why), ranked

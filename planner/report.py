@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from parallel.strategies import get_strategy
 from planner.memory import GB
 from planner.switches import AUTO_SHARE
 from planner.report_time import format_strategies, format_time
@@ -188,8 +189,28 @@ def format_plan(plan: dict, config, resolved, device, run: Run) -> str:
 
 
 def format_candidates(resolved) -> str:
-    """plan.py --explain: every memory-switch candidate the planner weighed for the 'auto'
-    switches, best first (planner/switches.py: the fastest that fits wins)."""
+    """plan.py --explain: every candidate the planner weighed for what the config leaves
+    'auto', best first: the strategy and tile (planner/recommend.py), then the memory switches
+    (planner/switches.py); the fastest that fits wins each."""
+    return "\n\n".join((_attention_candidates(resolved), _switch_candidates(resolved)))
+
+
+def _attention_candidates(resolved) -> str:
+    if not resolved.attention_candidates:
+        return "Attention: strategy and tile set by the config; nothing for 'auto' to weigh"
+    lines = [f"Attention weighed ('auto'; {resolved.attention.why.split(':')[0]}), best first:",
+             f"  {'#':>3}  {'predicted step s':>16}  {'fits':<5} {'strategy':<12} tiles"]
+    for i, r in enumerate(resolved.attention_candidates, 1):
+        choice, memory = r["choice"], r["memory"]
+        fits = "-" if memory is None else ("no" if memory["verdict"] == "does not fit"
+                                           else "yes")
+        strategy = get_strategy(choice.strategy).label(choice.ulysses_degree)
+        lines.append(f"  {i:>3}  {r['step_s']:>16.4g}  {fits:<5} {strategy:<12} "
+                     f"{choice.tile_q}x{choice.tile_k}")
+    return "\n".join(lines)
+
+
+def _switch_candidates(resolved) -> str:
     if not resolved.auto_switches:
         return "Memory switches: all set by the config; nothing for 'auto' to weigh"
     budget = f"{AUTO_SHARE:.0%} of {resolved.device_bytes / GB:.2f} GB"

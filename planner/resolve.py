@@ -40,6 +40,9 @@ class ResolvedRun:
     device_bytes: float  # what a device has (fake CPU devices: their share of the host)
     auto_switches: tuple[str, ...]  # the switches the config left 'auto'
     candidates: tuple = dataclasses.field(default=(), compare=False, repr=False)
+    # The (strategy, degree, tile) candidates weighed where the config leaves them 'auto', best
+    # first (planner/recommend.py); none where it sets them.
+    attention_candidates: tuple = dataclasses.field(default=(), compare=False, repr=False)
 
     @property
     def fits(self) -> bool:
@@ -87,7 +90,8 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     stand_in = choice_from_config(config, mesh_shape[1], platform,
                                   "ring" if auto_strategy else None)
     switches, rows = resolve_switches(config, run, stand_in, device, documents)
-    attention = recommend.resolve_on_device(config, mesh_shape, platform, device, switches)
+    attention, weighed = recommend.resolve_on_device(config, mesh_shape, platform, device,
+                                                     switches)
     if attention != stand_in:
         switches, rows = resolve_switches(config, run, attention, device, documents)
     best = rows[0]
@@ -98,4 +102,4 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
         device_bytes=device.memory_bytes,
         auto_switches=tuple(k for k in model.MemorySwitches.fields()
                             if k not in given(config.model)),
-        candidates=tuple(rows))
+        candidates=tuple(rows), attention_candidates=tuple(weighed))

@@ -17,14 +17,15 @@ from planner.run import Run
 
 def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
     """The attention's rates on `device`: its calibrated kernel share of peak, links and
-    collectives, the ring step's fixed cost and exposed transfer; x `efficiency` (1: as
-    calibrated)."""
+    collectives, the ring step's fixed cost and exposed transfer, a tile's fixed cost; x
+    `efficiency` (1: as calibrated)."""
     cal = device.calibration
     return strategy_cost.Network(
         flops_per_s=peak_flops(device.flops_key) * cal.attention_efficiency * efficiency,
         link_bytes_per_s=device.link_bytes_per_s * efficiency,
         collective_bytes_per_s=device.collective_rate * efficiency,
-        latency_s=device.latency_s + cal.ring_step_s, hop_exposed=cal.hop_exposed)
+        latency_s=device.latency_s + cal.ring_step_s, hop_exposed=cal.hop_exposed,
+        tile_overhead_s=cal.tile_overhead_s)
 
 
 def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool, window=None):

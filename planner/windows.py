@@ -44,7 +44,7 @@ def kind_table(config, device, devices: int) -> list[dict]:
             total = sum(windows.values())
             rows.append({
                 "layout": layout, "strategy": priced["strategy"], "degree": priced["degree"],
-                "seq": run.seq,
+                "seq": run.seq, "tiles": list(choice.tiles),
                 "kinds": {("global" if w is None else f"local (window {w})"): k
                           for w, k in kinds.items()},
                 "model": {key: sum(windows[w] * kinds[w][key] for w in windows) / total

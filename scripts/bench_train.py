@@ -90,7 +90,7 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
                  "parallel.layout": kind["layout"], "parallel.strategy": kind["strategy"],
                  "data.mask_documents": kind["masked"],
                  "data.cache_dir": os.path.join(args.workdir, "cache"),
-                 "model.tile_q": args.tile, "model.tile_k": args.tile})
+                 "parallel.tile": args.tile})
     return ["train.py", "--config", args.config, "--workdir", workdir,
             *(f"--config.{k}={v}" for k, v in sets.items()), *args.overrides]
 

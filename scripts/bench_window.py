@@ -39,7 +39,7 @@ def main(argv):
     rows = windows.kind_table(config, device, devices)
     kinds = list(rows[0]["kinds"])
     print(f"{config.seq_len:,} tokens over {rows[0]['seq']} devices, {config.model.num_layers} "
-          f"layers ({', '.join(kinds)}), tiles {config.model.tile_q} x {config.model.tile_k}, "
+          f"layers ({', '.join(kinds)}), tiles {rows[0]['tiles'][0]} x {rows[0]['tiles'][1]}, "
           f"{name}; per device per layer")
     head = " | ".join(f"{k}: tiles | {k}: K/V tokens" for k in kinds)
     print(f"| layout | strategy | {head} | model mean: tiles | model mean: K/V tokens | "

@@ -4,10 +4,16 @@ calibration fitted to the points the config file marks for the fit.
     python scripts/calibrate.py                          # configs/llama3_8b_v5p.py, as calibrated
     python scripts/calibrate.py --fit                    # fit again; print the constants to copy
     python scripts/calibrate.py --config llama3_8b_v5p --json runs/calibration.json
+    python scripts/calibrate.py --measure                # this machine: the file the planner reads
 
 The measurements, their source and which points are fitted live in the config file (MEASURED,
 MEASURED_SOURCE, MEASURED_FIT); the fit and the predictions in planner/calibration.py; the
 constants in planner/devices.py. This file reads the flags and prints.
+
+--measure times the attention kernel's tiles and the dense matmuls of configs/default.py's
+model on this machine, in this process with one device pinned to one core (as each device of
+scripts/launch_local.py --pin), and writes the calibration to planner/calibrations/<device>.json
+(or --out), which the planner reads: what parallel.tile='auto' weighs (planner/measure.py).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 
@@ -23,7 +30,61 @@ def parse_args(argv=None):
     p.add_argument("--config", default="llama3_8b_v5p", help="configs.<module> with MEASURED")
     p.add_argument("--fit", action="store_true", help="fit the calibration again (minutes)")
     p.add_argument("--json", help="write every point and the calibration to this file")
+    p.add_argument("--measure", action="store_true",
+                   help="measure this machine's device instead (about a minute)")
+    p.add_argument("--out", help="--measure: the file to write (default: the planner's)")
+    p.add_argument("--core", type=int, default=0, help="--measure: the core to pin to")
     return p.parse_args(argv)
+
+
+def measure(args) -> None:
+    """Times the kernel's tiles and the matmuls here, fits, prints and writes the calibration."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.core})
+    # One device on one core, its matmuls on that core's thread alone (before jax starts).
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_cpu_multi_thread_eigen=false").strip()
+    import jax
+    import parallel
+    from configs import default
+    from planner import measure as measured
+    from planner.devices import DEVICES, calibration_file, device_for_kind
+    from planner.flops import peak_flops
+    jax.config.update("jax_num_cpu_devices", 1)
+    device = device_for_kind(jax.devices()[0].device_kind)
+    key = next(k for k, d in DEVICES.items() if d.title == device.title)
+    m = default.get_config().model
+    shape = measured.Shape(m.num_heads, m.num_kv_heads, m.head_dim)
+    result = measured.measure_calibration(shape, m.d_model, m.mlp_dim,
+                                          peak_flops(device.flops_key))
+    kernel = parallel.resolve_kernel("auto", jax.default_backend()).name
+    t0 = result["calibration"]["tile_overhead_s"]
+    rate = result["calibration"]["attention_efficiency"] * peak_flops(device.flops_key)
+    print(f"{device.title}: the {kernel} kernel's causal block, forward + backward, "
+          f"{m.num_heads} query and {m.num_kv_heads} KV heads of {m.head_dim}")
+    print(f"  {'block':>6} {'tile':>5} {'tiles':>7} {'seconds':>9} {'us/tile':>9} "
+          f"{'model us':>9} {'model/meas':>10}")
+    for r in result["tiles"]:
+        model = t0 + r["tile_flops"] / rate
+        print(f"  {r['block']:>6} {r['tile']:>5} {r['tiles']:>7,} {r['seconds']:>9.4f} "
+              f"{r['seconds_per_tile'] * 1e6:>9.2f} {model * 1e6:>9.2f} "
+              f"{model / r['seconds_per_tile']:>10.2f}")
+    dense = result["matmul"]
+    print(f"  matmuls: {dense['flops_per_s'] / 1e9:.1f} GFLOP/s ({dense['tokens']:,} tokens, "
+          f"d_model {m.d_model}, mlp_dim {m.mlp_dim})")
+    command = "python scripts/calibrate.py --measure" + (f" --core {args.core}" if args.core
+                                                         else "")
+    calibration = dict(result["calibration"],
+                       source=f"measured here: {command} (one device on one core)")
+    print(f"calibration: t0 {t0 * 1e6:.2f} us a tile, attention {rate / 1e9:.1f} GFLOP/s "
+          f"({calibration['attention_efficiency']:.3f} of peak), matmuls "
+          f"{calibration['matmul_efficiency']:.3f} of peak")
+    out = args.out or calibration_file(key)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"device": key, "calibration": calibration, "tiles": result["tiles"],
+                   "matmul": dense}, f, indent=1)
+    print(f"wrote {out}")
 
 
 def table(rows, title: str) -> list[str]:
@@ -54,6 +115,8 @@ def summary(rows) -> list[str]:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.measure:
+        return measure(args)
     from planner import calibration
     from planner.devices import DEVICES
     try:

@@ -45,7 +45,7 @@ def main(argv):
     try:
         for workdir in FLAGS.workdir:
             config, tokenizer, graphdef, params, step = load_run(
-                workdir, FLAGS.step, FLAGS.seq_shards, {"tile_q": 0, "tile_k": 0}, FLAGS.layout)
+                workdir, FLAGS.step, FLAGS.seq_shards, tile=0, layout=FLAGS.layout)
             if rows is None:
                 rows = position_loss.long_documents(
                     held_out_tokens(config, workdir, tokenizer), tokenizer.eos_id,

@@ -9,7 +9,7 @@ which strategy should it use?
     python scripts/plan.py --config configs/default.py --documents data      # its own documents
     python scripts/plan.py --config configs/paper_tpuv4_786k.py --compile tpu  # XLA:TPU's bytes
     python scripts/plan.py --config configs/tiny.py --compile tpu --topology v4-8 \
-        --config.mesh.data=1 --config.mesh.seq=4 --config.model.tile_q=128 ...
+        --config.mesh.data=1 --config.mesh.seq=4 --config.parallel.tile=128 ...
     python scripts/plan.py --config configs/llama_1b.py --documents lognormal:7.5:1.5
     python scripts/plan.py --config configs/default.py --config.seq_len=1048576 \
         --config.global_batch_size=1 --config.mesh.seq=8 --config.cpu_devices=8 --explain

@@ -220,8 +220,8 @@ def test_a_corpus_too_small_for_the_window_is_refused_before_anything_is_built(t
     workdir = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "train.py", "--config=configs/tiny.py", f"--workdir={workdir}",
-         f"--config.data.source={corpus}", "--config.seq_len=2048", "--config.model.tile_q=0",
-         "--config.model.tile_k=0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+         f"--config.data.source={corpus}", "--config.seq_len=2048", "--config.parallel.tile=0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert "can make at most 6,901 tokens" in line  # 3 per byte, an EOS per file

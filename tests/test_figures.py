@@ -27,7 +27,7 @@ def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     bench_train.main(["--config", "configs/tiny.py", "--seq-lens", "256", "--layouts", "ring",
                       "striped", "--masked-layouts", "--steps", "2", "--rounds", "1",
                       "--workdir", str(tmp_path / "runs"), "--json", str(out), "--",
-                      "--config.model.tile_q=32", "--config.model.tile_k=32"])
+                      "--config.parallel.tile=32"])
     results = {r["layout"]: r for r in json.loads(out.read_text())["results"]}
     assert set(results) == {"ring", "striped"}
     for r in results.values():

@@ -116,7 +116,7 @@ def test_the_command_line_sets_every_stage_s_steps_or_one_stage_s_fields(tmp_pat
     assert [c.data.mask_documents for _, c in planned] == [config.data.mask_documents, False]
     assert [c.seed for _, c in planned] == [7, 8]
     assert planned[1][0].explicit == ("seq_len", "global_batch_size", "model.rope_theta",
-                                      "model.tile_q", "model.tile_k", "optim.learning_rate",
+                                      "parallel.tile", "optim.learning_rate",
                                       "optim.warmup_steps", "eval_every_steps",
                                       "checkpoint_every_steps", "data.mask_documents")
     for args, expected in [
@@ -127,3 +127,18 @@ def test_the_command_line_sets_every_stage_s_steps_or_one_stage_s_fields(tmp_pat
             _parse(*args)
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 2 and expected in line, line
+
+
+def test_a_checkpoint_from_before_parallel_tile_reads_with_its_tiles():
+    """A run saved with model.tile_q/tile_k (before they moved into parallel.tile) samples and
+    resumes with the tiles it ran with; 0 x 0 stays the kernel's default."""
+    from configs import tiny
+    from planner.attention import configured_tiles
+    from training.resume import saved_config
+    for old, now in (((64, 32), (64, 32)), ((0, 0), (0, 0))):
+        saved = tiny.get_config().to_dict()
+        del saved["parallel"]["tile"]
+        saved["model"].update(tile_q=old[0], tile_k=old[1])
+        config = saved_config({"config": saved, "memory_switches": {}})
+        assert configured_tiles(config) == now
+        assert "tile_q" not in config.model and "tile_k" not in config.model

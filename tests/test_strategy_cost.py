@@ -85,11 +85,11 @@ def test_auto_resolves_to_a_registered_strategy_with_a_reason():
     """'auto' is resolved before anything is built: the choice names a real strategy (its
     degree where it has one), says why, and is the planner's recommendation for this run."""
     config = default.get_config()
-    config.parallel.strategy = "auto"
+    config.parallel.strategy, config.parallel.tile = "auto", 32
     choice = resolve_run(config, (1, 4), "cpu", "cpu").attention
     assert choice.strategy in parallel.STRATEGIES
     assert (choice.strategy, choice.ulysses_degree) in sc.options(4, config.model.num_heads)
-    assert choice.why.startswith(f"auto -> {choice.strategy}")
+    assert choice.why.startswith(f"auto strategy -> {choice.strategy}")
     assert choice.kernel == "xla" and choice.tiles == (32, 32)
     config.parallel.strategy, config.parallel.ulysses_degree = "usp", 2
     configured = resolve_run(config, (1, 4), "cpu", "cpu").attention
@@ -115,3 +115,51 @@ def test_auto_and_a_good_degree_validate():
     for strategy, degree in (("auto", 0), ("usp", 2), ("ulysses", 0), ("allgather", 0)):
         config.parallel.strategy, config.parallel.ulysses_degree = strategy, degree
         validate_config(config, 4, 1)
+
+
+def test_a_tile_s_fixed_cost_is_paid_once_per_tile_and_never_divided_by_ulysses():
+    """t = t0 + F / rate: the hand count of a free network's forward with t0 = 0.5 s a tile."""
+    slow = sc.Network(flops_per_s=TILE_FLOPS, link_bytes_per_s=1e30,
+                      collective_bytes_per_s=1e30, latency_s=0.0, tile_overhead_s=0.5)
+    assert sc.tile_seconds(SHAPE, slow) == 1.5
+    assert sc.tile_seconds(SHAPE, slow, head_share=1 / 4) == 0.75
+
+
+def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():
+    """parallel.tile='auto' (the default): free tiles -> the smallest option (the most
+    balanced), costly ones -> the largest (the fewest), and in between the option with the
+    least predicted step, checked against planner.time for every option."""
+    import dataclasses
+
+    from parallel.choice import tile_options
+    from planner import recommend, time as planner_time
+    from planner.devices import DEVICES
+    from planner.run import make_run
+    config = default.get_config()
+    config.seq_len, config.global_batch_size, config.mesh.seq = 16384, 1, 2
+    config.parallel.strategy = "ring"
+    cpu = DEVICES["cpu"]
+
+    def on(t0):
+        return dataclasses.replace(cpu, memory_bytes=64e9, calibration=dataclasses.replace(
+            cpu.calibration, tile_overhead_s=t0))
+
+    def pick(t0):
+        return resolve_run(config, (1, 2), "cpu", "cpu", device=on(t0)).attention
+
+    options = tile_options("striped", parallel.resolve_kernel("xla", "cpu"), 8192, "cpu")
+    assert options[0] == (64, 64) and options[-1] == (512, 512)  # at most 128 tiles a side
+    assert pick(0.0).tiles == options[0] and pick(1.0).tiles == options[-1]
+    chosen = pick(10e-6)
+    assert chosen.why.startswith("auto tile -> ring, tiles")
+    run, device = make_run(config, 2, (1, 2)), on(10e-6)
+    resolved = resolve_run(config, (1, 2), "cpu", "cpu", device=device)
+
+    def step(tiles):
+        m = recommend.run_model(config, dataclasses.replace(chosen, tile_q=tiles[0],
+                                                            tile_k=tiles[1]), resolved.switches)
+        return planner_time.step_time(m, run, tiles, "striped", device, 1.0, True, 1.0)["step_s"]
+
+    times = {tiles: step(tiles) for tiles in options}
+    assert chosen.tiles == min(times, key=times.get)
+    assert options[0] != chosen.tiles != options[-1], times  # an interior optimum at 10 us

@@ -140,7 +140,7 @@ def test_plan_names_what_the_tpu_compiler_refused():
 def test_plan_names_the_kernel_that_runs_out_of_vmem():
     """2048 x 2048 tiles: the forward kernel's float32 scores alone fill a v4 core's 16 MiB."""
     result = plan(*[a for a in TINY_V4_8 if "seq_len" not in a], "--config.seq_len=8192",
-                  "--config.model.tile_q=2048", "--config.model.tile_k=2048")
+                  "--config.parallel.tile=2048")
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()[-1:]
     assert "memory space vmem" in line and "the attention kernel (pallas_call) in the forward " \

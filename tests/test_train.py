@@ -87,7 +87,8 @@ def test_bad_config_is_one_line_error(tmp_path):
     ({"mesh.data": 3}, "mesh.data x mesh.seq = 3 x 2 does not match the 4 devices"),
     ({"seq_len": 130, "parallel.layout": "zigzag"},
      "seq_len 130 is not divisible by 4 (zigzag needs 2 x 2 seq shards)"),
-    ({"model.tile_q": 48}, "model.tile_q=48 does not divide the per-device block of 64"),
+    ({"parallel.tile": 48}, "parallel.tile=48: 48 does not divide the per-device block of 64"),
+    ({"parallel.tile": "64x"}, "parallel.tile='64x' is not a tile"),
     ({"model.num_kv_heads": 3}, "model.num_heads=4 is not a multiple of model.num_kv_heads=3"),
     ({"data.loader": "dali"}, "data.loader='dali': choose one of thread, grain"),
     ({"tracker": "tensorboard"}, "tracker='tensorboard': choose one of wandb, jsonl, none"),
@@ -156,12 +157,18 @@ def test_a_missing_config_file_is_one_line_in_every_entry_point(command):
     assert not os.path.exists("/tmp/never")
 
 
-def test_the_old_layout_field_names_the_new_one(tmp_path):
-    """parallel.attention became parallel.layout: on the command line and in a config file."""
+def test_the_old_layout_and_tile_fields_name_the_new_ones(tmp_path):
+    """parallel.attention became parallel.layout, model.tile_q/tile_k parallel.tile: on the
+    command line and in a config file."""
     result = run_train(tmp_path / "run", "--config.parallel.attention=striped")
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: --config.parallel.attention was renamed: use "
                                      "--config.parallel.layout"), result.stderr
+    result = run_train(tmp_path / "run", "--config.model.tile_q=64")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: --config.model.tile_q moved into parallel.tile: use "
+                                     "--config.parallel.tile=VALUE (512, '256x128' (query x key) "
+                                     "or 'auto')"), result.stderr
     old = tmp_path / "old_config.py"
     old.write_text("from configs import tiny\n\ndef get_config():\n    c = tiny.get_config()\n"
                    "    c.parallel.attention = c.parallel.layout\n    del c.parallel['layout']\n"
@@ -180,11 +187,11 @@ def test_auto_strategy_is_recorded_as_what_it_resolved_to(tmp_path, shared_cache
     result = run_train(tmp_path, "--config.parallel.strategy=auto", "--config.tracker=jsonl",
                        "--config.num_train_steps=2", f"--config.data.cache_dir={shared_cache}")
     assert result.returncode == 0, result.stderr[-3000:]
-    said = next(line for line in result.stdout.splitlines() if "parallel.strategy auto ->" in line)
+    said = next(line for line in result.stdout.splitlines() if "attention: auto strategy ->" in line)
     first = read_metrics(tmp_path)[0]
     strategy, kernel = first["attention/strategy"], first["attention/kernel"]
     assert strategy in parallel.STRATEGIES and kernel == "xla"
-    assert f"auto -> {strategy}" in said
+    assert f"auto strategy -> {strategy}" in said
     meta = json.loads((tmp_path / "checkpoints" / "2" / "meta" / "metadata").read_text())
     assert meta["attention"]["strategy"] == strategy
     assert meta["attention"]["kernel"] == kernel

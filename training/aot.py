@@ -29,7 +29,7 @@ class CompileRefused(Exception):
 
 
 # What to change when the compiler runs out of a memory space.
-_FIXES = {"vmem": "smaller attention tiles (--config.model.tile_q/tile_k, e.g. 512)",
+_FIXES = {"vmem": "smaller attention tiles (--config.parallel.tile, e.g. 512)",
           "hbm": "remat (model.remat, remat_policy 'offload'), smaller model.loss_chunk/"
                  "mlp_chunk, a shorter seq_len or more chips"}
 

@@ -9,7 +9,7 @@ import sys
 
 from absl import flags
 
-from training.validate import RENAMED_FIELDS
+from training.validate import moved_field_error
 
 # --config.stages.K.FIELD=VALUE: one stage's field (training/stages.py), read here, not by absl.
 STAGE_FLAG = re.compile(r"--config\.stages\.(\d+)\.([A-Za-z_][\w.]*)=(.*)", re.DOTALL)
@@ -21,9 +21,9 @@ def parse_flags(argv, flag_values=flags.FLAGS):
     traceback."""
     given = [a[2:].split("=")[0] for a in argv if a.startswith("--config.")]
     for name in given:
-        old = name.removeprefix("config.")
-        if old in RENAMED_FIELDS:
-            fail(f"--config.{old} was renamed: use --config.{RENAMED_FIELDS[old]}")
+        moved = moved_field_error(name.removeprefix("config."), flag=True)
+        if moved:
+            fail(moved)
     if "config" in flag_values:
         check_config_file(argv)
     stage_flags = [m.groups() for m in map(STAGE_FLAG.fullmatch, argv) if m]

@@ -180,8 +180,8 @@ def _take(lock) -> None:
 def _announce_resolved(config, resolved, latest):
     """What 'auto' resolved to, in a line each; a resume keeps the memory switches its
     checkpoint (`latest`, its record) was trained with, whatever this host would pick."""
-    if config.parallel.strategy == "auto":
-        say(f"ringstripe: parallel.strategy {resolved.attention.why}")
+    if resolved.attention.why != "configured":  # a strategy or tile left 'auto'
+        say(f"ringstripe: attention: {resolved.attention.why}")
     if not resolved.auto_switches:
         return resolved
     ran = resume.saved_config(latest).model if latest else {}  # a checkpoint's, 'auto' filled

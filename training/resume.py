@@ -167,8 +167,9 @@ def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
 
 
 def saved_config(meta: dict):
-    """The run config a checkpoint was written with, its renamed fields under their new names
-    (a checkpoint from before a rename still samples and resumes), and its memory switches as
+    """The run config a checkpoint was written with, its renamed and moved fields under their
+    new names (a checkpoint from before a rename still samples and resumes; model.tile_q and
+    tile_k make parallel.tile), and its memory switches as
     the run resolved them where it left them 'auto' (scan_layers decides how its weights are
     stacked)."""
     import ml_collections
@@ -180,10 +181,15 @@ def saved_config(meta: dict):
             values = dict(config[section])
             values[field_now] = values.pop(field)
             config[section] = ml_collections.ConfigDict(values)
+    model, parallel = config.model.to_dict(), config.parallel.to_dict()
+    if "tile_q" in model:  # moved into parallel.tile: the tiles the run ran with, or 0
+        tiles = (model.pop("tile_q"), model.pop("tile_k", 0))
+        parallel["tile"] = list(tiles) if any(tiles) else 0
     ran = {**MemorySwitches().record(), **meta.get("memory_switches", {})}
-    model = config.model.to_dict()
     model.update({k: v for k, v in ran.items() if model.get(k) == AUTO})
-    config.model = ml_collections.ConfigDict(model, type_safe=False)  # as configs/default.py's
+    # Fields of any kind ('auto' or a value), as configs/default.py makes them.
+    config.model = ml_collections.ConfigDict(model, type_safe=False)
+    config.parallel = ml_collections.ConfigDict(parallel, type_safe=False)
     return config
 
 

@@ -28,7 +28,7 @@ ANSWER_TOKENS = 8  # greedy tokens decoded after each prompt: ' ' and five digit
 def _load(workdir, step, seq_shards, layout):
     """(config, tokenizer, graphdef, params, step, held-out text as one stream of tokens)."""
     config, tokenizer, graphdef, params, step = load_run(
-        workdir, step, seq_shards, {"tile_q": 0, "tile_k": 0}, layout)
+        workdir, step, seq_shards, tile=0, layout=layout)
     text = held_out_tokens(config, workdir, tokenizer)
     return config, tokenizer, graphdef, params, step, text[text != tokenizer.eos_id]
 

@@ -23,6 +23,7 @@ import storage
 from checkpoints import Checkpointer
 from model import hf
 from planner import resolve_run
+from planner.attention import configured_tiles
 from training import extension
 from training.resume import saved_config, saved_tokenizer_file
 from training.state import create_train_state
@@ -80,20 +81,19 @@ def checkpointed_run(workdir: str) -> str:
     return workdir  # saved_meta says there is nothing to read
 
 
-def load_run(workdir: str, step, devices: int, model_overrides: dict | None = None,
-             layout: str | None = None):
+def load_run(workdir: str, step, devices: int, tile=None, layout: str | None = None):
     """(config, tokenizer, graphdef, params, step) of a run's checkpoint (the latest, or
     `step`), the parameters sharded over the first `devices` devices, which are the mesh's
-    'seq' axis. model_overrides: fields of config.model that change how the model computes,
-    not its parameters (attention tiles, dtype; tiles of 0: chosen for each call's length,
-    not the run's seq_len); layout: the attention layout its forward uses (default: the
-    run's). A staged run's workdir reads its last stage (checkpointed_run), and says so."""
+    'seq' axis. tile: the attention tile its forward uses (parallel.tile's values; 0: the
+    kernel's default for each call's length, not the run's seq_len; default: the run's);
+    layout: the attention layout its forward uses (default: the run's). A staged run's workdir reads its last stage (checkpointed_run), and says so."""
     if (found := checkpointed_run(workdir)) != workdir:
         print(f"# {workdir} is a staged run: reading its last stage, {found}", file=sys.stderr)
         workdir = found
     step, meta = saved_meta(workdir, step)
     config = saved_config(meta)
-    config.model.update(model_overrides or {})
+    if tile is not None:
+        config.parallel.tile = tile
     if layout:
         parallel.get_layout(layout)  # ValueError naming the layouts
         config.parallel.layout = layout
@@ -130,7 +130,7 @@ def _abstract_model(config, devices: int):
     mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
     resolved = resolve_run(config, (1, devices), jax.default_backend(),
                            mesh.devices.flat[0].device_kind)
-    if config.model.tile_q == 0 and config.model.tile_k == 0:
+    if configured_tiles(config) == (0, 0):  # the kernel's default for each call's length
         attention = dataclasses.replace(resolved.attention, tile_q=0, tile_k=0)
         resolved = dataclasses.replace(resolved, attention=attention,
                                        model=dataclasses.replace(resolved.model, tile_q=0,

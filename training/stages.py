@@ -30,7 +30,7 @@ import dataclasses
 
 import storage
 from training.trackers import say
-from training.validate import ConfigError
+from training.validate import ConfigError, moved_field_error
 
 _NOT_STAGED = ("stages", "init_from", "num_train_steps")  # what a stage sets otherwise, or never
 _DIR_PREFIX = "stage"  # stage K trains in WORKDIR/stageK
@@ -119,6 +119,8 @@ def _holder(config, name: str):
 
 def _set(config, name: str, value, index: int) -> None:
     found = _holder(config, name)
+    if moved_field_error(name):
+        raise ConfigError(f"stage {index}: {moved_field_error(name)}")
     if found is None or name.split(".")[0] in _NOT_STAGED:
         raise ConfigError(f"stage {index} sets {name!r}, which is not a config field a "
                           f"stage can set: use the names of the config file (seq_len, "

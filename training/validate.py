@@ -6,7 +6,7 @@ import parallel
 from configs import setting
 from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.rope import RopeScaling
-from planner.attention import choice_from_config
+from planner.attention import choice_from_config, configured_tiles
 
 TRACKERS = ("wandb", "jsonl", "none")
 LOADERS = ("thread", "grain")
@@ -18,14 +18,32 @@ class ConfigError(ValueError):
 
 # Fields that were renamed: an old config file or command line gets the new name in its error.
 RENAMED_FIELDS = {"parallel.attention": "parallel.layout"}
+# Fields whose setting moved into another one: the error names it and shows its values.
+MOVED_FIELDS = {"model.tile_q": ("parallel.tile", "512, '256x128' (query x key) or 'auto'"),
+                "model.tile_k": ("parallel.tile", "512, '256x128' (query x key) or 'auto'")}
+
+
+def moved_field_error(old: str, flag: bool = False) -> str | None:
+    """The one line for a renamed or moved field `old` ('model.tile_q'), as a config file
+    (flag False) or a --config flag names it; None for a field that did not move."""
+    if old in RENAMED_FIELDS:
+        new = RENAMED_FIELDS[old]
+        return (f"--config.{old} was renamed: use --config.{new}" if flag else
+                f"config field {old} was renamed {new}: rename it in the config file "
+                f"(config.{new} = ...)")
+    if old in MOVED_FIELDS:
+        new, values = MOVED_FIELDS[old]
+        return (f"--config.{old} moved into {new}: use --config.{new}=VALUE ({values})" if flag
+                else f"config field {old} moved into {new}: set config.{new} in the config "
+                     f"file ({values})")
+    return None
 
 
 def _check_renamed(config):
-    for old, new in RENAMED_FIELDS.items():
+    for old in (*RENAMED_FIELDS, *MOVED_FIELDS):
         section, field = old.split(".")
         if field in config.get(section, {}):
-            raise ConfigError(f"config field {old} was renamed {new}: rename it in the config "
-                              f"file (config.{new} = ...)")
+            raise ConfigError(moved_field_error(old))
 
 
 def _mesh_shape(config, device_count):
@@ -86,14 +104,15 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     except ValueError as e:
         raise ConfigError(str(e)) from None
     block = config.seq_len // seq
-    for field in ("tile_q", "tile_k", "loss_chunk", "mlp_chunk"):
+    for field in ("loss_chunk", "mlp_chunk"):
         size = config.model.get(field, 0)
         if not isinstance(size, int) or isinstance(size, bool):
             continue  # 'auto', or a wrong kind of value (_validate_switches says which)
         if size < 0 or (size and block % size):
             raise ConfigError(f"model.{field}={size} does not divide the per-device block of "
                               f"{block} tokens (seq_len / mesh.seq): choose a divisor of {block}"
-                              + (" (0 = whole)" if "chunk" in field else ""))
+                              f" (0 = whole)")
+    _validate_tile(config, block)
     _validate_attention(config, seq, platform)
     # Not the processes: a process builds only the rows and columns its devices hold, so one row
     # may be split over hosts along 'seq' (data/pipeline.py, local_block).
@@ -165,17 +184,31 @@ def _validate_corpus_size(config):
                           f"bring a larger corpus, or lower seq_len or global_batch_size")
 
 
+def _validate_tile(config, block: int) -> None:
+    """parallel.tile is 'auto', 0 or tiles that divide the per-device block."""
+    try:
+        tiles = configured_tiles(config)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for tile in tiles or ():
+        if tile and block % tile:
+            raise ConfigError(f"parallel.tile={config.parallel.tile!r}: {tile} does not divide "
+                              f"the per-device block of {block} tokens (seq_len / mesh.seq): "
+                              f"choose a divisor of {block}, or 'auto'")
+
+
 def _validate_attention(config, seq, platform):
-    """The kernel compiles the tiles it gets (model.tile_q/k, or its defaults), and
-    parallel.ulysses_degree fits the strategy, mesh.seq and the query heads ('auto' picks a
-    degree that does)."""
+    """The kernel compiles the tiles it gets (parallel.tile, or its defaults: 'auto' weighs
+    only tiles it compiles), and parallel.ulysses_degree fits the strategy, mesh.seq and the
+    query heads ('auto' picks a degree that does)."""
     p = config.parallel
+    tile = f"parallel.tile={p.get('tile', 'auto')!r}"
     if p.strategy == "auto":
-        strategy, fields = "ring", f"parallel.kernel={p.kernel!r}, model.tile_q/tile_k"
+        strategy, fields = "ring", f"parallel.kernel={p.kernel!r}, {tile}"
     else:
         strategy, fields = p.strategy, (f"parallel.strategy={p.strategy!r}, parallel.kernel="
-                                        f"{p.kernel!r}, parallel.ulysses_degree, model.tile_q/"
-                                        f"tile_k, model.num_heads")
+                                        f"{p.kernel!r}, parallel.ulysses_degree, {tile}, "
+                                        f"model.num_heads")
     try:
         choice_from_config(config, seq, platform, strategy,
                            None if p.strategy == "auto" else p.ulysses_degree)

@@ -199,7 +199,7 @@ class Ulysses(base.Strategy):
         share = (degree - 1) / degree
         counts = cost.group_tile_counts(shape.layout, shape.num_shards, degree, shape.block,
                                         shape.tiles, documents, shape.mask)
-        steps = counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net) / degree
+        steps = counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net, 1 / degree)
         forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
         rows_f32 = 8 * shape.rows * shape.block * shape.q_heads  # lse and D
         a2a = [share * (q + kv), share * q, share * (2 * q + kv + rows_f32), share * (q + kv)]
