@@ -7,6 +7,8 @@ import dataclasses
 import jax.numpy as jnp
 
 from model.rope import RopeScaling
+from parallel.choice import AttentionChoice
+from parallel.strategies import BASELINE
 
 
 # What a rematerialised block saves for its backward (jax.checkpoint policies): 'nothing' (all of
@@ -79,12 +81,10 @@ class ModelConfig:
     mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
     dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
     param_dtype: str = "float32"
-    attention_layout: str = "striped"  # where tokens sit on the seq shards: parallel.LAYOUTS
-    attention_strategy: str = "ring"  # how K/V meet the queries: parallel.STRATEGIES
-    attention_kernel: str = "auto"  # the block-pair kernel: 'auto' or parallel.KERNELS
-    ulysses_degree: int = 0  # devices per head all-to-all group (1 ring, N ulysses); 0 = not set
-    tile_q: int = 0  # attention tile sizes; 0 = parallel.attention's default
-    tile_k: int = 0
+    # The run's resolved sequence-parallel attention (layout, strategy and its degree, kernel,
+    # tiles; planner.resolve_run), held whole, as every other reader holds it. None: a model
+    # built by hand, which attends striped, by ring, with the backend's kernel and tiles.
+    attention: AttentionChoice | None = None
     # Attention per layer (Hugging Face's names and meanings). The defaults leave a Llama model
     # as it was: every layer full causal attention, no caps, no sinks, no norms on q and k.
     layer_types: tuple[str, ...] = ()  # per block, LAYER_TYPES; () = all 'full_attention'
@@ -107,7 +107,7 @@ class ModelConfig:
         resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles) and
         its resolved memory switches (a MemorySwitches, which replaces the section's: they
         may be 'auto' there). ValueError, one line, for a switch left 'auto' without them."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - {"attention"}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
         if switches is not None:
             values.update(switches.record())
@@ -116,16 +116,24 @@ class ModelConfig:
             raise ValueError(f"model.{unresolved[0]} is 'auto': resolve the run first "
                              f"(planner.resolve_run), or give it a value")
         values["rope_scaling"] = RopeScaling.from_config(values.get("rope_scaling"))
-        if attention is not None:
-            values.update(attention_layout=attention.layout,
-                          attention_strategy=attention.strategy,
-                          attention_kernel=attention.kernel, tile_q=attention.tile_q,
-                          tile_k=attention.tile_k, ulysses_degree=attention.ulysses_degree)
-        return cls(**values)
+        return cls(**values, attention=attention)
 
     def __post_init__(self):
         # ml_collections and JSON give lists: a tuple keeps the config hashable (static in jit).
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+
+    @property
+    def layout(self) -> str:
+        """Where the tokens sit on the 'seq' devices (parallel.LAYOUTS)."""
+        return self.attention.layout if self.attention else "striped"
+
+    def attention_kwargs(self) -> dict:
+        """parallel.attention's layout, strategy (its degree), kernel and tiles; a tile of 0:
+        the kernel's default for each call's length (a saved run read at any length)."""
+        if self.attention is None:
+            return {"layout": "striped", "strategy": BASELINE, "kernel": "auto"}
+        kwargs = self.attention.attention_kwargs()
+        return dict(kwargs, tile_q=kwargs["tile_q"] or None, tile_k=kwargs["tile_k"] or None)
 
     def layer_type(self, i: int) -> str:
         """Block i's attention: 'full_attention' or 'sliding_attention'."""

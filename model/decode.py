@@ -146,7 +146,7 @@ def generate_sharded(graphdef, params, prompts, max_new_tokens: int, mesh, *,
     (sample.py prints the cache size per device)."""
     from flax import nnx
     cfg = nnx.merge(graphdef, params).cfg
-    fields = lay_out_prompts(prompts, cfg.attention_layout, mesh.shape[parallel.SEQ])
+    fields = lay_out_prompts(prompts, cfg.layout, mesh.shape[parallel.SEQ])
     lengths = fields.pop("lengths")
     sharding = jax.NamedSharding(mesh, jax.P(parallel.DATA, parallel.SEQ))
     laid = {k: jax.device_put(v, sharding) for k, v in fields.items()}

@@ -148,11 +148,8 @@ class Attention(nnx.Module):
         q, k = rope(q, positions, theta, scaling), rope(k, positions, theta, scaling)
         options = self.options(kind)
         if cache is None:
-            out = parallel.attention(q, k, v, mesh=self.mesh, layout=cfg.attention_layout,
-                                     strategy=cfg.attention_strategy, kernel=cfg.attention_kernel,
-                                     segment_ids=segment_ids, order=order,
-                                     tile_q=cfg.tile_q or None, tile_k=cfg.tile_k or None,
-                                     ulysses_degree=cfg.ulysses_degree or None, **options)
+            out = parallel.attention(q, k, v, mesh=self.mesh, segment_ids=segment_ids,
+                                     order=order, **cfg.attention_kwargs(), **options)
         elif isinstance(cache, ShardedCache):
             out, cache = attend_sharded(q, k, v, positions, cache, self.mesh, **options)
         else:

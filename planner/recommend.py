@@ -21,6 +21,7 @@ import parallel
 from parallel import strategy_cost
 from planner import memory, time
 from parallel.choice import AUTO, tile_options
+from parallel.strategies import BASELINE
 from planner.attention import choice_from_config, configured_tiles
 from planner.devices import Device
 from planner.flops import flops_per_token
@@ -88,7 +89,7 @@ def attention_rows(config, run: Run, platform: str, device: Device, switches=Non
     fixed = None if p.strategy == AUTO else choice_from_config(config, seq, platform,
                                                                 tiles=(0, 0))
     given = configured_tiles(config)
-    base = choice_from_config(config, seq, platform, "ring", None, tiles=given or (0, 0))
+    base = choice_from_config(config, seq, platform, BASELINE, None, tiles=given or (0, 0))
     tiles = [base.tiles] if given else tile_options(
         p.layout, parallel.resolve_kernel(base.kernel, platform), run.block, platform)
     rows = []

@@ -175,8 +175,8 @@ def format_plan(plan: dict, config, resolved, device, run: Run) -> str:
             f"  hosts  each of {plan['processes']} process(es) builds {rows} row(s) x "
             f"{columns:,} laid-out columns of every batch (a row may span hosts)",
             f"  attention  {choice.label()}: {plan['why']}"]
-    if resolved.auto_switches:
-        head.append(f"  memory  {resolved.line()}")
+    if resolved.line():
+        head.append(f"  auto   {resolved.line()}")
     head.append("")
     unit = _unit(plan["fit"]["total_bytes"])
     body = (format_memory(plan, m, run, unit) + format_as_built(plan, unit) + [""]

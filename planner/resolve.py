@@ -19,8 +19,10 @@ import dataclasses
 
 import model
 import parallel
+from parallel.choice import AUTO
+from parallel.strategies import BASELINE
 from planner import recommend
-from planner.attention import choice_from_config
+from planner.attention import choice_from_config, configured_tiles
 from planner.devices import Device, device_for_kind, on_host
 from planner.run import make_run
 from planner.switches import AUTO_SHARE, given, resolve_switches
@@ -39,6 +41,7 @@ class ResolvedRun:
     bytes_per_device: float  # analytic memory per device
     device_bytes: float  # what a device has (fake CPU devices: their share of the host)
     auto_switches: tuple[str, ...]  # the switches the config left 'auto'
+    auto_attention: tuple[str, ...] = ()  # 'strategy', 'tile': what of it the config left 'auto'
     candidates: tuple = dataclasses.field(default=(), compare=False, repr=False)
     # The (strategy, degree, tile) candidates weighed where the config leaves them 'auto', best
     # first (planner/recommend.py); none where it sets them.
@@ -49,12 +52,24 @@ class ResolvedRun:
         return not self.device_bytes or self.bytes_per_device <= AUTO_SHARE * self.device_bytes
 
     def line(self) -> str:
-        """What 'auto' chose for the memory switches, and why, in one line."""
+        """What 'auto' chose and why, in one line: the attention (layout, strategy, tile) where
+        the strategy or the tile was left to it, the memory switches where any was, the
+        predicted memory and step; '' when the config left nothing to it."""
+        if not (self.auto_attention or self.auto_switches):
+            return ""
+        chose, weighed = [], []
+        if self.auto_attention:
+            chose.append(self.attention.label())
+            weighed.append(f"{len(self.attention_candidates)} attention")
+        if self.auto_switches:
+            chose.append(self.switches.label())
+            weighed.append(f"{len(self.candidates)} memory")
         verdict = "fits" if self.fits else "does NOT fit: the least memory of any candidate"
-        return (f"memory switches auto -> {self.switches.label()}: predicted "
-                f"{self.bytes_per_device / GB:.2f} GB per device of {self.device_bytes / GB:.1f} "
-                f"({verdict}), {self.step_s:.3g} s per step on {self.device}; fastest of "
-                f"{len(self.candidates)} candidates (scripts/plan.py --explain)")
+        return (f"auto ({', '.join(self.auto_attention + self.auto_switches)}) -> "
+                f"{'; '.join(chose)}: predicted {self.bytes_per_device / GB:.2f} GB per device "
+                f"of {self.device_bytes / GB:.1f} ({verdict}), {self.step_s:.3g} s per step on "
+                f"{self.device}; fastest of {' and '.join(weighed)} candidates "
+                f"(scripts/plan.py --explain)")
 
     def keeping(self, recorded: dict) -> "ResolvedRun":
         """This run with the switches it left 'auto' set as in `recorded` (a checkpoint's
@@ -86,9 +101,9 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     devices = mesh_shape[0] * mesh_shape[1]
     device = device or run_device(device_kind, devices)
     run = make_run(config, devices, tuple(mesh_shape))
-    auto_strategy = config.parallel.strategy == "auto"
+    auto_strategy = config.parallel.strategy == AUTO
     stand_in = choice_from_config(config, mesh_shape[1], platform,
-                                  "ring" if auto_strategy else None)
+                                  BASELINE if auto_strategy else None)
     switches, rows = resolve_switches(config, run, stand_in, device, documents)
     attention, weighed = recommend.resolve_on_device(config, mesh_shape, platform, device,
                                                      switches)
@@ -102,4 +117,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
         device_bytes=device.memory_bytes,
         auto_switches=tuple(k for k in model.MemorySwitches.fields()
                             if k not in given(config.model)),
-        candidates=tuple(rows), attention_candidates=tuple(weighed))
+        candidates=tuple(rows), attention_candidates=tuple(weighed),
+        auto_attention=tuple(what for what, auto in (
+            ("strategy", config.parallel.strategy == AUTO),
+            ("tile", configured_tiles(config) is None)) if auto))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import parallel
 from parallel import cost, strategy_cost
 from parallel.mask import Mask
-from parallel.strategies import get_strategy
+from parallel.strategies import BASELINE, get_strategy
 from planner import recommend
 from planner.attention import choice_from_config
 from planner.switches import resolve_switches
@@ -35,7 +35,7 @@ def kind_table(config, device, devices: int) -> list[dict]:
         with config.unlocked():
             config.parallel.layout = layout
         run = make_run(config, devices)
-        choice = choice_from_config(config, run.seq, device.platform, "ring")
+        choice = choice_from_config(config, run.seq, device.platform, BASELINE)
         switches = resolve_switches(config, run, choice, device)[0]
         table = recommend.strategy_table(config, run, choice, device, switches=switches)
         for priced in table["rows"]:

@@ -65,7 +65,8 @@ def test_a_stretched_run_is_the_same_model_with_the_stretched_rope():
     config = default.get_config()
     config.seq_len, config.mesh.seq, config.parallel.strategy = 128, 1, "ring"
     config.model.update(dict(d_model=32, num_heads=2, num_kv_heads=2, head_dim=16, mlp_dim=64,
-                             num_layers=1, vocab_size=64, tile_q=0, tile_k=0))
+                             num_layers=1, vocab_size=64))
+    config.parallel.tile = 0
     assert stretched_model(config, "the run's graph", 128) == (config, "the run's graph")
     stretched, graphdef = stretched_model(config, None, 512)
     assert config.model.rope_theta == 10_000.0  # the loaded run's config is left as it was

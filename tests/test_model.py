@@ -12,8 +12,15 @@ from tests.test_attention import layout_order, take
 from training import step as step_lib
 
 SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
-             mlp_dim=64, tile_q=4, tile_k=4)
+             mlp_dim=64)
 S, B = 32, 2
+
+
+def attention(layout: str, strategy: str = "ring", tile: int = 4) -> parallel.AttentionChoice:
+    """The attention a model built by hand runs (a run's comes from planner.resolve_run); a
+    tile of 0: the kernel's default for each call's length."""
+    return parallel.AttentionChoice(layout=layout, strategy=strategy, ulysses_degree=1,
+                                    kernel="xla", tile_q=tile, tile_k=tile)
 
 
 def natural_batch():
@@ -27,9 +34,9 @@ def natural_batch():
                 segment_ids=segment_ids, weights=weights)
 
 
-def loss_and_grads(layout, data, seq, **overrides):
+def loss_and_grads(layout, data, seq, strategy="ring", **overrides):
     mesh = parallel.make_mesh(data, seq, devices=jax.devices()[: data * seq])
-    cfg = model.ModelConfig(attention_layout=layout, **{**SIZES, **overrides})
+    cfg = model.ModelConfig(attention=attention(layout, strategy), **{**SIZES, **overrides})
     net = model.create(cfg, mesh, seed=0)
     graphdef, params = nnx.split(net, nnx.Param)
     fields = natural_batch()
@@ -60,7 +67,7 @@ def single_device():
     ("striped", 2, 4, "ring"), ("balanced", 2, 4, "ring"), ("zigzag", 2, 4, "allgather")])
 def test_same_loss_and_gradients_as_one_device(single_device, layout, data, seq, strategy):
     want_loss, want_grads, _ = single_device
-    loss, grads, _ = loss_and_grads(layout, data, seq, attention_strategy=strategy)
+    loss, grads, _ = loss_and_grads(layout, data, seq, strategy)
     assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
     errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
     assert max(jax.tree.leaves(errors)) < 1e-4
@@ -117,7 +124,8 @@ def test_rope_uses_original_positions():
 
 def test_bfloat16_compute_keeps_float32_parameters():
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
-    cfg = model.ModelConfig(attention_layout="striped", dtype="bfloat16", remat=True, **SIZES)
+    cfg = model.ModelConfig(attention=attention("striped"), dtype="bfloat16", remat=True,
+                            **SIZES)
     net = model.create(cfg, mesh, seed=0)
     graphdef, params = nnx.split(net, nnx.Param)
     assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype("float32")}

@@ -15,7 +15,7 @@ import model
 import parallel
 from model import decode
 from model.layers import rms_norm
-from tests.test_model import SIZES, loss_and_grads, natural_batch
+from tests.test_model import SIZES, attention, loss_and_grads, natural_batch
 from training import step as step_lib
 
 
@@ -69,7 +69,7 @@ def _unstacked(grads, num_layers):
 @pytest.mark.parametrize("overrides", [dict(remat=True, mlp_chunk=4, loss_chunk=4)])
 def test_scan_layers_matches_the_unrolled_blocks(overrides):
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
-    plain, scanned = _models(mesh, attention_layout="zigzag", **overrides)
+    plain, scanned = _models(mesh, attention=attention("zigzag"), **overrides)
     batch = {k: jnp.asarray(v) for k, v in natural_batch().items()}
     batch["order"] = jnp.broadcast_to(parallel.permutation("zigzag", 32, 4), (2, 32))
     batch = {k: v if k == "order" else jnp.take_along_axis(v, batch["order"], axis=1)
@@ -140,7 +140,7 @@ def test_chunked_loss_leaves_the_logits_out_of_the_compiled_step():
     """Vocabulary 4,096 x 2,048 tokens: the logits alone are 32 MB; chunks of 128 tokens make
     2 MB at a time. XLA's temporaries for loss + gradients drop by more than the logits."""
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    sizes = dict(SIZES, vocab_size=4096, num_layers=1, tile_q=64, tile_k=64)
+    sizes = dict(SIZES, vocab_size=4096, num_layers=1, attention=attention("striped", tile=64))
     batch = {"inputs": jnp.zeros((1, 2048), jnp.int32), "targets": jnp.ones((1, 2048), jnp.int32),
              "positions": jnp.arange(2048)[None], "weights": jnp.ones((1, 2048), jnp.float32)}
 

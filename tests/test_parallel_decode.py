@@ -10,6 +10,7 @@ from flax import nnx
 import model
 import parallel
 from model import decode
+from tests.test_model import attention
 
 SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
              mlp_dim=64)
@@ -18,7 +19,7 @@ LAYOUTS = ["ring", "striped", "zigzag", "balanced"]
 
 def build(layout: str, shards: int, **options):
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    cfg = model.ModelConfig(attention_layout=layout, **SIZES, **options)
+    cfg = model.ModelConfig(attention=attention(layout, tile=0), **SIZES, **options)
     return mesh, *nnx.split(model.create(cfg, mesh, seed=5), nnx.Param)
 
 

@@ -10,6 +10,7 @@ from flax import nnx
 import model
 import parallel
 from training import position_loss
+from tests.test_model import attention
 
 SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
              mlp_dim=64)
@@ -23,7 +24,7 @@ def rows():
 
 def curve(layout, shards, rows, **model_options):
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    cfg = model.ModelConfig(attention_layout=layout, **SIZES, **model_options)
+    cfg = model.ModelConfig(attention=attention(layout, tile=0), **SIZES, **model_options)
     graphdef, params = nnx.split(model.create(cfg, mesh, seed=2), nnx.Param)
     batch = position_loss.on_mesh(position_loss.position_batch(rows, layout, shards), mesh)
     with jax.set_mesh(mesh):

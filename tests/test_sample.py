@@ -13,6 +13,7 @@ from flax import nnx
 import model
 import parallel
 from model import decode
+from tests.test_model import attention
 from tests.train_runs import ROOT, clean_env, run_train
 from training import probes as probes_module
 
@@ -23,7 +24,7 @@ SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=
 @pytest.fixture(scope="module")
 def tiny_model():
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    cfg = model.ModelConfig(attention_layout="ring", **SIZES)
+    cfg = model.ModelConfig(attention=attention("ring", tile=0), **SIZES)
     graphdef, params = nnx.split(model.create(cfg, mesh, seed=3), nnx.Param)
     return mesh, graphdef, params
 

@@ -11,7 +11,7 @@ import parallel
 from configs import tiny
 from planner import flops, resolve_run
 from training import optim, step as step_lib
-from tests.test_model import SIZES, natural_batch
+from tests.test_model import SIZES, attention, natural_batch
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():
@@ -26,7 +26,7 @@ def test_schedule_warms_up_then_decays_to_the_floor():
 
 def test_gradient_accumulation_equals_one_big_batch():
     mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
-    cfg = model.ModelConfig(attention_layout="striped", **SIZES)
+    cfg = model.ModelConfig(attention=attention("striped"), **SIZES)
     graphdef, params = nnx.split(model.create(cfg, mesh, seed=0), nnx.Param)
     optim_cfg = tiny.get_config().optim
     tx, schedule = optim.make_optimizer(optim_cfg, 10)

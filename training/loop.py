@@ -178,17 +178,15 @@ def _take(lock) -> None:
 
 
 def _announce_resolved(config, resolved, latest):
-    """What 'auto' resolved to, in a line each; a resume keeps the memory switches its
-    checkpoint (`latest`, its record) was trained with, whatever this host would pick."""
-    if resolved.attention.why != "configured":  # a strategy or tile left 'auto'
-        say(f"ringstripe: attention: {resolved.attention.why}")
-    if not resolved.auto_switches:
-        return resolved
+    """What 'auto' resolved to, in one line; a resume keeps the memory switches its checkpoint
+    (`latest`, its record) was trained with, whatever this host would pick, and says so."""
     ran = resume.saved_config(latest).model if latest else {}  # a checkpoint's, 'auto' filled
     kept = resolved.keeping({k: ran[k] for k in model.MemorySwitches.fields() if k in ran})
-    say(f"ringstripe: {resolved.line()}" if kept is resolved else
-        f"ringstripe: memory switches as the checkpoint was trained with: "
-        f"{kept.switches.label()} (auto would pick {resolved.switches.label()} here)")
+    if kept is not resolved:
+        say(f"ringstripe: memory switches as the checkpoint was trained with: "
+            f"{kept.switches.label()} (auto would pick {resolved.switches.label()} here)")
+    elif resolved.line():
+        say(f"ringstripe: {resolved.line()}")
     return kept
 
 

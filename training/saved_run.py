@@ -19,6 +19,7 @@ from flax import nnx
 
 import data
 import parallel
+from parallel.strategies import BASELINE
 import storage
 from checkpoints import Checkpointer
 from model import hf
@@ -101,7 +102,7 @@ def load_run(workdir: str, step, devices: int, tile=None, layout: str | None = N
     config.mesh.data, config.mesh.seq = 1, devices
     # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
     # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
-    config.parallel.strategy, config.parallel.ulysses_degree = "ring", 0
+    config.parallel.strategy, config.parallel.ulysses_degree = BASELINE, 0
     state, graphdef = _abstract_model(config, devices)
     checkpointer = Checkpointer(storage.join(workdir, "checkpoints"), read_only=True)
     try:
@@ -132,9 +133,8 @@ def _abstract_model(config, devices: int):
                            mesh.devices.flat[0].device_kind)
     if configured_tiles(config) == (0, 0):  # the kernel's default for each call's length
         attention = dataclasses.replace(resolved.attention, tile_q=0, tile_k=0)
-        resolved = dataclasses.replace(resolved, attention=attention,
-                                       model=dataclasses.replace(resolved.model, tile_q=0,
-                                                                 tile_k=0))
+        resolved = dataclasses.replace(resolved, attention=attention, model=dataclasses.replace(
+            resolved.model, attention=attention))
     state, graphdef, *_ = create_train_state(config, mesh, resolved, abstract=True)
     return state, graphdef
 

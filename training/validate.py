@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import parallel
+from parallel.strategies import BASELINE
 from configs import setting
 from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.rope import RopeScaling
@@ -204,7 +205,7 @@ def _validate_attention(config, seq, platform):
     p = config.parallel
     tile = f"parallel.tile={p.get('tile', 'auto')!r}"
     if p.strategy == "auto":
-        strategy, fields = "ring", f"parallel.kernel={p.kernel!r}, {tile}"
+        strategy, fields = BASELINE, f"parallel.kernel={p.kernel!r}, {tile}"
     else:
         strategy, fields = p.strategy, (f"parallel.strategy={p.strategy!r}, parallel.kernel="
                                         f"{p.kernel!r}, parallel.ulysses_degree, {tile}, "

@@ -15,6 +15,10 @@ from parallel.strategies.base import Strategy
 
 STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY
                                    for m in (ring, allgather, ulysses, usp)}
+# The strategy that runs on every mesh and head count and needs no option: what the planner's
+# tables compare the others against, what stands in for 'auto' while the switches are priced,
+# and what a saved model decodes with (its K/V cache holds each device's own keys).
+BASELINE = ring.STRATEGY.name
 
 
 def parse_label(label: str) -> tuple[str, int]:
