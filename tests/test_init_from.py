@@ -171,12 +171,15 @@ def exported_equals_the_run(workdir, out):
 
 def test_the_command_line_amends_the_checkpoints_rope(model_dir, tmp_path):
     """config.json's RoPE rule (linear, factor 4) with one parameter and the base changed on the
-    command line; the shape comes from config.json whatever the config file said."""
+    command line; the shape comes from config.json whatever the config file said; the config
+    as read is left as it was (the run's is a copy)."""
     from training import init_from
-    config = run_config(model_dir)
-    config.model.rope_scaling.factor, config.model.rope_theta = 8.0, 50_000.0
-    init_from.resolve(config, str(tmp_path),
-                      explicit={"model.rope_scaling.factor", "model.rope_theta"})
+    given = run_config(model_dir)
+    given.model.rope_scaling.factor, given.model.rope_theta = 8.0, 50_000.0
+    read = given.to_dict()
+    config, _ = init_from.resolve(given, str(tmp_path),
+                                  explicit={"model.rope_scaling.factor", "model.rope_theta"})
+    assert given.to_dict() == read and config is not given  # the config as read: unchanged
     assert config.model.rope_scaling.rope_type == "linear"
     assert config.model.rope_scaling.factor == 8.0 and config.model.rope_theta == 50_000.0
     assert (config.model.d_model, config.model.head_dim, config.model.vocab_size) == (48, 12, 128)

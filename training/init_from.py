@@ -3,13 +3,13 @@
     ''                       random weights, drawn from config.seed
     'hf:PATH'                a Hugging Face directory (model/hf.py: Llama, Mistral, Qwen3,
                              Gemma 2, Gemma 3): config.json fills
-                             config.model, its tokenizer (tokenizer.json, or tokenizer.model)
+                             the run's config.model, its tokenizer (tokenizer.json, or tokenizer.model)
                              becomes the run's
     'run:WORKDIR[@STEP]'     another run's checkpoint (its latest, or STEP): the weights only, the
                              optimizer starts fresh. A new stage: how seq_len, the RoPE settings,
                              the mesh or the batch change on purpose
 
-    source = resolve(config, workdir, explicit={"model.rope_theta"})  # before anything is built
+    config, source = resolve(config, workdir, explicit={"model.rope_theta"})  # a filled copy
     params = initial_params(source, model_cfg, abstract_params, mesh)
 
 Only a start reads it: once the run's own workdir has a checkpoint, a resume restores that.
@@ -21,6 +21,7 @@ context extension changes exactly those.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 
@@ -70,16 +71,19 @@ def parse(spec: str) -> Source | None:
                       f"'run:WORKDIR[@STEP]' (another run's checkpoint), or '' for random weights")
 
 
-def resolve(config, workdir: str, explicit=()) -> Source | None:
-    """Reads the source's model settings and tokenizer into `config` (model section, and
-    data.tokenizer_path unless set) and checks its files; writes nothing. `explicit`: the
-    config fields given explicitly ('model.rope_theta', ...), which win over the source's.
+def resolve(config, workdir: str, explicit=()) -> tuple[object, Source | None]:
+    """(the run's config, its source): a copy of `config` with the source's model settings
+    and tokenizer read in (model section, and data.tokenizer_path unless set), its files
+    checked; `config` itself, as it was read, without init_from. Writes nothing, and leaves
+    `config` as it was. `explicit`: the config fields given explicitly ('model.rope_theta',
+    ...), which win over the source's.
 
     A run that already has checkpoints of its own takes those settings from its latest one
     instead: a resume needs neither the source's files nor their being unchanged."""
     source = parse(setting(config, "init_from"))
     if source is None:
-        return None
+        return config, None
+    config = copy.deepcopy(config)  # its references (vocab_size) kept, as the source sets them
     from training.saved_run import saved_steps
     if saved_steps(workdir):
         _, fields, tokenizer = _from_run(Source("run", workdir))
@@ -118,7 +122,7 @@ def resolve(config, workdir: str, explicit=()) -> Source | None:
             config.data.tokenizer_path = tokenizer
     if source.kind == "hf" and not saved_steps(workdir):
         _check_hf_files(source.path, config)
-    return source
+    return config, source
 
 
 def _same(value):

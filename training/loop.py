@@ -130,7 +130,8 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     the stages one after the other (training/stages.py); `stage` is then the one this is."""
     if stage is None and config.get("stages"):
         return stages.train_stages(config, workdir, explicit, train_and_evaluate)
-    source = init_from.resolve(config, workdir, explicit)  # fills config.model; reads only
+    # The source's model settings read into a copy; the config as read stays as it was.
+    config, source = init_from.resolve(config, workdir, explicit)
     validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
     resume.check_inputs(config, workdir)
     try:  # multi-slice: the mesh's data axis must span the slices

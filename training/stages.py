@@ -229,9 +229,11 @@ def _check(stages, explicit) -> None:
     from training import init_from
     from training.validate import validate_config
     first_stage, first = stages[0]
-    init_from.resolve(first, first_stage.workdir, tuple(explicit) + first_stage.explicit)
+    first, _ = init_from.resolve(first, first_stage.workdir,
+                                 tuple(explicit) + first_stage.explicit)
     for stage, config in stages:
-        with config.unlocked():
+        checked = copy.deepcopy(config)  # the stage trains from its own config, as planned
+        with checked.unlocked():
             for name in init_from.SHAPE_FIELDS:
-                config.model[name] = first.model[name]
-        validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
+                checked.model[name] = first.model[name]
+        validate_config(checked, jax.device_count(), jax.process_count(), jax.default_backend())
