@@ -53,7 +53,9 @@ def get_config():
     config.parallel = ml_collections.ConfigDict(type_safe=False)  # tile: 'auto' or a size
     # Three separate choices (parallel/README.md): where tokens sit on the seq shards, how keys and
     # values reach the queries, and what computes one (query block, key block) pair.
-    config.parallel.layout = "striped"  # layout: 'ring' | 'striped' | 'zigzag' | 'balanced'
+    # layout: 'ring' | 'striped' | 'zigzag' | 'balanced' | 'auto' (the planner's pick with the
+    # strategy and tile it runs fastest with: the run's first lines say which)
+    config.parallel.layout = "striped"
     # strategy: 'ring' (K/V hop device to device) | 'allgather' (one all-gather of K/V) |
     # 'ulysses' (all-to-all to head shards) | 'usp' (ulysses in groups x ring) | 'auto' (the
     # planner's pick for this mesh and device: scripts/plan.py prints the table)

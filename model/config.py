@@ -7,7 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from model.rope import RopeScaling
-from parallel.choice import AttentionChoice
+from parallel.choice import AUTO, AttentionChoice
 from parallel.strategies import BASELINE
 
 
@@ -22,7 +22,8 @@ REMAT_POLICIES = {"nothing": "nothing_saveable",  # name -> jax.checkpoint_polic
 BLOCK_INPUT = "block_input"  # the checkpoint name of a block's input (what 'offload' moves)
 
 
-AUTO = "auto"  # a switch's value that leaves it to the planner (planner/switches.py)
+# AUTO ('auto'): a switch's value that leaves it to the planner (planner/switches.py), as for
+# the attention's layout, strategy and tile (planner/recommend.py).
 
 
 @dataclasses.dataclass(frozen=True)

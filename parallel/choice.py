@@ -69,7 +69,7 @@ class AttentionChoice:
                 "tile_q": self.tile_q, "tile_k": self.tile_k}
 
 
-AUTO = "auto"  # a parallel.* setting left to the planner (planner/recommend.py)
+AUTO = "auto"  # a setting left to the planner: parallel.layout/strategy/tile, memory switches
 
 
 def parse_tile(value) -> tuple[int, int] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import parallel
 from parallel.choice import parse_tile
+from planner.run import configured_layout
 
 
 def configured_tiles(config) -> tuple[int, int] | None:
@@ -18,15 +19,17 @@ def configured_tiles(config) -> tuple[int, int] | None:
 
 def choice_from_config(config, num_shards: int, platform: str, strategy: str | None = None,
                        ulysses_degree: int | None = None, why: str = "configured",
-                       tiles: tuple[int, int] | None = None) -> parallel.AttentionChoice:
+                       tiles: tuple[int, int] | None = None,
+                       layout: str | None = None) -> parallel.AttentionChoice:
     """The config's parallel.* on `num_shards` 'seq' devices of `platform`; `strategy` (and its
-    degree) in place of the config's (for 'auto'); `tiles` in place of the config's (its
-    'auto' stands in as the kernel's default tile when none are given). ValueError, one line,
-    if the choice cannot run."""
+    degree), `tiles` and `layout` in place of the config's (for 'auto'; without them, its
+    'auto' stands in as the natural layout and the kernel's default tile). ValueError, one
+    line, if the choice cannot run."""
     p = config.parallel
     degree = p.ulysses_degree if strategy is None else ulysses_degree
     tile_q, tile_k = tiles or configured_tiles(config) or (0, 0)
-    return parallel.choose(layout=p.layout, strategy=strategy or p.strategy, kernel=p.kernel,
+    return parallel.choose(layout=layout or configured_layout(config),
+                           strategy=strategy or p.strategy, kernel=p.kernel,
                            tile_q=tile_q, tile_k=tile_k, seq_len=config.seq_len,
                            num_shards=num_shards, platform=platform,
                            q_heads=config.model.num_heads, ulysses_degree=degree, why=why)

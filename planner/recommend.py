@@ -21,6 +21,7 @@ import parallel
 from parallel import strategy_cost
 from planner import memory, time
 from parallel.choice import AUTO, tile_options
+from parallel.layouts import fitting_layouts
 from parallel.strategies import BASELINE
 from planner.attention import choice_from_config, configured_tiles
 from planner.devices import Device
@@ -58,7 +59,9 @@ def run_model(config, choice: parallel.AttentionChoice, switches=None):
 
 def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: Device,
                    efficiency: float = 1.0, documents=None, switches=None) -> dict:
-    """{'rows', 'choice'}: every strategy priced for this run, and the recommendation."""
+    """{'rows', 'choice'}: every strategy priced for this run on the choice's layout and
+    tiles, and the recommendation."""
+    run = dataclasses.replace(run, layout=choice.layout)
     m = run_model(config, choice, switches)
     acts = memory.activation_memory(m, run, choice.tiles)
     total = sum(memory.state_memory(m, run).values()) + sum(acts.values())
@@ -73,42 +76,53 @@ def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: D
 def resolve_on_device(config, mesh_shape, platform: str, device: Device,
                       switches=None) -> tuple[parallel.AttentionChoice, list[dict]]:
     """(the run's attention on a (data, seq) mesh of `device`s (a planner device), the
-    candidates weighed for it, best first: none where the config sets the strategy and the
-    tile), with the run's memory switches (planner/switches.py) where the config leaves them
-    'auto'."""
-    if config.parallel.strategy != AUTO and configured_tiles(config) is not None:
+    candidates weighed for it, best first: none where the config sets the layout, the
+    strategy and the tile), with the run's memory switches (planner/switches.py) where the
+    config leaves them 'auto'."""
+    if not left_open(config):
         return choice_from_config(config, mesh_shape[1], platform), []
     return auto_choice(config, mesh_shape, platform, device, switches)
 
 
+def left_open(config) -> tuple[str, ...]:
+    """What of the attention the config leaves to the planner: 'layout', 'strategy', 'tile'."""
+    p = config.parallel
+    return tuple(what for what, auto in (("layout", p.layout == AUTO),
+                                         ("strategy", p.strategy == AUTO),
+                                         ("tile", configured_tiles(config) is None)) if auto)
+
+
 def attention_rows(config, run: Run, platform: str, device: Device, switches=None,
                    documents=None) -> list[dict]:
-    """Every (strategy, degree, tile) the config leaves open, priced as a step (the strategy
-    and the tile fixed where the config gives them), each row with its "choice"."""
+    """Every (layout, strategy with its degree, tile) the config leaves open, priced as a step
+    (each fixed where the config gives it), each row with its "choice"."""
     p, seq = config.parallel, run.seq
     fixed = None if p.strategy == AUTO else choice_from_config(config, seq, platform,
                                                                 tiles=(0, 0))
     given = configured_tiles(config)
-    base = choice_from_config(config, seq, platform, BASELINE, None, tiles=given or (0, 0))
-    tiles = [base.tiles] if given else tile_options(
-        p.layout, parallel.resolve_kernel(base.kernel, platform), run.block, platform)
+    layouts = (fitting_layouts(run.seq_len, seq) if p.layout == AUTO else [p.layout])
     rows = []
-    for tile in tiles:
-        choice = dataclasses.replace(base, tile_q=tile[0], tile_k=tile[1])
-        table = strategy_table(config, run, choice, device, documents=documents,
-                               switches=switches)
-        for row in table["rows"]:
-            if fixed is None or (row["strategy"], row["degree"]) == (fixed.strategy,
-                                                                     fixed.ulysses_degree):
-                rows.append(dict(row, choice=dataclasses.replace(
-                    choice, strategy=row["strategy"], ulysses_degree=row["degree"])))
+    for layout in layouts:
+        base = choice_from_config(config, seq, platform, BASELINE, None,
+                                  tiles=given or (0, 0), layout=layout)
+        tiles = [base.tiles] if given else tile_options(
+            layout, parallel.resolve_kernel(base.kernel, platform), run.block, platform)
+        for tile in tiles:
+            choice = dataclasses.replace(base, tile_q=tile[0], tile_k=tile[1])
+            table = strategy_table(config, run, choice, device, documents=documents,
+                                   switches=switches)
+            for row in table["rows"]:
+                if fixed is None or (row["strategy"], row["degree"]) == (
+                        fixed.strategy, fixed.ulysses_degree):
+                    rows.append(dict(row, choice=dataclasses.replace(
+                        choice, strategy=row["strategy"], ulysses_degree=row["degree"])))
     return rows
 
 
 def auto_choice(config, mesh_shape, platform: str, device: Device,
                 switches=None) -> tuple[parallel.AttentionChoice, list[dict]]:
-    """What the config leaves 'auto' (parallel.strategy with its degree, parallel.tile)
-    resolved on a (data, seq) mesh of `device`s: the fastest predicted step that fits, one
+    """What the config leaves 'auto' (parallel.layout, parallel.strategy with its degree,
+    parallel.tile) resolved on a (data, seq) mesh of `device`s: the fastest predicted step that fits, one
     document per row (plan.py --documents refines it); ties go to the smaller buffers, then
     the larger tile. Returns it with every candidate, ranked so (the best first)."""
     run = make_run(config, mesh_shape[0] * mesh_shape[1], tuple(mesh_shape))
@@ -118,10 +132,7 @@ def auto_choice(config, mesh_shape, platform: str, device: Device,
         r["attention_layer"]["buffer_bytes"], -r["choice"].tile_q))
     best, slowest = ranked[0], max(rows, key=lambda r: r["step_s"])
     choice = best["choice"]
-    left = [what for what, auto in (("strategy", config.parallel.strategy == AUTO),
-                                    ("tile", configured_tiles(config) is None)) if auto]
-    strategy = parallel.get_strategy(choice.strategy).label(choice.ulysses_degree, run.seq)
-    why = (f"auto {' and '.join(left)} -> {strategy}, tiles {choice.tile_q}x{choice.tile_k}: "
+    why = (f"auto {' and '.join(left_open(config))} -> {choice.label()}: "
            f"predicted {best['step_s'] * 1e3:.3f} ms per step, fastest of {len(rows)} "
            f"(slowest {slowest['step_s'] * 1e3:.3f} ms) on {device.title}"
            f"{'' if device.calibration.source else ' (uncalibrated)'}")

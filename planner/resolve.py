@@ -22,7 +22,7 @@ import parallel
 from parallel.choice import AUTO
 from parallel.strategies import BASELINE
 from planner import recommend
-from planner.attention import choice_from_config, configured_tiles
+from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host
 from planner.run import make_run
 from planner.switches import AUTO_SHARE, given, resolve_switches
@@ -41,7 +41,7 @@ class ResolvedRun:
     bytes_per_device: float  # analytic memory per device
     device_bytes: float  # what a device has (fake CPU devices: their share of the host)
     auto_switches: tuple[str, ...]  # the switches the config left 'auto'
-    auto_attention: tuple[str, ...] = ()  # 'strategy', 'tile': what of it the config left 'auto'
+    auto_attention: tuple[str, ...] = ()  # 'layout', 'strategy', 'tile' the config left 'auto'
     candidates: tuple = dataclasses.field(default=(), compare=False, repr=False)
     # The (strategy, degree, tile) candidates weighed where the config leaves them 'auto', best
     # first (planner/recommend.py); none where it sets them.
@@ -118,6 +118,4 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
         auto_switches=tuple(k for k in model.MemorySwitches.fields()
                             if k not in given(config.model)),
         candidates=tuple(rows), attention_candidates=tuple(weighed),
-        auto_attention=tuple(what for what, auto in (
-            ("strategy", config.parallel.strategy == AUTO),
-            ("tile", configured_tiles(config) is None)) if auto))
+        auto_attention=recommend.left_open(config))

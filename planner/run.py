@@ -49,7 +49,14 @@ def make_run(config, devices: int, mesh_shape=None) -> Run:
     data, seq = mesh_shape or parallel.mesh_shape(config.mesh.data, config.mesh.seq, devices)
     return Run(devices=devices, data=data, seq=seq, seq_len=config.seq_len,
                global_batch=config.global_batch_size, accum=config.optim.grad_accum_steps,
-               layout=config.parallel.layout)
+               layout=configured_layout(config))
+
+
+def configured_layout(config) -> str:
+    """config.parallel.layout; for 'auto', the natural order standing in until the planner
+    has chosen (what the memory switches are priced with)."""
+    layout = config.parallel.layout
+    return parallel.layouts.BASELINE if layout == parallel.choice.AUTO else layout
 
 
 def process_count(device: Device, devices: int) -> int:

@@ -260,8 +260,8 @@ def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
     assert result["strategies"]["choice"]["strategy"] == resolved["strategy"]
     assert result["compiled"]["total"] > 0
     assert f"({resolved['strategy']} strategy, xla kernel" in stdout
-    assert (f"auto strategy and tile -> {resolved['strategy']}" in stdout
-            and f"tiles {resolved['tile_q']}x{resolved['tile_k']}: predicted" in stdout)
+    assert (f"auto strategy and tile -> striped attention ({resolved['strategy']}" in stdout
+            and f"tiles {resolved['tile_q']}x{resolved['tile_k']}): predicted" in stdout)
     # the JSON's "resolved": what the run would use, every 'auto' filled
     assert result["resolved"]["strategy"] == resolved["strategy"]
     assert result["resolved"]["switches"]["scan_layers"] is False

@@ -131,7 +131,8 @@ def test_the_command_line_sets_every_stage_s_steps_or_one_stage_s_fields(tmp_pat
 
 def test_a_checkpoint_from_before_parallel_tile_reads_with_its_tiles():
     """A run saved with model.tile_q/tile_k (before they moved into parallel.tile) samples and
-    resumes with the tiles it ran with; 0 x 0 stays the kernel's default."""
+    resumes with the tiles it ran with; 0 x 0 stays the kernel's default. A layout left 'auto'
+    reads as the one the run resolved."""
     from configs import tiny
     from planner.attention import configured_tiles
     from training.resume import saved_config
@@ -142,3 +143,7 @@ def test_a_checkpoint_from_before_parallel_tile_reads_with_its_tiles():
         config = saved_config({"config": saved, "memory_switches": {}})
         assert configured_tiles(config) == now
         assert "tile_q" not in config.model and "tile_k" not in config.model
+    saved = tiny.get_config().to_dict()
+    saved["parallel"]["layout"] = "auto"  # a reader lays out its prompts as the run did
+    config = saved_config({"config": saved, "attention": {"layout": "zigzag"}})
+    assert config.parallel.layout == "zigzag"

@@ -89,7 +89,7 @@ def test_auto_resolves_to_a_registered_strategy_with_a_reason():
     choice = resolve_run(config, (1, 4), "cpu", "cpu").attention
     assert choice.strategy in parallel.STRATEGIES
     assert (choice.strategy, choice.ulysses_degree) in sc.options(4, config.model.num_heads)
-    assert choice.why.startswith(f"auto strategy -> {choice.strategy}")
+    assert choice.why.startswith(f"auto strategy -> striped attention ({choice.strategy}")
     assert choice.kernel == "xla" and choice.tiles == (32, 32)
     config.parallel.strategy, config.parallel.ulysses_degree = "usp", 2
     configured = resolve_run(config, (1, 4), "cpu", "cpu").attention
@@ -151,7 +151,8 @@ def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():
     assert options[0] == (64, 64) and options[-1] == (512, 512)  # at most 128 tiles a side
     assert pick(0.0).tiles == options[0] and pick(1.0).tiles == options[-1]
     chosen = pick(10e-6)
-    assert chosen.why.startswith("auto tile -> ring, tiles")
+    assert chosen.why.startswith("auto tile -> striped attention (ring strategy, xla kernel, "
+                                 f"tiles {chosen.tile_q}x{chosen.tile_k}): predicted")
     run, device = make_run(config, 2, (1, 2)), on(10e-6)
     resolved = resolve_run(config, (1, 2), "cpu", "cpu", device=device)
 
@@ -163,3 +164,24 @@ def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():
     times = {tiles: step(tiles) for tiles in options}
     assert chosen.tiles == min(times, key=times.get)
     assert options[0] != chosen.tiles != options[-1], times  # an interior optimum at 10 us
+
+
+def test_auto_layout_is_the_fastest_layout_and_tile_that_splits_the_length():
+    """parallel.layout='auto' with the tile 'auto': every layout that splits the length
+    weighed with every tile, the chosen the least predicted step; at a length zigzag cannot
+    split (2N equal chunks), it is not weighed."""
+    config = default.get_config()
+    config.seq_len, config.global_batch_size, config.mesh.seq = 16384, 1, 2
+    config.parallel.layout = "auto"
+    resolved = resolve_run(config, (1, 2), "cpu", "cpu")
+    weighed = resolved.attention_candidates
+    assert {r["choice"].layout for r in weighed} == set(parallel.LAYOUTS)
+    assert resolved.attention == weighed[0]["choice"]
+    assert weighed[0]["step_s"] == min(r["step_s"] for r in weighed)
+    assert resolved.auto_attention == ("layout", "tile")
+    assert resolved.line().startswith(f"auto (layout, tile, remat") and \
+        f"{resolved.attention.layout} attention (ring strategy" in resolved.line()
+    config.seq_len, config.mesh.seq = 9, 3  # 3 blocks of 3: no 6 equal chunks for zigzag
+    odd = resolve_run(config, (1, 3), "cpu", "cpu")
+    assert {r["choice"].layout for r in odd.attention_candidates} == {"ring", "striped",
+                                                                       "balanced"}

@@ -169,9 +169,9 @@ def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
 def saved_config(meta: dict):
     """The run config a checkpoint was written with, its renamed and moved fields under their
     new names (a checkpoint from before a rename still samples and resumes; model.tile_q and
-    tile_k make parallel.tile), and its memory switches as
-    the run resolved them where it left them 'auto' (scan_layers decides how its weights are
-    stacked)."""
+    tile_k make parallel.tile), and its memory switches and layout as the run resolved them
+    where it left them 'auto' (scan_layers decides how its weights are stacked; the layout,
+    how a reader lays out its prompts)."""
     import ml_collections
     from model.config import AUTO, MemorySwitches
     config = ml_collections.ConfigDict(meta["config"])
@@ -185,6 +185,9 @@ def saved_config(meta: dict):
     if "tile_q" in model:  # moved into parallel.tile: the tiles the run ran with, or 0
         tiles = (model.pop("tile_q"), model.pop("tile_k", 0))
         parallel["tile"] = list(tiles) if any(tiles) else 0
+    recorded = meta.get("attention")
+    if parallel.get("layout") == AUTO and isinstance(recorded, dict):
+        parallel["layout"] = recorded["layout"]  # what the run resolved 'auto' to
     ran = {**MemorySwitches().record(), **meta.get("memory_switches", {})}
     model.update({k: v for k, v in ran.items() if model.get(k) == AUTO})
     # Fields of any kind ('auto' or a value), as configs/default.py makes them.

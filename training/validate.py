@@ -8,6 +8,7 @@ from configs import setting
 from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.rope import RopeScaling
 from planner.attention import choice_from_config, configured_tiles
+from planner.run import configured_layout
 
 TRACKERS = ("wandb", "jsonl", "none")
 LOADERS = ("thread", "grain")
@@ -60,9 +61,9 @@ def _mesh_shape(config, device_count):
 def _validate_parallel(p, platform):
     """parallel.layout, parallel.strategy and parallel.kernel name things that
     exist, and the kernel runs on this backend."""
-    if p.layout not in parallel.LAYOUTS:
+    if p.layout not in parallel.LAYOUTS and p.layout != AUTO:
         raise ConfigError(f"parallel.layout={p.layout!r} is not a known layout: choose one "
-                          f"of {', '.join(parallel.LAYOUTS)}")
+                          f"of {', '.join(parallel.LAYOUTS)} or auto")
     strategy, kernel = p.strategy, p.kernel
     if strategy not in parallel.STRATEGIES and strategy != "auto":
         raise ConfigError(f"parallel.strategy={strategy!r} is not a known strategy: choose one "
@@ -101,7 +102,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     _validate_resume_accepts(setting(config, "resume_accepts"))
     data, seq = _mesh_shape(config, device_count)
     try:
-        parallel.check_divisible(config.parallel.layout, config.seq_len, seq)
+        parallel.check_divisible(configured_layout(config), config.seq_len, seq)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     block = config.seq_len // seq

@@ -18,6 +18,21 @@ from parallel.layouts import balanced, ring, striped, zigzag
 from parallel.layouts.base import Layout
 
 LAYOUTS: dict[str, Layout] = {m.LAYOUT.name: m.LAYOUT for m in (ring, striped, zigzag, balanced)}
+# The natural order, contiguous blocks: every length that splits over the devices lays out this
+# way; what stands in for layout 'auto' until the planner has chosen.
+BASELINE = ring.LAYOUT.name
+
+
+def fitting_layouts(seq_len: int, num_shards: int) -> list[str]:
+    """The registered layouts that split seq_len over num_shards (zigzag needs 2N chunks)."""
+    fits = []
+    for name, layout in LAYOUTS.items():
+        try:
+            layout.check_divisible(seq_len, num_shards)
+        except ValueError:
+            continue
+        fits.append(name)
+    return fits
 
 
 def get_layout(name: str) -> Layout:
