@@ -6,9 +6,11 @@ Usage:
   python scripts/bench_train.py --seq-lens 4096 8192 16384 --rounds 1 --masked-layouts
   python scripts/bench_train.py --strategies ring allgather --masked-layouts
   python scripts/bench_train.py -- --config.model.num_layers=8      # more train.py overrides
+  python scripts/bench_train.py --layouts --masked-layouts ring striped zigzag balanced auto \
+      --tiles 128 256 512                     # every layout x tile beside what 'auto' picks
 
-Every kind (layout x strategy x documents masked or not) is a real `train.py` run of the config
-(configs/default.py unless --config) on a data 1 x seq P mesh: P processes joined by
+Every kind (layout x tile x strategy x documents masked or not) is a real `train.py` run of the
+config (configs/default.py unless --config) on a data 1 x seq P mesh: P processes joined by
 jax.distributed on 127.0.0.1, each with one fake CPU device and pinned to its own core, as the
 devices of a pod each have their own chip. (Fake devices inside one process share XLA's thread
 pool: the core of a device that the causal mask left idle helps the busy one, and the layouts'
@@ -49,10 +51,12 @@ def parse_args(argv=None):
     p.add_argument("--config", default="configs/default.py", help="train.py's config file")
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16384], help="tokens per row")
     p.add_argument("--batch", type=int, default=1, help="rows per step (global_batch_size)")
-    p.add_argument("--tile", type=int, default=512, help="attention tile_q = tile_k")
+    p.add_argument("--tiles", nargs="+", default=["512"],
+                   help="parallel.tile values, each a kind of its own ('auto': the planner's)")
     p.add_argument("--processes", type=int, default=2, help="devices = processes = ring size")
     p.add_argument("--layouts", nargs="*", default=["ring", "striped", "zigzag"],
-                   help="layouts with documents unmasked (one long document per row)")
+                   help="layouts with documents unmasked (one long document per row; 'auto': "
+                        "the planner's, with the tile it picks)")
     p.add_argument("--masked-layouts", nargs="*", default=["ring", "striped", "zigzag", "balanced"],
                    help="layouts with packed documents masked (none: skip)")
     p.add_argument("--strategies", nargs="+", default=["ring"], help="parallel.strategy values")
@@ -67,16 +71,20 @@ def parse_args(argv=None):
 
 
 def kinds_of(args) -> list[dict]:
+    """Every (documents, strategy, layout, tile); the layout 'auto' runs once, with the tile
+    'auto' (the planner picks both)."""
     kinds = []
     for masked, layouts in ((False, args.layouts), (True, args.masked_layouts)):
         for strategy in args.strategies:
-            kinds += [dict(layout=layout, strategy=strategy, masked=masked) for layout in layouts]
+            kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile)
+                      for layout in layouts
+                      for tile in (["auto"] if layout == "auto" else args.tiles)]
     return kinds
 
 
 def kind_name(kind: dict, seq_len: int) -> str:
     docs = "masked" if kind["masked"] else "unmasked"
-    return f"S{seq_len}-{kind['layout']}-{kind['strategy']}-{docs}"
+    return f"S{seq_len}-{kind['layout']}-{kind['strategy']}-t{kind['tile']}-{docs}"
 
 
 def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
@@ -90,7 +98,7 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
                  "parallel.layout": kind["layout"], "parallel.strategy": kind["strategy"],
                  "data.mask_documents": kind["masked"],
                  "data.cache_dir": os.path.join(args.workdir, "cache"),
-                 "parallel.tile": args.tile})
+                 "parallel.tile": kind["tile"]})
     return ["train.py", "--config", args.config, "--workdir", workdir,
             *(f"--config.{k}={v}" for k, v in sets.items()), *args.overrides]
 
@@ -98,16 +106,19 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
 def read_run(workdir: str) -> dict:
     """The run's steady-state windows (tokens/s of each step after the first) and its loss per
     step, from metrics.jsonl."""
-    windows, steps, losses = [], [], {}
+    windows, steps, losses, ran = [], [], {}, None
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         for line in f:
             row = json.loads(line)
+            if ran is None and "attention/layout" in row:  # what the run resolved to
+                ran = (f"{row['attention/layout']} {row['attention/tile_q']}x"
+                       f"{row['attention/tile_k']}")
             if "train/loss" in row:
                 losses[int(row["step"])] = row["train/loss"]
             if "throughput/tokens_per_sec" in row:
                 windows.append(row["throughput/tokens_per_sec"])
                 steps.append(int(row["step"]))
-    return dict(windows=windows, steps=steps, losses=losses)
+    return dict(windows=windows, steps=steps, losses=losses, ran=ran)
 
 
 def run_kind(args, kind: dict, seq_len: int, round_index: int) -> dict:
@@ -134,7 +145,7 @@ def measure(args) -> list[dict]:
     results = []
     for seq_len in args.seq_lens:
         found = {kind_name(k, seq_len): dict(k, seq_len=seq_len, windows=[], steps=[],
-                                             losses=None) for k in kinds}
+                                             losses=None, ran=None) for k in kinds}
         for r in range(args.rounds):
             for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                 name = kind_name(kind, seq_len)
@@ -144,18 +155,22 @@ def measure(args) -> list[dict]:
                 found[name]["windows"] += run["windows"]
                 found[name]["steps"] += [(r, step) for step in run["steps"]]
                 found[name]["losses"] = found[name]["losses"] or run["losses"]
+                found[name]["ran"] = found[name]["ran"] or run["ran"]
         results += found.values()
     return summarize(results)
 
 
 def summarize(results: list[dict]) -> list[dict]:
     """Adds each kind's median tokens/s and "x ring": the median over (round, step) of its
-    tokens/s over the ring layout's on the same step (None without a ring twin)."""
+    tokens/s over the ring layout's on the same step, the ring with the same tile (the layout
+    'auto': the fastest ring measured; None without a ring twin)."""
     for r in results:
         r["median_tokens_per_sec"] = statistics.median(r["windows"])
     for r in results:
-        ring = [x for x in results if x["layout"] == "ring" and all(
-            x[k] == r[k] for k in ("seq_len", "strategy", "masked"))]
+        ring = sorted((x for x in results if x["layout"] == "ring" and all(
+            x[k] == r[k] for k in ("seq_len", "strategy", "masked")) and (
+            r["layout"] == "auto" or x["tile"] == r["tile"])),
+            key=lambda x: -x["median_tokens_per_sec"])
         if not ring:
             r["x_ring"] = None
             continue
@@ -167,16 +182,17 @@ def summarize(results: list[dict]) -> list[dict]:
 
 def print_table(results, args):
     config = os.path.relpath(args.config, ROOT) if os.path.isabs(args.config) else args.config
-    print(f"\ntrain.py end to end, {config}, batch {args.batch}, tiles {args.tile}, "
+    print(f"\ntrain.py end to end, {config}, batch {args.batch}, "
           f"{args.processes} processes pinned to one core each; medians of {args.rounds} x "
           f"{args.steps} steady-state steps; x ring: median of step-by-step ratios to ring")
-    print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tokens/s':>9} "
-          f"{'min':>7} {'max':>7} {'x ring':>7}")
+    print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tile':>5} "
+          f"{'tokens/s':>9} {'min':>7} {'max':>7} {'x ring':>7}  ran")
     for r in results:
         ratio = "-" if r["x_ring"] is None else f"{r['x_ring']:.2f}"
         print(f"{r['seq_len']:>7,} {'masked' if r['masked'] else 'unmasked':<9} "
-              f"{r['layout']:<9} {r['strategy']:<10} {r['median_tokens_per_sec']:>9,.0f} "
-              f"{min(r['windows']):>7,.0f} {max(r['windows']):>7,.0f} {ratio:>7}")
+              f"{r['layout']:<9} {r['strategy']:<10} {r['tile']:>5} "
+              f"{r['median_tokens_per_sec']:>9,.0f} {min(r['windows']):>7,.0f} "
+              f"{max(r['windows']):>7,.0f} {ratio:>7}  {r['ran'] or ''}")
 
 
 def main(argv=None):

@@ -84,7 +84,7 @@ def measure(args) -> None:
     with open(out, "w") as f:
         json.dump({"device": key, "calibration": calibration, "tiles": result["tiles"],
                    "matmul": dense}, f, indent=1)
-    print(f"wrote {out}")
+    print(f"wrote {os.path.relpath(out)}")
 
 
 def table(rows, title: str) -> list[str]:

@@ -25,19 +25,22 @@ def _is_png(path):
 def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     out = tmp_path / "bench.json"
     bench_train.main(["--config", "configs/tiny.py", "--seq-lens", "256", "--layouts", "ring",
-                      "striped", "--masked-layouts", "--steps", "2", "--rounds", "1",
-                      "--workdir", str(tmp_path / "runs"), "--json", str(out), "--",
-                      "--config.parallel.tile=32"])
+                      "striped", "auto", "--tiles", "32", "--masked-layouts", "--steps", "2",
+                      "--rounds", "1", "--workdir", str(tmp_path / "runs"), "--json", str(out)])
     results = {r["layout"]: r for r in json.loads(out.read_text())["results"]}
-    assert set(results) == {"ring", "striped"}
+    assert set(results) == {"ring", "striped", "auto"}
     for r in results.values():
         assert len(r["windows"]) == 2 and all(w > 0 for w in r["windows"])  # step 1 left out
         assert sorted(r["losses"]) == ["1", "2", "3"]
-    assert results["ring"]["x_ring"] == 1.0
+    assert results["ring"]["x_ring"] == 1.0 and results["ring"]["ran"] == "ring 32x32"
     pairs = [s / r for s, r in zip(results["striped"]["windows"], results["ring"]["windows"])]
     assert results["striped"]["x_ring"] == pytest.approx(sum(pairs) / 2)  # median of two
     assert results["ring"]["losses"] == pytest.approx(results["striped"]["losses"], rel=1e-4)
-    assert not (tmp_path / "runs" / "S256-ring-ring-unmasked-r0" / "checkpoints").exists()
+    # 'auto': layout and tile the planner's, as the run's first metrics row says
+    layout, _tiles = results["auto"]["ran"].split()
+    assert layout in ("ring", "striped", "zigzag", "balanced") and results["auto"]["tile"] == "auto"
+    assert results["auto"]["losses"] == pytest.approx(results["ring"]["losses"], rel=1e-4)
+    assert not (tmp_path / "runs" / "S256-ring-ring-t32-unmasked-r0" / "checkpoints").exists()
     assert "x ring" in capsys.readouterr().out
 
 
