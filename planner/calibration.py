@@ -21,6 +21,7 @@ minimises the squared log error over the fitted points. scripts/calibrate.py pri
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 
@@ -51,6 +52,8 @@ class Measurement:
     seconds: float
     fitted: bool  # in the fit, or held out
     source: str
+    tile: object = None  # parallel.tile of the run (None: the config's)
+    setup: tuple = ()  # (field, value) pairs of the run beside the config's MEASURED_SETUP
 
     @property
     def strategy(self) -> tuple[str, int]:
@@ -76,15 +79,49 @@ def measurements(module: str) -> list[Measurement]:
             for label, seconds in by_label.items()]
 
 
+def bench_measurements(path: str) -> list[Measurement]:
+    """The steps scripts/bench_train.py measured on this machine (its --json): one point per
+    kind with documents unmasked (one document a row: the planner's rows are the measured
+    ones), its median seconds per step, on the 'cpu' device; every other one (in the file's
+    order) fitted, the rest held out. ValueError, one line, for a file that is not one."""
+    import json
+    try:
+        with open(path) as f:
+            bench = json.load(f)
+        args, results = bench["args"], bench["results"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"{path} is not scripts/bench_train.py's --json ({e}): run "
+                         f"python scripts/bench_train.py --json {path}") from None
+    points = []
+    for i, r in enumerate(r for r in results if not r["masked"]):
+        setup = (("global_batch_size", args["batch"]), ("cpu_devices", 1), ("mesh.data", 1),
+                 ("mesh.seq", args["processes"]), ("data.mask_documents", False))
+        tokens = args["batch"] * r["seq_len"]
+        layout, tile = r["layout"], r.get("tile")
+        if r.get("ran"):  # what the run resolved its 'auto' to: "zigzag 256x256"
+            layout, tile = r["ran"].split()
+        points.append(Measurement(args["config"], "cpu", layout, r["seq_len"], r["strategy"],
+                                  tokens / r["median_tokens_per_sec"], i % 2 == 0,
+                                  f"scripts/bench_train.py --json {path}", tile=tile,
+                                  setup=setup))
+    return points
+
+
 def point_config(point: Measurement):
-    """The run config of one measured point: the file's config, its MEASURED_SETUP, the point's
-    layout and length."""
-    mod = importlib.import_module(f"configs.{point.config}")
-    config = mod.get_config()
-    for key, value in getattr(mod, "MEASURED_SETUP", {}).items():
+    """The run config of one measured point: the file's config (configs.<module>, or a file's
+    path), its MEASURED_SETUP, the point's setup, layout, length and tile."""
+    if point.config.endswith(".py"):
+        from training.cli import config_file
+        config, setup = config_file(point.config), {}
+    else:
+        mod = importlib.import_module(f"configs.{point.config}")
+        config, setup = mod.get_config(), getattr(mod, "MEASURED_SETUP", {})
+    for key, value in (*setup.items(), *point.setup):
         section, _, name = key.rpartition(".")
         (config[section] if section else config)[name] = value
     config.parallel.layout, config.seq_len = point.layout, point.seq_len
+    if point.tile is not None:
+        config.parallel.tile = point.tile
     return config
 
 
@@ -94,14 +131,25 @@ def predict(point: Measurement, device: Device) -> float:
     run = make_run(config, config.mesh.data * config.mesh.seq)
     strategy, degree = point.strategy
     choice = choice_from_config(config, run.seq, device.platform, strategy, degree)
-    # The measured setups give every switch; a search would price the step twice per call of
-    # the fit, which calls this thousands of times.
-    switches = all_given(config.model) or resolve_switches(config, run, choice, device)[0]
+    switches = _switches(point, config, run, choice)
     m = recommend.run_model(config, choice, switches)
     model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
     return time.step_time(m, run, choice.tiles, point.layout, device, 1.0,
                           bool(config.data.mask_documents), model_flops, None,
                           choice.strategy, choice.ulysses_degree)["step_s"]
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved_switches(point: Measurement, choice):
+    config = point_config(point)
+    run = make_run(config, config.mesh.data * config.mesh.seq)
+    return resolve_switches(config, run, choice, DEVICES[point.device])[0]
+
+
+def _switches(point, config, run, choice):
+    """The measured run's memory switches: as its setup gives them, or (auto) as the run
+    resolved them, once per point: the fit prices every point thousands of times."""
+    return all_given(config.model) or _resolved_switches(point, choice)
 
 
 def compare(points: list[Measurement], device: Device | None = None) -> list[dict]:
@@ -119,7 +167,8 @@ def fit(points: list[Measurement], device: Device) -> Calibration:
 
     def calibrated(x) -> Device:
         values = {n: float(np.clip(v, *BOUNDS[n])) for n, v in zip(names, x)}
-        return dataclasses.replace(device, calibration=Calibration(**values))
+        return dataclasses.replace(device, calibration=dataclasses.replace(
+            device.calibration, **values))  # the fields it does not fit (a tile's t0) kept
 
     def loss(x):
         dev = calibrated(x)

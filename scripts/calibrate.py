@@ -5,6 +5,8 @@ calibration fitted to the points the config file marks for the fit.
     python scripts/calibrate.py --fit                    # fit again; print the constants to copy
     python scripts/calibrate.py --config llama3_8b_v5p --json runs/calibration.json
     python scripts/calibrate.py --measure                # this machine: the file the planner reads
+    python scripts/calibrate.py --train runs/bench_train.json [--fit [--write]]
+                                          # train.py's steps measured here against the planner
 
 The measurements, their source and which points are fitted live in the config file (MEASURED,
 MEASURED_SOURCE, MEASURED_FIT); the fit and the predictions in planner/calibration.py; the
@@ -14,6 +16,9 @@ constants in planner/devices.py. This file reads the flags and prints.
 model on this machine, in this process with one device pinned to one core (as each device of
 scripts/launch_local.py --pin), and writes the calibration to planner/calibrations/<device>.json
 (or --out), which the planner reads: what parallel.tile='auto' weighs (planner/measure.py).
+--train predicts the steps scripts/bench_train.py measured here (its --json; documents
+unmasked) with that calibration; with --fit, fits the shares of peak and the ring step's costs
+to every other kind, holding out the rest, and with --write, puts them in the same file.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ def parse_args(argv=None):
                    help="measure this machine's device instead (about a minute)")
     p.add_argument("--out", help="--measure: the file to write (default: the planner's)")
     p.add_argument("--core", type=int, default=0, help="--measure: the core to pin to")
+    p.add_argument("--train", help="scripts/bench_train.py's --json: its steps as the points")
+    p.add_argument("--write", action="store_true",
+                   help="--train --fit: write the fit to the planner's calibration file")
     return p.parse_args(argv)
 
 
@@ -88,10 +96,12 @@ def measure(args) -> None:
 
 
 def table(rows, title: str) -> list[str]:
-    lines = [title, f"  {'layout':<8}{'seq_len':>8}  {'strategy':<10}{'measured s':>11}"
-             f"{'predicted s':>12}{'pred/meas':>10}  set"]
+    lines = [title, f"  {'layout':<8}{'seq_len':>8}  {'strategy':<10}{'tile':>5}"
+             f"{'measured s':>11}{'predicted s':>12}{'pred/meas':>10}  set"]
     for r in rows:
-        lines.append(f"  {r['layout']:<8}{r['seq_len']:>8}  {r['label']:<10}{r['seconds']:>11.2f}"
+        tile = "-" if r.get("tile") is None else str(r["tile"])
+        lines.append(f"  {r['layout']:<8}{r['seq_len']:>8}  {r['label']:<10}{tile:>5}"
+                     f"{r['seconds']:>11.2f}"
                      f"{r['predicted']:>12.2f}{r['ratio']:>10.2f}  "
                      f"{'fit' if r['fitted'] else 'held out'}")
     return lines
@@ -120,20 +130,27 @@ def main(argv=None):
     from planner import calibration
     from planner.devices import DEVICES
     try:
-        points = calibration.measurements(args.config)
+        points = (calibration.bench_measurements(args.train) if args.train
+                  else calibration.measurements(args.config))
     except ValueError as e:  # bad input: one line, exit 2, as every script here
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if not points:
+        print(f"error: {args.train} holds no kind with documents unmasked: run "
+              f"scripts/bench_train.py with --layouts", file=sys.stderr)
+        sys.exit(2)
     device = DEVICES[points[0].device]
-    print(f"{args.config}: {len(points)} published points on {device.title}; source: "
-          f"{points[0].source}")
+    what = args.train or args.config
+    print(f"{what}: {len(points)} {'measured' if args.train else 'published'} points on "
+          f"{device.title}; source: {points[0].source}")
     if args.fit:
         fitted = calibration.fit(points, device)
         device = dataclasses.replace(device, calibration=fitted)
         print(f"fitted to the {sum(p.fitted for p in points)} 'fit' points: "
               f"{dataclasses.asdict(fitted)}")
     else:
-        print(f"as calibrated (planner/devices.py): {dataclasses.asdict(device.calibration)}")
+        print(f"as calibrated (planner/devices.py, planner/calibrations/): "
+              f"{dataclasses.asdict(device.calibration)}")
     rows = calibration.compare(points, device)
     print("\n".join(table(rows, "Each point: the planner's step time against the measured one")))
     print("\n".join(summary(rows)))
@@ -141,6 +158,18 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"calibration": dataclasses.asdict(device.calibration), "points": rows}, f,
                       indent=1)
+    if args.write and args.fit and args.train:
+        from planner.devices import calibration_file
+        out = calibration_file(points[0].device)
+        with open(out) as f:
+            saved = json.load(f)
+        saved["calibration"] = dict(dataclasses.asdict(device.calibration), source=(
+            f"{saved['calibration'].get('source', '')}; fitted to train.py's steps: "
+            f"python scripts/calibrate.py --train {args.train} --fit --write"))
+        saved["train_points"] = rows
+        with open(out, "w") as f:
+            json.dump(saved, f, indent=1)
+        print(f"wrote {os.path.relpath(out)}")
 
 
 if __name__ == "__main__":

@@ -37,10 +37,19 @@ def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     assert results["striped"]["x_ring"] == pytest.approx(sum(pairs) / 2)  # median of two
     assert results["ring"]["losses"] == pytest.approx(results["striped"]["losses"], rel=1e-4)
     # 'auto': layout and tile the planner's, as the run's first metrics row says
-    layout, _tiles = results["auto"]["ran"].split()
+    layout, tiles = results["auto"]["ran"].split()
     assert layout in ("ring", "striped", "zigzag", "balanced") and results["auto"]["tile"] == "auto"
     assert results["auto"]["losses"] == pytest.approx(results["ring"]["losses"], rel=1e-4)
     assert not (tmp_path / "runs" / "S256-ring-ring-t32-unmasked-r0" / "checkpoints").exists()
+    # The same steps as the planner's calibration points (scripts/calibrate.py --train): each
+    # predicted, the auto kind as the layout and tile it ran
+    from planner import calibration
+    points = calibration.bench_measurements(str(out))
+    assert [(p.layout, p.tile) for p in points] == [("ring", "32"), ("striped", "32"),
+                                                    (layout, tiles)]
+    rows = calibration.compare(points)
+    assert all(r["predicted"] > 0 and r["seconds"] > 0 for r in rows)
+    assert rows[0]["seconds"] == pytest.approx(256 / results["ring"]["median_tokens_per_sec"])
     assert "x ring" in capsys.readouterr().out
 
 
