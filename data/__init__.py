@@ -20,7 +20,7 @@ from data.errors import DataError
 from data.grain_loader import LOADERS, CacheRows, GrainPrefetcher, make_prefetcher
 from data.pipeline import (Prefetcher, assemble_global, local_block, local_columns, local_rows,
                            to_global)
-from data.prepare import (cache_location, natural_segment_ids, prepare_data,
+from data.prepare import (cache_location, laid_out_for, natural_segment_ids, prepare_data,
                           sample_segment_ids)
 from data.sources import (SOURCE_KINDS, SourceOptions, TfdsSource, describe_source,
                           iter_documents, parse_tfds_source, source_options)
@@ -31,7 +31,7 @@ __all__ = [
     "FIELDS", "LOADERS", "SOURCE_KINDS", "BatchSpec", "CacheRows", "DataError", "GrainPrefetcher",
     "Prefetcher", "SourceOptions", "TfdsSource", "TokenCache", "Tokenizer", "assemble_global",
     "batch_rows", "build_token_cache", "cache_location", "describe_source", "eval_batches", "eval_rows",
-    "get_tokenizer", "iter_documents", "load_tokenizer", "local_block", "local_columns",
+    "get_tokenizer", "iter_documents", "laid_out_for", "load_tokenizer", "local_block", "local_columns",
     "local_rows", "make_prefetcher", "natural_segment_ids", "num_eval_batches", "num_windows",
     "parse_tfds_source", "prepare_data", "process_batch", "sample_segment_ids", "source_options",
     "to_global", "train_tokenizer",

@@ -113,6 +113,13 @@ def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
     return tokenizer, cache, spec
 
 
+def laid_out_for(spec: BatchSpec, choice) -> BatchSpec:
+    """The batches of `spec` laid out for the attention `choice` (its layout; balanced's
+    unit, its tiles'): what a run whose attention was resolved on the corpus's own documents
+    builds."""
+    return dataclasses.replace(spec, layout=choice.layout, tile=choice.balance_unit)
+
+
 def _passkey_mix(config, tokenizer) -> PasskeyMix | None:
     """The training rows' passkey examples (data/passkey.py), None without them."""
     if not setting(config, "data.passkey_fraction"):

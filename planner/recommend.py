@@ -73,15 +73,16 @@ def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: D
     return {"rows": rows, "choice": recommend(rows)}
 
 
-def resolve_on_device(config, mesh_shape, platform: str, device: Device,
-                      switches=None) -> tuple[parallel.AttentionChoice, list[dict]]:
+def resolve_on_device(config, mesh_shape, platform: str, device: Device, switches=None,
+                      documents=None) -> tuple[parallel.AttentionChoice, list[dict]]:
     """(the run's attention on a (data, seq) mesh of `device`s (a planner device), the
     candidates weighed for it, best first: none where the config sets the layout, the
     strategy and the tile), with the run's memory switches (planner/switches.py) where the
-    config leaves them 'auto'."""
+    config leaves them 'auto'; documents: segment ids [R, seq_len] of sample rows, natural
+    order (None: one document a row)."""
     if not left_open(config):
         return choice_from_config(config, mesh_shape[1], platform), []
-    return auto_choice(config, mesh_shape, platform, device, switches)
+    return auto_choice(config, mesh_shape, platform, device, switches, documents)
 
 
 def left_open(config) -> tuple[str, ...]:
@@ -119,14 +120,15 @@ def attention_rows(config, run: Run, platform: str, device: Device, switches=Non
     return rows
 
 
-def auto_choice(config, mesh_shape, platform: str, device: Device,
-                switches=None) -> tuple[parallel.AttentionChoice, list[dict]]:
+def auto_choice(config, mesh_shape, platform: str, device: Device, switches=None,
+                documents=None) -> tuple[parallel.AttentionChoice, list[dict]]:
     """What the config leaves 'auto' (parallel.layout, parallel.strategy with its degree,
-    parallel.tile) resolved on a (data, seq) mesh of `device`s: the fastest predicted step that fits, one
-    document per row (plan.py --documents refines it); ties go to the smaller buffers, then
-    the larger tile. Returns it with every candidate, ranked so (the best first)."""
+    parallel.tile) resolved on a (data, seq) mesh of `device`s: the fastest predicted step
+    that fits, on the rows of `documents` (None: one document a row); ties go to the smaller
+    buffers, then the larger tile. Returns it with every candidate, ranked so (the best
+    first)."""
     run = make_run(config, mesh_shape[0] * mesh_shape[1], tuple(mesh_shape))
-    rows = attention_rows(config, run, platform, device, switches)
+    rows = attention_rows(config, run, platform, device, switches, documents)
     ranked = sorted(rows, key=lambda r: (
         r["memory"] is not None and r["memory"]["verdict"] == "does not fit", r["step_s"],
         r["attention_layer"]["buffer_bytes"], -r["choice"].tile_q))

@@ -45,7 +45,7 @@ def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     # predicted, the auto kind as the layout and tile it ran
     from planner import calibration
     points = calibration.bench_measurements(str(out))
-    assert [(p.layout, p.tile) for p in points] == [("ring", "32"), ("striped", "32"),
+    assert [(p.layout, p.tile) for p in points] == [("ring", "32x32"), ("striped", "32x32"),
                                                     (layout, tiles)]
     rows = calibration.compare(points)
     assert all(r["predicted"] > 0 and r["seconds"] > 0 for r in rows)

@@ -42,10 +42,28 @@ def create_train_state(config, mesh, resolved=None):
     return state_lib.create_train_state(config, mesh, resolved)
 
 
-def resolve_here(config, mesh):
-    """planner.resolve_run for `mesh` on this process's backend and devices."""
+def resolve_here(config, mesh, documents=None):
+    """planner.resolve_run for `mesh` on this process's backend and devices (documents:
+    segment ids of sample rows, natural order)."""
     return resolve_run(config, mesh_shape_of(mesh), jax.default_backend(),
-                       mesh.devices.flat[0].device_kind)
+                       mesh.devices.flat[0].device_kind, documents=documents)
+
+
+# Rows of the corpus the attention left 'auto' is resolved on, with documents masked (a few
+# steps' worth; the planner's tile counts take about a second for these at 16k tokens).
+DOCUMENT_ROWS = 8
+
+
+def resolve_on_documents(config, mesh, resolved, prepared):
+    """With documents masked and any of the attention left 'auto': the run resolved again on
+    the corpus's own first rows (their document lengths decide which layout balances, and
+    with which tile), and the batches laid out for it; else as they were."""
+    if not (config.data.mask_documents and resolved.auto_attention):
+        return resolved, prepared
+    tokenizer, cache, spec = prepared
+    rows = data.natural_segment_ids(cache, spec, max(DOCUMENT_ROWS, config.global_batch_size))
+    resolved = resolve_here(config, mesh, documents=rows)
+    return resolved, (tokenizer, cache, data.laid_out_for(spec, resolved.attention))
 
 
 def mesh_shape_of(mesh) -> tuple[int, int]:
@@ -139,7 +157,9 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     mesh_shape = mesh_shape_of(mesh)
-    resolved = resolve_here(config, mesh)  # every 'auto' filled; nothing built or written yet
+    # Every 'auto' filled, nothing built or written yet (documents masked: one a row until the
+    # corpus is read, below).
+    resolved = resolve_here(config, mesh)
     lock = WorkdirLock(workdir)
     _take(lock)  # the first write to the workdir
     try:
@@ -150,9 +170,10 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
             # new tokenizer first); the tokenizer itself is compared on restore.
             identity = resume.run_identity(config)  # the corpus's fingerprint stats its files
             latest = _check_against_latest(config, checkpointer, identity)
-            resolved = _announce_resolved(config, resolved, latest)
             prepared = data.prepare_data(config, workdir, mesh_shape[1],
                                          resolved.attention)  # data errors
+            resolved, prepared = resolve_on_documents(config, mesh, resolved, prepared)
+            resolved = _announce_resolved(config, resolved, latest)
             return _run(config, workdir, mesh, resolved, checkpointer, prepared, identity,
                         source, stage)
         finally:
