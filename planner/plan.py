@@ -23,11 +23,18 @@ def plan_device(device_name: str, devices: int) -> Device:
 
 
 def layout_tiles(config, choice, layout: str, block: int, platform: str):
-    """The tiles `layout` would run with (the config's, or that layout's defaults)."""
+    """The tiles `layout` would run with: the config's; for 'auto', the run's own where this
+    layout's chunks take them (the layouts compared on the same tiles); else that layout's
+    defaults."""
     if layout == choice.layout:
         return choice.tiles
+    given = configured_tiles(config)
+    if given is None:
+        chunk = parallel.get_layout(layout).contiguous_run(block)
+        if chunk % choice.tile_q == 0 and chunk % choice.tile_k == 0:
+            return choice.tiles
     kernel = parallel.resolve_kernel(choice.kernel, platform)
-    tile_q, tile_k = configured_tiles(config) or (0, 0)
+    tile_q, tile_k = given or (0, 0)
     return parallel.choice.resolve_tiles(layout, kernel, block, tile_q or None, tile_k or None)
 
 

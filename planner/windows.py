@@ -19,9 +19,8 @@ from parallel import cost, strategy_cost
 from parallel.mask import Mask
 from parallel.strategies import BASELINE, get_strategy
 from planner import recommend
-from planner.attention import choice_from_config
-from planner.switches import resolve_switches
 from planner.flops import layer_windows
+from planner.resolve import resolve_run
 from planner.run import make_run
 
 
@@ -35,8 +34,10 @@ def kind_table(config, device, devices: int) -> list[dict]:
         with config.unlocked():
             config.parallel.layout = layout
         run = make_run(config, devices)
-        choice = choice_from_config(config, run.seq, device.platform, BASELINE)
-        switches = resolve_switches(config, run, choice, device)[0]
+        ring = config.copy_and_resolve_references()
+        ring.parallel.strategy = BASELINE  # the tiles 'auto' would take with this layout
+        resolved = resolve_run(ring, (run.data, run.seq), device.platform, "", device=device)
+        choice, switches = resolved.attention, resolved.switches
         table = recommend.strategy_table(config, run, choice, device, switches=switches)
         for priced in table["rows"]:
             kinds = {w: _layer(config, run, choice.tiles, layout, priced, w) for w in windows}
