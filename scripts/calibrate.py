@@ -96,11 +96,11 @@ def measure(args) -> None:
 
 
 def table(rows, title: str) -> list[str]:
-    lines = [title, f"  {'layout':<8}{'seq_len':>8}  {'strategy':<10}{'tile':>5}"
+    lines = [title, f"  {'layout':<8}{'seq_len':>8}  {'strategy':<10}{'tile':>9}"
              f"{'measured s':>11}{'predicted s':>12}{'pred/meas':>10}  set"]
     for r in rows:
         tile = "-" if r.get("tile") is None else str(r["tile"])
-        lines.append(f"  {r['layout']:<8}{r['seq_len']:>8}  {r['label']:<10}{tile:>5}"
+        lines.append(f"  {r['layout']:<8}{r['seq_len']:>8}  {r['label']:<10}{tile:>9}"
                      f"{r['seconds']:>11.2f}"
                      f"{r['predicted']:>12.2f}{r['ratio']:>10.2f}  "
                      f"{'fit' if r['fitted'] else 'held out'}")
