@@ -42,6 +42,19 @@ def causal_tiles(block: int, tile: int) -> int:
     return sides * (sides + 1) // 2
 
 
+def median_seconds(step, args, repeats: int) -> float:
+    """Median seconds of `step(*args)` over `repeats` calls, after one untimed call (the
+    compile)."""
+    import jax
+    jax.block_until_ready(step(*args))
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(step(*args))
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
 def time_tiles(shape: Shape, blocks, tiles, repeats: int = 5, kernel: str = "xla") -> list[dict]:
     """Median seconds of a jitted forward + backward of one causal block on this process's first
     device, for every (block, tile) with tile dividing the block; after one untimed call."""
@@ -65,18 +78,12 @@ def time_tiles(shape: Shape, blocks, tiles, repeats: int = 5, kernel: str = "xla
                                          kernel=kernel, tile_q=tile, tile_k=tile)
                 return jnp.sum(out * out)
 
-            step = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
             with jax.set_mesh(mesh):
-                jax.block_until_ready(step(q, k, v))
-                seconds = []
-                for _ in range(repeats):
-                    start = time.perf_counter()
-                    jax.block_until_ready(step(q, k, v))
-                    seconds.append(time.perf_counter() - start)
+                seconds = median_seconds(jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (q, k, v),
+                                         repeats)
             count = causal_tiles(block, tile)
-            rows.append({"block": block, "tile": tile, "tiles": count,
-                         "seconds": statistics.median(seconds),
-                         "seconds_per_tile": statistics.median(seconds) / (3 * count),
+            rows.append({"block": block, "tile": tile, "tiles": count, "seconds": seconds,
+                         "seconds_per_tile": seconds / (3 * count),
                          "tile_flops": shape.tile_flops(tile)})
     return rows
 
@@ -106,15 +113,10 @@ def time_matmuls(d_model: int, mlp_dim: int, tokens: int, repeats: int = 5) -> d
     w1 = jax.random.normal(keys[1], (d_model, mlp_dim)) / d_model ** 0.5
     w2 = jax.random.normal(keys[2], (mlp_dim, d_model)) / mlp_dim ** 0.5
     step = jax.jit(jax.grad(lambda x, w1, w2: jnp.sum((x @ w1) @ w2), argnums=(0, 1, 2)))
-    jax.block_until_ready(step(x, w1, w2))
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(step(x, w1, w2))
-        seconds.append(time.perf_counter() - start)
+    seconds = median_seconds(step, (x, w1, w2), repeats)
     flops = 6.0 * tokens * 2 * d_model * mlp_dim
-    return {"tokens": tokens, "seconds": statistics.median(seconds), "flops": flops,
-            "flops_per_s": flops / statistics.median(seconds)}
+    return {"tokens": tokens, "seconds": seconds, "flops": flops,
+            "flops_per_s": flops / seconds}
 
 
 def measure_calibration(shape: Shape, d_model: int, mlp_dim: int, peak_flops: float,
