@@ -106,7 +106,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
                                   BASELINE if auto_strategy else None)
     switches, rows = resolve_switches(config, run, stand_in, device, documents)
     attention, weighed = recommend.resolve_on_device(config, mesh_shape, platform, device,
-                                                     switches)
+                                                     switches, documents)
     if attention != stand_in:
         switches, rows = resolve_switches(config, run, attention, device, documents)
     best = rows[0]

@@ -1,6 +1,7 @@
 """parallel.strategy_cost (the planner's strategy table and 'auto') against hand-derived figures,
 and parallel.strategy='auto' / parallel.ulysses_degree in a run config."""
 
+import numpy as np
 import pytest
 
 from configs import default
@@ -181,6 +182,12 @@ def test_auto_layout_is_the_fastest_layout_and_tile_that_splits_the_length():
     assert resolved.auto_attention == ("layout", "tile")
     assert resolved.line().startswith(f"auto (layout, tile, remat") and \
         f"{resolved.attention.layout} attention (ring strategy" in resolved.line()
+    # On packed documents (the corpus's rows, as the train loop passes them) the same
+    # candidates are priced on those rows: fewer tiles than one causal document a row.
+    rows = np.repeat(np.arange(16), 1024)[None].astype(np.int32)
+    packed = resolve_run(config, (1, 2), "cpu", "cpu", documents=rows)
+    by_choice = {r["choice"]: r["step_s"] for r in weighed}
+    assert all(r["step_s"] < by_choice[r["choice"]] for r in packed.attention_candidates)
     config.seq_len, config.mesh.seq = 9, 3  # 3 blocks of 3: no 6 equal chunks for zigzag
     odd = resolve_run(config, (1, 3), "cpu", "cpu")
     assert {r["choice"].layout for r in odd.attention_candidates} == {"ring", "striped",
