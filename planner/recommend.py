@@ -42,12 +42,16 @@ def strategy_rows(m, run: Run, tiles, device: Device, efficiency: float, mask_do
     return rows
 
 
+def rank(row: dict) -> tuple:
+    """The order candidates are chosen in: those that fit first (if none fits, the fastest of
+    all), then the fastest; ties: the smaller buffers, then the larger tile."""
+    unfit = row["memory"] is not None and row["memory"]["verdict"] == "does not fit"
+    return unfit, row["step_s"], row["attention_layer"]["buffer_bytes"], -row["tiles"][0]
+
+
 def recommend(rows: list[dict]) -> dict:
-    """The fastest row whose memory fits (if none fits, the fastest of all); ties: the smaller
-    buffers."""
-    fitting = [r for r in rows if r["memory"] is None or r["memory"]["verdict"] != "does not fit"]
-    best = min(fitting or rows, key=lambda r: (r["step_s"],
-                                                r["attention_layer"]["buffer_bytes"]))
+    """The first row by `rank`: its strategy and degree."""
+    best = min(rows, key=rank)
     return {"strategy": best["strategy"], "degree": best["degree"]}
 
 
@@ -129,9 +133,7 @@ def auto_choice(config, mesh_shape, platform: str, device: Device, switches=None
     first)."""
     run = make_run(config, mesh_shape[0] * mesh_shape[1], tuple(mesh_shape))
     rows = attention_rows(config, run, platform, device, switches, documents)
-    ranked = sorted(rows, key=lambda r: (
-        r["memory"] is not None and r["memory"]["verdict"] == "does not fit", r["step_s"],
-        r["attention_layer"]["buffer_bytes"], -r["choice"].tile_q))
+    ranked = sorted(rows, key=rank)
     best, slowest = ranked[0], max(rows, key=lambda r: r["step_s"])
     choice = best["choice"]
     why = (f"auto {' and '.join(left_open(config))} -> {choice.label()}: "

@@ -67,7 +67,7 @@ def test_allgather_buffers_grow_with_the_sequence_the_rings_do_not():
 
 
 def row(strategy, step_s, buffers, verdict="fits"):
-    return {"strategy": strategy, "degree": 1, "step_s": step_s,
+    return {"strategy": strategy, "degree": 1, "step_s": step_s, "tiles": [4, 4],
             "attention_layer": {"buffer_bytes": buffers},
             "memory": None if verdict is None else {"verdict": verdict}}
 
@@ -180,7 +180,7 @@ def test_auto_layout_is_the_fastest_layout_and_tile_that_splits_the_length():
     assert resolved.attention == weighed[0]["choice"]
     assert weighed[0]["step_s"] == min(r["step_s"] for r in weighed)
     assert resolved.auto_attention == ("layout", "tile")
-    assert resolved.line().startswith(f"auto (layout, tile, remat") and \
+    assert resolved.line().startswith("auto (layout, tile, remat") and \
         f"{resolved.attention.layout} attention (ring strategy" in resolved.line()
     # On packed documents (the corpus's rows, as the train loop passes them) the same
     # candidates are priced on those rows: fewer tiles than one causal document a row.
