@@ -25,9 +25,10 @@ import storage
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from configs import setting
 from planner import flops
-from planner import resolve_run
 from training import (init_from, position_loss, resume, stages, state as state_lib,
                       step as step_lib, trackers)
+from training.resolved import (announce_resolved, mesh_shape_of, resolve_here,
+                               resolve_on_documents)
 from training.trackers import say
 from training.validate import ConfigError, validate_config
 
@@ -40,34 +41,6 @@ def create_train_state(config, mesh, resolved=None):
     """training.state.create_train_state, the run resolved here when not given."""
     resolved = resolved or resolve_here(config, mesh)
     return state_lib.create_train_state(config, mesh, resolved)
-
-
-def resolve_here(config, mesh, documents=None):
-    """planner.resolve_run for `mesh` on this process's backend and devices (documents:
-    segment ids of sample rows, natural order)."""
-    return resolve_run(config, mesh_shape_of(mesh), jax.default_backend(),
-                       mesh.devices.flat[0].device_kind, documents=documents)
-
-
-# Rows of the corpus the attention left 'auto' is resolved on, with documents masked (a few
-# steps' worth; the planner's tile counts take about a second for these at 16k tokens).
-DOCUMENT_ROWS = 8
-
-
-def resolve_on_documents(config, mesh, resolved, prepared):
-    """With documents masked and any of the attention left 'auto': the run resolved again on
-    the corpus's own first rows (their document lengths decide which layout balances, and
-    with which tile), and the batches laid out for it; else as they were."""
-    if not (config.data.mask_documents and resolved.auto_attention):
-        return resolved, prepared
-    tokenizer, cache, spec = prepared
-    rows = data.natural_segment_ids(cache, spec, max(DOCUMENT_ROWS, config.global_batch_size))
-    resolved = resolve_here(config, mesh, documents=rows)
-    return resolved, (tokenizer, cache, data.laid_out_for(spec, resolved.attention))
-
-
-def mesh_shape_of(mesh) -> tuple[int, int]:
-    return mesh.shape[parallel.DATA], mesh.shape[parallel.SEQ]
 
 
 def model_flops_per_token(config, model_cfg, cache, spec) -> float:
@@ -173,7 +146,7 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
             prepared = data.prepare_data(config, workdir, mesh_shape[1],
                                          resolved.attention)  # data errors
             resolved, prepared = resolve_on_documents(config, mesh, resolved, prepared)
-            resolved = _announce_resolved(config, resolved, latest)
+            resolved = announce_resolved(config, resolved, latest)
             return _run(config, workdir, mesh, resolved, checkpointer, prepared, identity,
                         source, stage)
         finally:
@@ -197,19 +170,6 @@ def _take(lock) -> None:
             refusal = CheckpointError(f"process 0 could not lock {lock.workdir} (see its error)")
     if refusal is not None:
         raise refusal
-
-
-def _announce_resolved(config, resolved, latest):
-    """What 'auto' resolved to, in one line; a resume keeps the memory switches its checkpoint
-    (`latest`, its record) was trained with, whatever this host would pick, and says so."""
-    ran = resume.saved_config(latest).model if latest else {}  # a checkpoint's, 'auto' filled
-    kept = resolved.keeping({k: ran[k] for k in model.MemorySwitches.fields() if k in ran})
-    if kept is not resolved:
-        say(f"ringstripe: memory switches as the checkpoint was trained with: "
-            f"{kept.switches.label()} (auto would pick {resolved.switches.label()} here)")
-    elif resolved.line():
-        say(f"ringstripe: {resolved.line()}")
-    return kept
 
 
 def _check_against_latest(config, checkpointer, identity):

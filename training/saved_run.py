@@ -19,10 +19,10 @@ from flax import nnx
 
 import data
 import parallel
-from parallel.strategies import BASELINE
 import storage
 from checkpoints import Checkpointer
 from model import hf
+from parallel.strategies import BASELINE
 from planner import resolve_run
 from planner.attention import configured_tiles
 from training import extension
@@ -87,7 +87,8 @@ def load_run(workdir: str, step, devices: int, tile=None, layout: str | None = N
     `step`), the parameters sharded over the first `devices` devices, which are the mesh's
     'seq' axis. tile: the attention tile its forward uses (parallel.tile's values; 0: the
     kernel's default for each call's length, not the run's seq_len; default: the run's);
-    layout: the attention layout its forward uses (default: the run's). A staged run's workdir reads its last stage (checkpointed_run), and says so."""
+    layout: the attention layout its forward uses (default: the run's). A staged run's
+    workdir reads its last stage (checkpointed_run), and says so."""
     if (found := checkpointed_run(workdir)) != workdir:
         print(f"# {workdir} is a staged run: reading its last stage, {found}", file=sys.stderr)
         workdir = found

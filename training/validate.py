@@ -65,7 +65,7 @@ def _validate_parallel(p, platform):
         raise ConfigError(f"parallel.layout={p.layout!r} is not a known layout: choose one "
                           f"of {', '.join(parallel.LAYOUTS)} or auto")
     strategy, kernel = p.strategy, p.kernel
-    if strategy not in parallel.STRATEGIES and strategy != "auto":
+    if strategy not in parallel.STRATEGIES and strategy != AUTO:
         raise ConfigError(f"parallel.strategy={strategy!r} is not a known strategy: choose one "
                           f"of {', '.join(parallel.STRATEGIES)} or auto")
     try:
@@ -205,7 +205,7 @@ def _validate_attention(config, seq, platform):
     query heads ('auto' picks a degree that does)."""
     p = config.parallel
     tile = f"parallel.tile={p.get('tile', 'auto')!r}"
-    if p.strategy == "auto":
+    if p.strategy == AUTO:
         strategy, fields = BASELINE, f"parallel.kernel={p.kernel!r}, {tile}"
     else:
         strategy, fields = p.strategy, (f"parallel.strategy={p.strategy!r}, parallel.kernel="
@@ -213,7 +213,7 @@ def _validate_attention(config, seq, platform):
                                         f"model.num_heads")
     try:
         choice_from_config(config, seq, platform, strategy,
-                           None if p.strategy == "auto" else p.ulysses_degree)
+                           None if p.strategy == AUTO else p.ulysses_degree)
     except ValueError as e:
         raise ConfigError(f"{fields}: {e}") from None
 
