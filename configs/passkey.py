@@ -1,12 +1,12 @@
 """A model that retrieves from its whole context, trained from scratch on a CPU: passkey
 retrieval learned at 256 tokens, then the context extended to 2,048 and 8,192 (RoPE by YaRN)
 and a last cool stage at 8,192, the sequence sharded over 4 fake devices throughout (Ulysses);
-about 46 minutes on 2 cores, from scratch (BENCHMARKS.md).
+about 35 minutes on 2 cores, from scratch (BENCHMARKS.md).
 
     make train-passkey
     # = python train.py --config configs/passkey.py --workdir runs/passkey
     python scripts/eval_long.py --workdir runs/passkey --seq_shards 4 --dynamic_rope \
-        --json runs/passkey_probes.json         # 1,024 .. 16,384 tokens x 10 depths x 10 keys
+        --samples 20 --json runs/passkey_probes.json   # 1,024 .. 16,384 x 10 depths x 20 keys
 
 The default model's shape and corpus; what makes the copy learnable in minutes: digits are
 single tokens (the tokenizer splits them), rows are cut into several examples of many lengths
@@ -28,9 +28,15 @@ from configs import default
 SHORT, LONG = 256, 8192
 # RoPE for the whole extended context from the first longer stage on: YaRN for 64x the first
 # stage's length, so that 16,384 tokens (twice the longest trained) stay inside the rotations
-# the model has seen; the later stages keep it and only add length.
+# the model has seen; the later stages keep it and only add length. YaRN's ramp keeps the
+# frequencies of the dimensions that turn at least beta_fast times over the first stage's 256
+# tokens and slows those below beta_slow the whole 64x. Its usual beta_fast, 32, kept only the
+# fastest of a head's 16 pairs and slowed the next six 1.2x to 6.4x: the short-range positions
+# a previous-token head reads to copy the next digit. With 4, the five fastest keep theirs, and
+# the probes missed 2 keys in 1,200 up to 8,192 tokens instead of 3 in 400 (BENCHMARKS.md).
 EXTENDED = dict(rope_scaling=dict(rope_type="yarn", factor=64.0,
-                                  original_max_position_embeddings=SHORT))
+                                  original_max_position_embeddings=SHORT,
+                                  beta_fast=4.0, beta_slow=1.0))
 # The longer stages' keys: three in four repeat a digit in a row (30039), against a third drawn
 # uniformly. At 256 tokens the first stage copies those as well as any other; at thousands of
 # tokens the copy slipped on them (30039 -> 30313: after a 0, the digit that follows the other
@@ -50,6 +56,7 @@ def get_config():
     # tiles: train.py's tokens/s rose about 10% at 256 tokens, 14% at 2,048 and 34% at 8,192
     # over the ring strategy here, with the same losses (14-step runs of each stage's settings).
     config.parallel.strategy = "ulysses"
+    config.parallel.layout = "striped"  # the order the recipe was measured in
     config.parallel.tile = 32  # the tiles the recipe was measured with (the longer stages: larger)
     config.eval_position_buckets = 0
     config.data.eval_fraction = 0.005  # 57k held-out tokens: the probes' filler at 16,384
