@@ -3,9 +3,11 @@
     make train
     # = python train.py --config configs/default.py --workdir runs/default
 
-Runs anywhere: on a CPU it fakes 4 devices (data 1 x seq 4) and trains with striped attention
-for under 10 minutes on 2 cores. Tokens per step: global_batch_size 8 x seq_len 1024 = 8,192;
-200 steps see about 1.6M tokens. Compare layouts with --config.parallel.layout=ring|zigzag.
+Runs anywhere: on a CPU it fakes 4 devices (data 1 x seq 4) and trains for under 10 minutes on
+2 cores. Tokens per step: global_batch_size 8 x seq_len 1024 = 8,192; 200 steps see about 1.6M
+tokens. The attention (layout, strategy, tile) and the memory switches are the planner's ('auto':
+the fastest it predicts that fits; the run's first lines say what it chose); any of them given,
+e.g. --config.parallel.layout=ring, is taken as given.
 """
 
 import ml_collections
@@ -55,11 +57,11 @@ def get_config():
     # values reach the queries, and what computes one (query block, key block) pair.
     # layout: 'ring' | 'striped' | 'zigzag' | 'balanced' | 'auto' (the planner's pick with the
     # strategy and tile it runs fastest with: the run's first lines say which)
-    config.parallel.layout = "striped"
+    config.parallel.layout = "auto"
     # strategy: 'ring' (K/V hop device to device) | 'allgather' (one all-gather of K/V) |
     # 'ulysses' (all-to-all to head shards) | 'usp' (ulysses in groups x ring) | 'auto' (the
     # planner's pick for this mesh and device: scripts/plan.py prints the table)
-    config.parallel.strategy = "ring"
+    config.parallel.strategy = "auto"
     config.parallel.ulysses_degree = 0  # usp only: devices per all-to-all group (divides mesh.seq)
     # kernel: 'auto' (the backend's fused one: pallas_tpu on TPUs, pallas_gpu on GPUs; else
     # 'xla') | 'xla' (runs everywhere) | 'pallas_tpu' | 'pallas_gpu' (both interpreted, slowly,

@@ -28,6 +28,7 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: 4,096 tokens per chip
     config.parallel.layout = "zigzag"  # contiguous chunks: halos for the local layers
+    config.parallel.strategy = "ring"  # as measured (BENCHMARKS.md); 'auto': the planner's
     m = config.model
     m.vocab_size = 262_208  # tokenizer pieces = embedding rows
     m.d_model = 2560  # residual width

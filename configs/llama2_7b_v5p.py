@@ -41,6 +41,7 @@ def get_config():
     config.mesh.data = 4  # data-parallel groups
     config.mesh.seq = 16  # sequence shards: 16 chips per sequence
     config.parallel.layout = "zigzag"  # layout: ring | striped | zigzag | balanced
+    config.parallel.strategy = "ring"  # as measured (BENCHMARKS.md); 'auto': the planner's
     config.model.vocab_size = 32000  # Llama-2 tokenizer pieces = embedding rows
     config.model.d_model = 4096  # residual width
     config.model.num_layers = 32  # transformer blocks

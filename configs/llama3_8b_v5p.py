@@ -68,6 +68,7 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 64  # sequence shards over all 64 chips
     config.parallel.layout = "zigzag"  # layout: ring | striped | zigzag | balanced
+    config.parallel.strategy = "ring"  # as measured (BENCHMARKS.md); 'auto': the planner's
     config.model.vocab_size = 128256  # Llama-3 tokenizer pieces = embedding rows
     config.model.d_model = 4096  # residual width
     config.model.num_layers = 32  # transformer blocks

@@ -37,6 +37,7 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring over the node's 8 GPUs
     config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
+    config.parallel.strategy = "ring"  # as measured (BENCHMARKS.md); 'auto': the planner's
     llama_7b.set_model(config.model)
     config.parallel.tile = 2048  # attention tiles (block 32768 -> 16 tiles per side)
     return config

@@ -44,6 +44,7 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 16  # sequence shards: the attention ring over all 16 chips
     config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
+    config.parallel.strategy = "ring"  # as measured (BENCHMARKS.md); 'auto': the planner's
     llama_1b.set_model(config.model)
     # Attention tiles (block 49152 -> 48 tiles per side; 1024, not 2048: 1.2 GB less scratch)
     config.parallel.tile = 1024

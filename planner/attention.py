@@ -23,9 +23,11 @@ def choice_from_config(config, num_shards: int, platform: str, strategy: str | N
                        layout: str | None = None) -> parallel.AttentionChoice:
     """The config's parallel.* on `num_shards` 'seq' devices of `platform`; `strategy` (and its
     degree), `tiles` and `layout` in place of the config's (for 'auto'; without them, its
-    'auto' stands in as the natural layout and the kernel's default tile). ValueError, one
-    line, if the choice cannot run."""
+    'auto' stands in as the natural layout, the ring strategy and the kernel's default tile).
+    ValueError, one line, if the choice cannot run."""
     p = config.parallel
+    if strategy is None and p.strategy == parallel.choice.AUTO:
+        strategy, ulysses_degree = parallel.strategies.BASELINE, None
     degree = p.ulysses_degree if strategy is None else ulysses_degree
     tile_q, tile_k = tiles or configured_tiles(config) or (0, 0)
     return parallel.choose(layout=layout or configured_layout(config),

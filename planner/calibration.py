@@ -97,10 +97,11 @@ def bench_measurements(path: str) -> list[Measurement]:
         setup = (("global_batch_size", args["batch"]), ("cpu_devices", 1), ("mesh.data", 1),
                  ("mesh.seq", args["processes"]), ("data.mask_documents", False))
         tokens = args["batch"] * r["seq_len"]
-        layout, tile = r["layout"], r.get("tile")
-        if r.get("ran"):  # what the run resolved its 'auto' to: "zigzag 256x256"
-            layout, tile = r["ran"].split()
-        points.append(Measurement(args["config"], "cpu", layout, r["seq_len"], r["strategy"],
+        layout, label, tile = r["layout"], r["strategy"], r.get("tile")
+        if r.get("ran"):  # what the run resolved its 'auto' to: "zigzag usp 2x2 256x256"
+            layout, *label, tile = r["ran"].split()
+            label = " ".join(label) or r["strategy"]  # older files: "zigzag 256x256"
+        points.append(Measurement(args["config"], "cpu", layout, r["seq_len"], label,
                                   tokens / r["median_tokens_per_sec"], i % 2 == 0,
                                   f"scripts/bench_train.py --json {path}", tile=tile,
                                   setup=setup))

@@ -78,8 +78,9 @@ def resolved_record(resolved) -> dict:
                             "total_bytes": r["total_bytes"], "fits": r["fits"]}
                            for r in resolved.candidates],
             "attention_candidates": [
-                {"strategy": r["choice"].strategy, "degree": r["choice"].ulysses_degree,
-                 "tile": list(r["choice"].tiles), "step_s": r["step_s"],
+                {"layout": r["choice"].layout, "strategy": r["choice"].strategy,
+                 "degree": r["choice"].ulysses_degree, "tile": list(r["choice"].tiles),
+                 "step_s": r["step_s"],
                  "fits": None if r["memory"] is None else r["memory"]["verdict"] != "does not fit"}
                 for r in resolved.attention_candidates]}
 
@@ -96,6 +97,7 @@ def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
     resolved = resolve_run(config, (run.data, run.seq), device.platform, "", device=device,
                            documents=segment_ids)
     choice = resolved.attention
+    run = dataclasses.replace(run, layout=choice.layout)  # 'auto' as resolved
     plan = analytic_plan(config, device, run, resolved, efficiency, segment_ids)
     plan.update(device=device_name, device_spec=dataclasses.asdict(device),
                 processes=process_count(device, devices), run=dataclasses.asdict(run),

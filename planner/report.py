@@ -199,14 +199,15 @@ def _attention_candidates(resolved) -> str:
     if not resolved.attention_candidates:
         return "Attention: strategy and tile set by the config; nothing for 'auto' to weigh"
     lines = [f"Attention weighed ('auto'; {resolved.attention.why.split(':')[0]}), best first:",
-             f"  {'#':>3}  {'predicted step s':>16}  {'fits':<5} {'strategy':<12} tiles"]
+             f"  {'#':>3}  {'predicted step s':>16}  {'fits':<5} {'layout':<9} {'strategy':<12} "
+             "tiles"]
     for i, r in enumerate(resolved.attention_candidates, 1):
         choice, memory = r["choice"], r["memory"]
         fits = "-" if memory is None else ("no" if memory["verdict"] == "does not fit"
                                            else "yes")
         strategy = get_strategy(choice.strategy).label(choice.ulysses_degree)
-        lines.append(f"  {i:>3}  {r['step_s']:>16.4g}  {fits:<5} {strategy:<12} "
-                     f"{choice.tile_q}x{choice.tile_k}")
+        lines.append(f"  {i:>3}  {r['step_s']:>16.4g}  {fits:<5} {choice.layout:<9} "
+                     f"{strategy:<12} {choice.tile_q}x{choice.tile_k}")
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """End-to-end training throughput of the layouts: train.py itself, one pinned process per device.
 
 Usage:
-  python scripts/bench_train.py                 # S = 16,384: ring, striped, zigzag, then masked
+  python scripts/bench_train.py                 # S = 16,384: ring, striped, zigzag, auto, masked
   python scripts/bench_train.py --json runs/bench_train.json        # (make bench-train)
   python scripts/bench_train.py --seq-lens 4096 8192 16384 --rounds 1 --masked-layouts
   python scripts/bench_train.py --strategies ring allgather --masked-layouts
@@ -54,10 +54,11 @@ def parse_args(argv=None):
     p.add_argument("--tiles", nargs="+", default=["512"],
                    help="parallel.tile values, each a kind of its own ('auto': the planner's)")
     p.add_argument("--processes", type=int, default=2, help="devices = processes = ring size")
-    p.add_argument("--layouts", nargs="*", default=["ring", "striped", "zigzag"],
+    p.add_argument("--layouts", nargs="*", default=["ring", "striped", "zigzag", "auto"],
                    help="layouts with documents unmasked (one long document per row; 'auto': "
-                        "the planner's, with the tile it picks)")
-    p.add_argument("--masked-layouts", nargs="*", default=["ring", "striped", "zigzag", "balanced"],
+                        "the config's defaults, the planner's layout, strategy and tile)")
+    p.add_argument("--masked-layouts", nargs="*",
+                   default=["ring", "striped", "zigzag", "balanced", "auto"],
                    help="layouts with packed documents masked (none: skip)")
     p.add_argument("--strategies", nargs="+", default=["ring"], help="parallel.strategy values")
     p.add_argument("--steps", type=int, default=4, help="timed steps per run (after the first)")
@@ -71,14 +72,16 @@ def parse_args(argv=None):
 
 
 def kinds_of(args) -> list[dict]:
-    """Every (documents, strategy, layout, tile); the layout 'auto' runs once, with the tile
-    'auto' (the planner picks both)."""
+    """Every (documents, strategy, layout, tile); the layout 'auto' runs once per documents
+    setting, with the strategy and the tile 'auto' too (the config's defaults: the planner
+    picks all three)."""
     kinds = []
     for masked, layouts in ((False, args.layouts), (True, args.masked_layouts)):
-        for strategy in args.strategies:
-            kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile)
-                      for layout in layouts
-                      for tile in (["auto"] if layout == "auto" else args.tiles)]
+        kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile)
+                  for strategy in args.strategies for layout in layouts if layout != "auto"
+                  for tile in args.tiles]
+        if "auto" in layouts:
+            kinds.append(dict(layout="auto", strategy="auto", masked=masked, tile="auto"))
     return kinds
 
 
@@ -103,7 +106,17 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
             *(f"--config.{k}={v}" for k, v in sets.items()), *args.overrides]
 
 
-def read_run(workdir: str) -> dict:
+def ran_label(row: dict, shards: int) -> str:
+    """What a run resolved its attention to, from its first metrics row: 'zigzag ring
+    256x256', 'balanced usp 2x2 64x64' (layout, the strategy's label on `shards` seq devices,
+    query x key tile)."""
+    import parallel
+    a = {k.split("/")[1]: v for k, v in row.items() if k.startswith("attention/")}
+    label = parallel.get_strategy(a["strategy"]).label(a["ulysses_degree"], shards)
+    return f"{a['layout']} {label} {a['tile_q']}x{a['tile_k']}"
+
+
+def read_run(workdir: str, shards: int) -> dict:
     """The run's steady-state windows (tokens/s of each step after the first) and its loss per
     step, from metrics.jsonl."""
     windows, steps, losses, ran = [], [], {}, None
@@ -111,8 +124,7 @@ def read_run(workdir: str) -> dict:
         for line in f:
             row = json.loads(line)
             if ran is None and "attention/layout" in row:  # what the run resolved to
-                ran = (f"{row['attention/layout']} {row['attention/tile_q']}x"
-                       f"{row['attention/tile_k']}")
+                ran = ran_label(row, shards)
             if "train/loss" in row:
                 losses[int(row["step"])] = row["train/loss"]
             if "throughput/tokens_per_sec" in row:
@@ -136,7 +148,7 @@ def run_kind(args, kind: dict, seq_len: int, round_index: int) -> dict:
         sys.exit(f"{tail}\nbench_train: {kind_name(kind, seq_len)} failed (exit {code}); "
                  f"its output ends above")
     shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
-    return read_run(workdir)
+    return read_run(workdir, args.processes)
 
 
 def measure(args) -> list[dict]:
@@ -168,8 +180,8 @@ def summarize(results: list[dict]) -> list[dict]:
         r["median_tokens_per_sec"] = statistics.median(r["windows"])
     for r in results:
         ring = sorted((x for x in results if x["layout"] == "ring" and all(
-            x[k] == r[k] for k in ("seq_len", "strategy", "masked")) and (
-            r["layout"] == "auto" or x["tile"] == r["tile"])),
+            x[k] == r[k] for k in ("seq_len", "masked")) and (r["layout"] == "auto" or (
+                x["tile"] == r["tile"] and x["strategy"] == r["strategy"]))),
             key=lambda x: -x["median_tokens_per_sec"])
         if not ring:
             r["x_ring"] = None
@@ -193,6 +205,25 @@ def print_table(results, args):
               f"{r['layout']:<9} {r['strategy']:<10} {r['tile']:>5} "
               f"{r['median_tokens_per_sec']:>9,.0f} {min(r['windows']):>7,.0f} "
               f"{max(r['windows']):>7,.0f} {ratio:>7}  {r['ran'] or ''}")
+    for r in results:
+        if r["layout"] == "auto":
+            print(auto_against_fastest(r, results))
+
+
+def auto_against_fastest(auto: dict, results: list[dict]) -> str:
+    """One line: what 'auto' ran and its tokens/s against the fastest kind measured beside it
+    (same length and documents), both medians of the same interleaved rounds."""
+    rivals = [x for x in results if x["layout"] != "auto" and all(
+        x[k] == auto[k] for k in ("seq_len", "masked"))]
+    docs = "masked" if auto["masked"] else "unmasked"
+    if not rivals:
+        return f"auto ({auto['seq_len']:,} {docs}) ran {auto['ran']}: nothing measured beside it"
+    best = max(rivals, key=lambda x: x["median_tokens_per_sec"])
+    share = auto["median_tokens_per_sec"] / best["median_tokens_per_sec"]
+    return (f"auto ({auto['seq_len']:,} {docs}) ran {auto['ran']}: "
+            f"{auto['median_tokens_per_sec']:,.0f} tokens/s, {share:.3f} of the fastest measured "
+            f"({best['layout']} {best['strategy']} tile {best['tile']}, "
+            f"{best['median_tokens_per_sec']:,.0f})")
 
 
 def main(argv=None):

@@ -105,14 +105,16 @@ def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path
     tmp_path = copy_run(stopped_at_6, tmp_path)
     path = tmp_path / "checkpoints" / "6" / "meta" / "metadata"
     meta = json.loads(path.read_text())
-    meta["config"]["parallel"]["attention"] = meta["config"]["parallel"].pop("layout")
-    meta["attention"] = meta["config"]["parallel"]["attention"]  # the old record: the layout
+    ran = meta["attention"]["layout"]  # before the rename, no layout was 'auto'
+    meta["config"]["parallel"].pop("layout")
+    meta["config"]["parallel"]["attention"] = ran
+    meta["attention"] = ran  # the old record: the layout
     path.write_text(json.dumps(meta))
     sample = subprocess.run([sys.executable, "sample.py", "--workdir", str(tmp_path),
                              "--max_new_tokens", "4"], cwd=ROOT, env=clean_env(),
                             capture_output=True, text=True, timeout=300)
     assert sample.returncode == 0, sample.stderr[-3000:]
-    assert "striped layout" in sample.stderr
+    assert f"{ran} layout" in sample.stderr
     second = run_train(tmp_path, cache, "--config.stop_at_step=8")
     assert second.returncode == 0, second.stderr[-3000:]
     got, want = losses(read_metrics(tmp_path)), losses(read_metrics(uninterrupted))

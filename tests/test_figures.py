@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import parallel
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import bench_train  # noqa: E402  (scripts/bench_train.py)
 import plot_figures  # noqa: E402  (scripts/plot_figures.py)
@@ -32,13 +34,14 @@ def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     for r in results.values():
         assert len(r["windows"]) == 2 and all(w > 0 for w in r["windows"])  # step 1 left out
         assert sorted(r["losses"]) == ["1", "2", "3"]
-    assert results["ring"]["x_ring"] == 1.0 and results["ring"]["ran"] == "ring 32x32"
+    assert results["ring"]["x_ring"] == 1.0 and results["ring"]["ran"] == "ring ring 32x32"
     pairs = [s / r for s, r in zip(results["striped"]["windows"], results["ring"]["windows"])]
     assert results["striped"]["x_ring"] == pytest.approx(sum(pairs) / 2)  # median of two
     assert results["ring"]["losses"] == pytest.approx(results["striped"]["losses"], rel=1e-4)
-    # 'auto': layout and tile the planner's, as the run's first metrics row says
-    layout, tiles = results["auto"]["ran"].split()
-    assert layout in ("ring", "striped", "zigzag", "balanced") and results["auto"]["tile"] == "auto"
+    # 'auto': layout, strategy and tile the planner's, as the run's first metrics row says
+    layout, *strategy, tiles = results["auto"]["ran"].split()
+    assert layout in parallel.LAYOUTS and strategy[0] in parallel.STRATEGIES
+    assert results["auto"]["tile"] == "auto" and results["auto"]["strategy"] == "auto"
     assert results["auto"]["losses"] == pytest.approx(results["ring"]["losses"], rel=1e-4)
     assert not (tmp_path / "runs" / "S256-ring-ring-t32-unmasked-r0" / "checkpoints").exists()
     # The same steps as the planner's calibration points (scripts/calibrate.py --train): each
@@ -50,7 +53,9 @@ def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     rows = calibration.compare(points)
     assert all(r["predicted"] > 0 and r["seconds"] > 0 for r in rows)
     assert rows[0]["seconds"] == pytest.approx(256 / results["ring"]["median_tokens_per_sec"])
-    assert "x ring" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "x ring" in out and f"auto (256 unmasked) ran {results['auto']['ran']}: " in out
+    assert "of the fastest measured (" in out
 
 
 def test_plot_throughput_and_losses(tmp_path):

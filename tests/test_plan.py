@@ -251,8 +251,8 @@ def test_compiled_memory_of_tiny_is_close_to_the_analytic_total(tmp_path):
 
 
 def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
-    """--config.parallel.strategy=auto (and the default tile, 'auto') is resolved as a run
-    resolves it, before the compile, and the plan says to what."""
+    """The defaults (layout, strategy and tile 'auto') are resolved as a run resolves them,
+    before the compile, and the plan says to what."""
     stdout, result = run_plan("--config", "configs/default.py", "--compile", "yes",
                               "--config.parallel.strategy=auto", "--explain", tmp_path=tmp_path)
     resolved = result["attention"]
@@ -260,7 +260,8 @@ def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
     assert result["strategies"]["choice"]["strategy"] == resolved["strategy"]
     assert result["compiled"]["total"] > 0
     assert f"({resolved['strategy']} strategy, xla kernel" in stdout
-    assert (f"auto strategy and tile -> striped attention ({resolved['strategy']}" in stdout
+    assert (f"auto layout and strategy and tile -> {resolved['layout']} attention "
+            f"({resolved['strategy']}" in stdout
             and f"tiles {resolved['tile_q']}x{resolved['tile_k']}): predicted" in stdout)
     # the JSON's "resolved": what the run would use, every 'auto' filled
     assert result["resolved"]["strategy"] == resolved["strategy"]

@@ -86,7 +86,7 @@ def test_auto_resolves_to_a_registered_strategy_with_a_reason():
     """'auto' is resolved before anything is built: the choice names a real strategy (its
     degree where it has one), says why, and is the planner's recommendation for this run."""
     config = default.get_config()
-    config.parallel.strategy, config.parallel.tile = "auto", 32
+    config.parallel.layout, config.parallel.tile = "striped", 32  # the strategy left 'auto'
     choice = resolve_run(config, (1, 4), "cpu", "cpu").attention
     assert choice.strategy in parallel.STRATEGIES
     assert (choice.strategy, choice.ulysses_degree) in sc.options(4, config.model.num_heads)
@@ -138,7 +138,7 @@ def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():
     from planner.run import make_run
     config = default.get_config()
     config.seq_len, config.global_batch_size, config.mesh.seq = 16384, 1, 2
-    config.parallel.strategy = "ring"
+    config.parallel.layout, config.parallel.strategy = "striped", "ring"
     cpu = DEVICES["cpu"]
 
     def on(t0):
@@ -173,7 +173,7 @@ def test_auto_layout_is_the_fastest_layout_and_tile_that_splits_the_length():
     split (2N equal chunks), it is not weighed."""
     config = default.get_config()
     config.seq_len, config.global_batch_size, config.mesh.seq = 16384, 1, 2
-    config.parallel.layout = "auto"
+    config.parallel.layout, config.parallel.strategy = "auto", "ring"
     resolved = resolve_run(config, (1, 2), "cpu", "cpu")
     weighed = resolved.attention_candidates
     assert {r["choice"].layout for r in weighed} == set(parallel.LAYOUTS)

@@ -16,9 +16,14 @@ METRIC_NAMES = ["train/loss", "throughput/tokens_per_sec", "throughput/tokens_pe
                 "learning/lr", "learning/grad_norm"]
 
 
-# 'memory': striped with every memory option of model/ on (the block is 64 tokens per device).
-KIND_FLAGS = {"memory": ["--config.model.loss_chunk=16", "--config.model.mlp_chunk=32",
-                         "--config.model.scan_layers=True", "--config.model.remat=True"]}
+# A layout by name runs the ring strategy; 'memory': striped with every memory option of model/
+# on (the block is 64 tokens per device); 'auto': the config's defaults, every attention and
+# memory setting left to the planner (tiny sets its tile: 'auto' here as in configs/default.py).
+PINNED = ["--config.parallel.strategy=ring"]
+KIND_FLAGS = {"memory": ["--config.parallel.layout=striped", *PINNED,
+                         "--config.model.loss_chunk=16", "--config.model.mlp_chunk=32",
+                         "--config.model.scan_layers=True", "--config.model.remat=True"],
+              "auto": ["--config.parallel.tile=auto"]}
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +36,18 @@ def shared_cache(tmp_path_factory):
 def losses_by_kind(tmp_path_factory, shared_cache):
     curves = {}
     # ring against striped through train.py is tests/test_figures.py's bench_train case.
-    for kind in ("striped", "zigzag", "memory"):
+    for kind in ("striped", "zigzag", "memory", "auto"):
         workdir = tmp_path_factory.mktemp(kind)
-        result = run_train(workdir, *KIND_FLAGS.get(kind, [f"--config.parallel.layout={kind}"]),
+        flags = KIND_FLAGS.get(kind, [f"--config.parallel.layout={kind}", *PINNED])
+        result = run_train(workdir, *flags,
                            f"--config.data.cache_dir={shared_cache}")
         assert result.returncode == 0, result.stderr[-3000:]
-        curves[kind] = (read_metrics(workdir), result)
+        curves[kind] = (read_metrics(workdir), result, workdir)
     return curves
 
 
 def test_tiny_run_writes_metrics_and_learns(losses_by_kind):
-    rows, result = losses_by_kind["striped"]
+    rows, result, _ = losses_by_kind["striped"]
     # Step 1 compiles: its loss is logged, its time is not (no throughput for it).
     assert [r["step"] for r in rows] == [1] + list(range(2, 21, 2))
     assert np.isfinite(rows[0]["train/loss"]) and "throughput/tokens_per_sec" not in rows[0]
@@ -60,7 +66,7 @@ def test_tiny_run_writes_metrics_and_learns(losses_by_kind):
 
 def test_zigzag_trains_the_same_loss_curve_as_striped(losses_by_kind):
     curves = {kind: np.array([r["train/loss"] for r in rows])
-              for kind, (rows, _) in losses_by_kind.items()}
+              for kind, (rows, *_) in losses_by_kind.items()}
     np.testing.assert_allclose(curves["zigzag"], curves["striped"], rtol=2e-4)
 
 
@@ -68,7 +74,7 @@ def test_chunked_loss_tiled_mlp_and_scanned_layers_train_as_the_plain_model(loss
     """Same weights at the start (scan_layers stacks the blocks the unrolled model draws), the
     same gradients within float32 rounding, so the same curve."""
     curves = {kind: np.array([r["train/loss"] for r in rows])
-              for kind, (rows, _) in losses_by_kind.items()}
+              for kind, (rows, *_) in losses_by_kind.items()}
     print("largest |memory - striped| loss:", np.abs(curves["memory"] - curves["striped"]).max())
     np.testing.assert_allclose(curves["memory"], curves["striped"], rtol=1e-5)
 
@@ -180,22 +186,22 @@ def test_the_old_layout_and_tile_fields_name_the_new_ones(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_auto_strategy_is_recorded_as_what_it_resolved_to(tmp_path, shared_cache):
-    """strategy=auto and the memory switches (auto in every config that does not set them) are
-    resolved before anything is built: the console says to what, the metrics and the
+def test_auto_is_recorded_as_what_it_resolved_to(losses_by_kind):
+    """The defaults leave the layout, strategy, tile and memory switches 'auto': they are
+    resolved before anything is built, the first line says to what, the metrics and the
     checkpoint record carry the resolved values, never 'auto'."""
-    result = run_train(tmp_path, "--config.parallel.strategy=auto", "--config.tracker=jsonl",
-                       "--config.num_train_steps=2", f"--config.data.cache_dir={shared_cache}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    rows, result, workdir = losses_by_kind["auto"]
     said = next(line for line in result.stdout.splitlines() if line.startswith(
-        "ringstripe: auto (strategy, remat, remat_policy, scan_layers, loss_chunk, mlp_chunk) ->"))
-    first = read_metrics(tmp_path)[0]
-    strategy, kernel = first["attention/strategy"], first["attention/kernel"]
-    assert strategy in parallel.STRATEGIES and kernel == "xla"
-    assert f"attention ({strategy}" in said
-    meta = json.loads((tmp_path / "checkpoints" / "2" / "meta" / "metadata").read_text())
-    assert meta["attention"]["strategy"] == strategy
-    assert meta["attention"]["kernel"] == kernel
+        "ringstripe: auto (layout, strategy, tile, remat, remat_policy, scan_layers, "
+        "loss_chunk, mlp_chunk) ->"))
+    first = rows[0]
+    layout, strategy = first["attention/layout"], first["attention/strategy"]
+    assert layout in parallel.LAYOUTS and strategy in parallel.STRATEGIES
+    assert first["attention/kernel"] == "xla"
+    assert f"{layout} attention ({strategy}" in said
+    meta = json.loads((workdir / "checkpoints" / "20" / "meta" / "metadata").read_text())
+    assert {k: meta["attention"][k] for k in ("layout", "strategy", "tile_q")} == \
+        {"layout": layout, "strategy": strategy, "tile_q": first["attention/tile_q"]}
     assert meta["config"]["parallel"]["strategy"] == "auto"  # what the user asked for, kept
     # tiny fits its devices many times over: auto turns no memory switch on
     assert "; no memory switches: predicted" in said and "(fits)" in said
@@ -205,18 +211,23 @@ def test_auto_strategy_is_recorded_as_what_it_resolved_to(tmp_path, shared_cache
     assert {k: first[f"memory/{k}"] for k in off} == off
 
 
-def test_grain_loader_gives_the_same_run(tmp_path, shared_cache, losses_by_kind):
-    """The grain loader, and the memory switches 'auto' resolved to (none on) written out by
-    hand: the same losses as the default loader's run with them 'auto'."""
-    by_hand = [f"--config.model.{k}={v}" for k, v in (
-        ("remat", False), ("remat_policy", "nothing"), ("scan_layers", False),
-        ("loss_chunk", 0), ("mlp_chunk", 0))]
+def test_auto_written_out_by_hand_gives_the_same_run(tmp_path, shared_cache, losses_by_kind):
+    """Everything 'auto' resolved to (layout, strategy and degree, tile, memory switches)
+    written out by hand, and the grain loader: the same losses as the defaults' run."""
+    rows = losses_by_kind["auto"][0]
+    first = rows[0]
+    by_hand = [f"--config.parallel.{k}={first[f'attention/{k}']}"
+               for k in ("layout", "strategy", "ulysses_degree")]
+    by_hand.append(f"--config.parallel.tile={first['attention/tile_q']}x"
+                   f"{first['attention/tile_k']}")
+    by_hand += [f"--config.model.{k}={first[f'memory/{k}']}" for k in (
+        "remat", "remat_policy", "scan_layers", "loss_chunk", "mlp_chunk")]
     result = run_train(tmp_path, "--config.data.loader=grain", *by_hand,
                        f"--config.data.cache_dir={shared_cache}")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "ringstripe: auto" not in result.stdout  # nothing left to the planner
     got = [r["train/loss"] for r in read_metrics(tmp_path)]
-    want = [r["train/loss"] for r in losses_by_kind["striped"][0]]
-    assert got == want
+    assert got == [r["train/loss"] for r in rows]
 
 
 def test_train_and_evaluate_is_importable_and_runs_in_process(tmp_path, shared_cache):

@@ -88,7 +88,7 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     names = {}
     for layout in ("ring", "striped", "zigzag", "balanced"):
         config = tiny.get_config()
-        config.parallel.layout = layout
+        config.parallel.layout, config.parallel.strategy = layout, "ring"
         names[layout] = names_of(config, (1, 2))
     groups = {group for group, _, _ in names.values()}
     assert groups == {"S128-ring-xla-1x2-docs"}  # one group: the layouts side by side
@@ -97,6 +97,7 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
                for layout in names)
     config = tiny.get_config()
     config.data.mask_documents, config.seq_len = False, 256
+    config.parallel.strategy = "ring"
     assert names_of(config, (2, 2))[0] == "S256-ring-xla-2x2-nodocs"  # another comparison
     config.parallel.strategy = "auto"  # the group and tags name what 'auto' resolved to
     choice = resolve_run(config, (2, 2), "cpu", "cpu").attention
