@@ -19,8 +19,6 @@ import dataclasses
 
 import model
 import parallel
-from parallel.choice import AUTO
-from parallel.strategies import BASELINE
 from planner import recommend
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host
@@ -101,9 +99,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     devices = mesh_shape[0] * mesh_shape[1]
     device = device or run_device(device_kind, devices)
     run = make_run(config, devices, tuple(mesh_shape))
-    auto_strategy = config.parallel.strategy == AUTO
-    stand_in = choice_from_config(config, mesh_shape[1], platform,
-                                  BASELINE if auto_strategy else None)
+    stand_in = choice_from_config(config, mesh_shape[1], platform)  # 'auto': the ring's
     switches, rows = resolve_switches(config, run, stand_in, device, documents)
     attention, weighed = recommend.resolve_on_device(config, mesh_shape, platform, device,
                                                      switches, documents)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import parallel
-from parallel.strategies import BASELINE
 from configs import setting
 from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.rope import RopeScaling
@@ -205,15 +204,11 @@ def _validate_attention(config, seq, platform):
     query heads ('auto' picks a degree that does)."""
     p = config.parallel
     tile = f"parallel.tile={p.get('tile', 'auto')!r}"
-    if p.strategy == AUTO:
-        strategy, fields = BASELINE, f"parallel.kernel={p.kernel!r}, {tile}"
-    else:
-        strategy, fields = p.strategy, (f"parallel.strategy={p.strategy!r}, parallel.kernel="
-                                        f"{p.kernel!r}, parallel.ulysses_degree, {tile}, "
-                                        f"model.num_heads")
+    fields = (f"parallel.kernel={p.kernel!r}, {tile}" if p.strategy == AUTO else
+              f"parallel.strategy={p.strategy!r}, parallel.kernel={p.kernel!r}, "
+              f"parallel.ulysses_degree, {tile}, model.num_heads")
     try:
-        choice_from_config(config, seq, platform, strategy,
-                           None if p.strategy == AUTO else p.ulysses_degree)
+        choice_from_config(config, seq, platform)  # a strategy left 'auto': the ring's
     except ValueError as e:
         raise ConfigError(f"{fields}: {e}") from None
 
