@@ -8,6 +8,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from model.config import BLOCK_INPUT, FULL, REMAT_POLICIES, ModelConfig
+from model.embedding import sharded_lookup
 from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
 
 
@@ -145,16 +146,20 @@ class Transformer(nnx.Module):
         return self.final_norm(x), caches
 
     def _embed(self, tokens):
-        """The embedding of tokens in the training layout, sharded as activations. A sharding on
-        the model's own mesh (not a bare spec), so that the model is also callable outside
-        `jax.set_mesh`, as `hf.load(path)(tokens)` is in a notebook."""
-        return jax.lax.with_sharding_constraint(self._embedding(tokens),
+        """The embedding of tokens in the training layout, sharded as activations, looked up
+        without gathering the table (model/embedding.py). A sharding on the model's own mesh
+        (not a bare spec), so that the model is also callable outside `jax.set_mesh`, as
+        `hf.load(path)(tokens)` is in a notebook."""
+        x = sharded_lookup(self.embed.embedding[...], tokens, self.mesh, self.cfg.compute_dtype)
+        return jax.lax.with_sharding_constraint(self._scaled(x),
                                                 jax.NamedSharding(self.mesh, ACTIVATIONS))
 
     def _embedding(self, tokens):
-        """The embedding rows, times sqrt(d_model) in the compute dtype with cfg.embed_scale
-        (Gemma)."""
-        x = self.embed(tokens)
+        """The embedding rows (the plain lookup: decoding's few tokens), scaled as _scaled."""
+        return self._scaled(self.embed(tokens))
+
+    def _scaled(self, x):
+        """x times sqrt(d_model) in the compute dtype with cfg.embed_scale (Gemma)."""
         if self.cfg.embed_scale:
             x = x * jnp.asarray(self.cfg.d_model ** 0.5, x.dtype)
         return x
