@@ -57,6 +57,64 @@ class MemorySwitches:
         return ", ".join(parts) or "no memory switches"
 
 
+ROUTERS = ("softmax_topk", "topk_softmax")  # Qwen3-MoE and Mixtral; GPT-OSS
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEConfig:
+    """The mixture-of-experts layers (`model.moe` of a run config; model/moe.py). The default, no
+    experts, leaves every block's MLP dense: today's models and checkpoints unchanged."""
+
+    num_experts: int = 0  # experts per sparse layer; 0 = no sparse layers
+    top_k: int = 2  # experts each token is sent to
+    expert_mlp_dim: int = 0  # each expert's gated-MLP hidden width; 0 = model.mlp_dim
+    # 'softmax_topk': softmax over every expert's logit, then the k largest (Qwen3-MoE,
+    # Mixtral); 'topk_softmax': the k largest logits, then a softmax over those k (GPT-OSS).
+    router: str = "softmax_topk"
+    norm_topk_prob: bool = True  # softmax_topk: the k weights renormalised to sum to 1
+    capacity_factor: float = 0.0  # 0: dropless; c: an expert takes at most c T k / E tokens
+    aux_loss_coef: float = 0.0  # weight of the load-balancing loss added to the training loss
+    z_loss_coef: float = 0.0  # weight of the router z-loss (mean squared logsumexp of logits)
+    sparse_step: int = 1  # layer i is sparse when (i + 1) % sparse_step == 0 (Qwen3-MoE)
+    mlp_only_layers: tuple[int, ...] = ()  # layers kept dense whatever sparse_step says
+    expert_bias: bool = False  # biases on the router and the experts' matmuls (GPT-OSS)
+    swiglu_limit: float = 0.0  # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
+
+    @classmethod
+    def from_config(cls, section) -> "MoEConfig":
+        """From `model.moe` (a ConfigDict, dict or None; unknown fields are an error)."""
+        values = dict(section or {})
+        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"model.moe.{unknown[0]} is not a mixture-of-experts setting: use "
+                             f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+        values["mlp_only_layers"] = tuple(values.get("mlp_only_layers", ()))
+        return cls(**values)
+
+    def __post_init__(self):
+        if not self.num_experts:
+            return
+        problem = (
+            f"router {self.router!r} is not one of {', '.join(ROUTERS)}"
+            if self.router not in ROUTERS else
+            f"top_k {self.top_k} must be 1 to num_experts ({self.num_experts})"
+            if not 1 <= self.top_k <= self.num_experts else
+            f"sparse_step {self.sparse_step} must be at least 1" if self.sparse_step < 1 else
+            f"capacity_factor {self.capacity_factor} must be 0 (dropless) or positive"
+            if self.capacity_factor < 0 else None)
+        if problem:
+            raise ValueError(f"model.moe: {problem}")
+
+    def mixed(self, num_layers: int) -> bool:
+        """Whether some blocks are sparse and some dense (they cannot be stacked: scan_layers)."""
+        return len({self.sparse(i) for i in range(num_layers)}) > 1
+
+    def sparse(self, i: int) -> bool:
+        """Whether block i's MLP is the expert layer."""
+        return (self.num_experts > 0 and i not in self.mlp_only_layers
+                and (i + 1) % self.sparse_step == 0)
+
+
 FULL, SLIDING = "full_attention", "sliding_attention"
 LAYER_TYPES = (FULL, SLIDING)  # Hugging Face's names of a layer's attention
 MLP_ACTIVATIONS = ("silu", "gelu_tanh")
@@ -101,6 +159,7 @@ class ModelConfig:
     mlp_activation: str = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU)
     sandwich_norms: bool = False
     embed_scale: bool = False
+    moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (none by default)
 
     @classmethod
     def from_config(cls, model_cfg, attention=None, switches=None) -> "ModelConfig":
@@ -117,11 +176,16 @@ class ModelConfig:
             raise ValueError(f"model.{unresolved[0]} is 'auto': resolve the run first "
                              f"(planner.resolve_run), or give it a value")
         values["rope_scaling"] = RopeScaling.from_config(values.get("rope_scaling"))
+        values["moe"] = MoEConfig.from_config(values.get("moe"))
         return cls(**values, attention=attention)
 
     def __post_init__(self):
         # ml_collections and JSON give lists: a tuple keeps the config hashable (static in jit).
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if self.scan_layers and self.moe.mixed(self.num_layers):
+            raise ValueError("model.scan_layers stacks identical blocks, but model.moe makes "
+                             f"layers {list(self.sparse_layers)} sparse and the others dense: "
+                             "set model.scan_layers=False")
 
     @property
     def layout(self) -> str:
@@ -135,6 +199,15 @@ class ModelConfig:
             return {"layout": "striped", "strategy": BASELINE, "kernel": "auto"}
         kwargs = self.attention.attention_kwargs()
         return dict(kwargs, tile_q=kwargs["tile_q"] or None, tile_k=kwargs["tile_k"] or None)
+
+    @property
+    def sparse_layers(self) -> tuple[int, ...]:
+        """The blocks whose MLP is the expert layer (model/moe.py), in order."""
+        return tuple(i for i in range(self.num_layers) if self.moe.sparse(i))
+
+    @property
+    def expert_mlp_dim(self) -> int:
+        return self.moe.expert_mlp_dim or self.mlp_dim
 
     def layer_type(self, i: int) -> str:
         """Block i's attention: 'full_attention' or 'sliding_attention'."""

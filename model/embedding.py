@@ -20,7 +20,9 @@ activation's worth of rows, against V D for the gather and again for the reduce-
 
     sharded_lookup(table, tokens, mesh, dtype) -> [B, S, D] in dtype, sharded P('data', 'seq')
 
-Where V or D does not split over the devices, or there is only one, the plain lookup runs.
+Where V or D does not split over the devices, or there is only one, the plain lookup runs. The
+backward keeps the gathered ids, 4 bytes for every token of the step on every device
+(planner/memory.py counts them).
 """
 
 from __future__ import annotations
@@ -33,11 +35,10 @@ import parallel
 ALL = (parallel.DATA, parallel.SEQ)
 
 
-def splits(table_shape, mesh) -> bool:
-    """Whether the table's rows and columns both divide over the mesh's devices (n > 1)."""
-    n = mesh.shape[parallel.DATA] * mesh.shape[parallel.SEQ]
+def splits(table_shape, devices: int) -> bool:
+    """Whether the table's rows and columns both divide over the devices (more than one)."""
     vocab, width = table_shape
-    return n > 1 and vocab % n == 0 and width % n == 0
+    return devices > 1 and vocab % devices == 0 and width % devices == 0
 
 
 def sharded_lookup(table, tokens, mesh, dtype):
@@ -47,7 +48,7 @@ def sharded_lookup(table, tokens, mesh, dtype):
 
     >>> x = sharded_lookup(model.embed.embedding[...], tokens, mesh, jnp.bfloat16)
     """
-    if not splits(table.shape, mesh):
+    if not splits(table.shape, mesh.shape[parallel.DATA] * mesh.shape[parallel.SEQ]):
         return jnp.take(table, tokens, axis=0).astype(dtype)
 
     def local(rows, ids):

@@ -10,39 +10,49 @@ from jax.ad_checkpoint import checkpoint_name
 from model.config import BLOCK_INPUT, FULL, REMAT_POLICIES, ModelConfig
 from model.embedding import sharded_lookup
 from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
+from model.moe import Experts
 
 
 class Block(nnx.Module):
     """x + attention(norm(x)), then + mlp(norm(x)); with cfg.sandwich_norms (Gemma) each
     sub-block's output is normalised too before it is added: x + norm(attention(norm(x)))."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, sparse: bool = False):
         self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
         self.attention = Attention(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
-        self.mlp = GatedMLP(cfg, mesh, rngs)
+        # sparse: the mixture-of-experts layer in place of the dense MLP (model/moe.py)
+        self.mlp = Experts(cfg, mesh, rngs) if sparse else GatedMLP(cfg, mesh, rngs)
         if cfg.sandwich_norms:
             self.post_attention_norm = RMSNorm(cfg, rngs)
             self.post_mlp_norm = RMSNorm(cfg, rngs)
 
     def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
-                 collect: bool = False, kind: str = FULL):
-        """Training: x -> x; with `collect`, (x, this layer's keys and values). Decoding
-        (cache: this block's KVCache or ShardedCache): x -> (x, updated cache). kind: the
-        layer's attention (cfg.layer_type)."""
+                 collect: bool = False, kind: str = FULL, with_stats: bool = False):
+        """Training: x -> x; with `with_stats`, (x, the expert layer's statistics or None for
+        a dense block); with `collect`, (x, this layer's keys and values). Decoding (cache:
+        this block's KVCache or ShardedCache): x -> (x, updated cache). kind: the layer's
+        attention (cfg.layer_type)."""
         h = self.attention(self.attention_norm(x), positions, segment_ids, order, cache=cache,
                            collect=collect, kind=kind)
         if cache is not None or collect:
             h, cache = h
         sandwich = hasattr(self, "post_attention_norm")
         x = x + (self.post_attention_norm(h) if sandwich else h)
-        h = self.mlp(self.mlp_norm(x))
+        decoding = cache is not None and not collect  # natural order, not sharded
+        stats = None
+        if isinstance(self.mlp, Experts):
+            h, stats = self.mlp(self.mlp_norm(x), sharded=not decoding)
+        else:
+            h = self.mlp(self.mlp_norm(x))
         x = x + (self.post_mlp_norm(h) if sandwich else h)
-        if cache is not None and not collect:  # decoding: natural order, not sharded
+        if decoding:
             return x, cache
         x = jax.lax.with_sharding_constraint(x, self.activations)
-        return (x, cache) if collect else x
+        if collect:
+            return x, cache
+        return (x, stats) if with_stats else x
 
 
 def _remat_policy(name: str):
@@ -57,7 +67,7 @@ def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
     """One Block whose parameters carry a leading [num_layers] axis (unsharded: each device holds
     its FSDP shard of every layer). The blocks are drawn exactly as the unrolled model draws them
     and then stacked, so a run starts from the same weights whether or not it scans."""
-    layers = [Block(cfg, mesh, rngs) for _ in range(cfg.num_layers)]
+    layers = [Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i)) for i in range(cfg.num_layers)]
     graphdef, _ = nnx.split(layers[0])
 
     def stack(*variables):
@@ -96,7 +106,8 @@ class Transformer(nnx.Module):
         if cfg.scan_layers:
             self.blocks = _stacked_blocks(cfg, mesh, rngs)
         else:
-            self.blocks = nnx.List([Block(cfg, mesh, rngs) for _ in range(cfg.num_layers)])
+            self.blocks = nnx.List([Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i))
+                                    for i in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg, rngs)
         if not cfg.tie_embeddings:
             self.lm_head = dense(cfg, cfg.d_model, cfg.vocab_size, rngs)
@@ -118,21 +129,31 @@ class Transformer(nnx.Module):
 
     def hidden(self, tokens, positions, segment_ids=None, order=None):
         """[B, S] -> the final norm's output [B, S, d_model] in the compute dtype."""
+        return self.hidden_and_stats(tokens, positions, segment_ids, order)[0]
+
+    def hidden_and_stats(self, tokens, positions, segment_ids=None, order=None):
+        """hidden(), and the expert layers' statistics (model/moe.py) stacked over the sparse
+        layers in order ({'counts': [L, E], 'balance': [L], 'z': [L], 'dropped': [L]}), or
+        None for a dense model."""
         x = self._embed(tokens)
 
         def run(block, x, kind):
             # Named so that remat_policy 'offload' keeps it in host memory; else a no-op.
             return block(checkpoint_name(x, BLOCK_INPUT), positions, segment_ids, order,
-                         kind=kind)
+                         kind=kind, with_stats=True)
 
         if self.cfg.remat:
             run = nnx.remat(run, policy=_remat_policy(self.cfg.remat_policy), static_argnums=2)
         if self.cfg.scan_layers:
-            x = _scan_blocks(run, self.blocks, x, self.cfg)
+            x, stats = _scan_blocks(run, self.blocks, x, self.cfg)
         else:
+            per_layer = []
             for i, block in enumerate(self.blocks):
-                x = run(block, x, self.cfg.layer_type(i))
-        return self.final_norm(x)
+                x, layer = run(block, x, self.cfg.layer_type(i))
+                per_layer.append(layer)
+            found = [layer for layer in per_layer if layer is not None]
+            stats = jax.tree.map(lambda *a: jnp.stack(a), *found) if found else None
+        return self.final_norm(x), stats
 
     def prefill(self, tokens, positions, segment_ids=None, order=None):
         """hidden() that also returns every layer's keys and values (a KVCache each, [B, S, K,
@@ -196,7 +217,7 @@ class Transformer(nnx.Module):
 
 
 def _scan_blocks(run, blocks, x, cfg: ModelConfig):
-    """x through the stacked blocks with one lax.scan: the program holds one block's code
+    """(x, stats) through the stacked blocks with one lax.scan: the program holds one block's code
     whatever the depth, so compile time and program size stay flat in num_layers. Blocks of
     mixed attention kinds (local and global) share their parameters' shapes: each step switches
     to its layer's kind, so the program holds one block per kind."""
@@ -209,10 +230,10 @@ def _scan_blocks(run, blocks, x, cfg: ModelConfig):
         branches = [lambda x, st, kind=kind: run(nnx.merge(graphdef, st), x, kind)
                     for kind in kinds]
         if len(branches) == 1:
-            return branches[0](x, layer_state), None
-        return jax.lax.switch(which, branches, x, layer_state), None
+            return branches[0](x, layer_state)
+        return jax.lax.switch(which, branches, x, layer_state)
 
-    return jax.lax.scan(body, x, (state, index))[0]
+    return jax.lax.scan(body, x, (state, index))  # (x, the stacked layers' stats or None)
 
 
 def soft_cap(x, cap: float):

@@ -3,6 +3,7 @@ formulas are tabled in planner/README.md), and the verdict against a device's me
 
 from __future__ import annotations
 
+from model.embedding import splits
 from planner.devices import Device
 from planner.run import Run
 
@@ -74,6 +75,8 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "kernel_accumulators": tokens * f32 * (heads * dh + heads),
         "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
         "final_norm": tokens * ((2 if not loss_chunk else 1) * c * d + f32),
+        # The embedding lookup's gathered token ids, every device's (model/embedding.py).
+        "embedding_ids": 4 * tokens * run.devices if splits((v, d), run.devices) else 0,
         # Whole: float32 [b, n, V] exp saved by logsumexp, then its gradient. Chunked: dx
         # [b, n, d] saved, a float32 dW [d, V], and one chunk's logits, probabilities, one-hot
         # and dlogits (4 float32 [b, k, V] + one in the compute dtype).
@@ -99,7 +102,7 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
         loss = run.rows * run.block * dtype_bytes(m.dtype) * m.d_model  # dx
     else:
         loss = t["logits"] / 2  # the exp; the gradient comes later
-    return (t["block_inputs"] + t["dot_outputs"] + t["final_norm"] + loss
+    return (t["block_inputs"] + t["dot_outputs"] + t["final_norm"] + t["embedding_ids"] + loss
             + (0 if m.remat else per_layer))
 
 

@@ -43,6 +43,7 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
         "tile_scratch": f"tile scratch: 3 fp32 [{b}, {m.num_heads}, {plan['tiles'][0]}, "
                         f"{plan['tiles'][1]}]",
         "final_norm": "final RMSNorm saved values",
+        "embedding_ids": "embedding lookup: every device's token ids (int32)",
         "logits": (f"logits [{b}, {n:,}, {m.vocab_size}] fp32: saved exp + gradient"
                    if not m.loss_chunk else
                    f"loss in chunks of {m.loss_chunk:,}: dx, fp32 dW, one chunk's logits"),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from model.config import AUTO, MemorySwitches, ModelConfig
+from model.config import AUTO, MemorySwitches, ModelConfig, MoEConfig
 from parallel.layouts.base import largest_divisor
 from planner import memory, time
 from planner.devices import Device
@@ -55,10 +55,11 @@ def all_given(model_cfg) -> MemorySwitches | None:
 def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
     """Every combination of the values the 'auto' switches may take (the given ones fixed)."""
     fixed = given(model_cfg)
+    mixed = MoEConfig.from_config(model_cfg.get("moe")).mixed(model_cfg["num_layers"])
     options = {
         "remat": [False, True],
         "remat_policy": ["nothing", "dots"] + ([] if platform == "cpu" else ["offload"]),
-        "scan_layers": [False, True],
+        "scan_layers": [False] if mixed else [False, True],  # sparse and dense blocks: no stack
         **{name: [0] + [c for c in [largest_divisor(block, most)] if 0 < c < block]
            for name, most in CHUNKS.items()},
     }

@@ -47,9 +47,9 @@ def loss_and_grads(layout, data, seq, strategy="ring", **overrides):
 
     @jax.jit
     def loss_grads(params, batch):
-        def loss(params):
-            total, weight = step_lib.token_loss_sums(graphdef, params, batch, True)
-            return total / weight
+        def loss(params):  # as the train step weighs it: the router losses of experts too
+            total, weight, moe = step_lib.loss_sums(graphdef, params, batch, True)
+            return (total + (0.0 if moe is None else moe["penalty"] * weight)) / weight
         return jax.value_and_grad(loss)(params)
 
     with jax.set_mesh(mesh):

@@ -90,6 +90,7 @@ def test_activation_terms_by_hand():
         "kernel_accumulators": bn * 4 * (4 * 16 + 4),  # fp32 dQ [b,n,H,Dh] and D [b,H,n]
         "tile_scratch": 3 * 4 * 2 * 4 * 32 * 32,  # 3 fp32 [b, H, tq, tk]
         "final_norm": bn * (2 * 2 * 64 + 4),
+        "embedding_ids": 4 * bn * 4,  # int32 ids of the 4 devices' tokens, on each
         "logits": 2 * 4 * bn * 512,  # fp32 [b, n, V] and its gradient
     }
     no_remat = memory.activation_memory(dataclasses.replace(m, remat=False), tiny_run(config),

@@ -17,11 +17,21 @@ from model import loss
 
 def token_loss_sums(graphdef, params, batch, mask_documents: bool):
     """(sum of weight * cross-entropy, sum of weight) over a batch of [B, S] fields."""
+    total, weight, _ = loss_sums(graphdef, params, batch, mask_documents)
+    return total, weight
+
+
+def loss_sums(graphdef, params, batch, mask_documents: bool):
+    """token_loss_sums, and the mixture-of-experts layers' statistics (None for a dense
+    model): Transformer.hidden_and_stats's, with 'penalty', the router losses per token
+    (moe.aux_loss_coef x the mean balance loss + moe.z_loss_coef x the mean z-loss), which
+    training adds to the loss and evaluation does not."""
     net = nnx.merge(graphdef, params)
     segment_ids = batch["segment_ids"] if mask_documents else None
     # order: where each token came from (the layout's placement; per row for 'balanced').
     # Batches from data/ always carry it; a hand-made batch of a static layout may leave it out.
-    x = net.hidden(batch["inputs"], batch["positions"], segment_ids, batch.get("order"))
+    x, stats = net.hidden_and_stats(batch["inputs"], batch["positions"], segment_ids,
+                                    batch.get("order"))
     targets, weights = batch["targets"], batch["weights"]
     if net.cfg.loss_chunk:  # never makes the [B, S, V] logits (model/loss.py)
         total = loss.chunked_nll_sum(x, net.head_weight(), targets, weights, mesh=net.mesh,
@@ -29,7 +39,32 @@ def token_loss_sums(graphdef, params, batch, mask_documents: bool):
                                      soft_cap=net.cfg.final_logit_soft_cap)
     else:
         total = loss.plain_nll_sum(net.logits(x), targets, weights)
-    return total, jnp.sum(weights)
+    if stats is not None:
+        moe = net.cfg.moe
+        stats = dict(stats, penalty=moe.aux_loss_coef * jnp.mean(stats["balance"])
+                     + moe.z_loss_coef * jnp.mean(stats["z"]))
+    return total, jnp.sum(weights), stats
+
+
+def moe_metrics(stats) -> dict:
+    """The progress metrics of the expert layers from their statistics: each layer's largest
+    and smallest share of the routed pairs, the largest over layers, the balance and z losses
+    (means over layers), the share of pairs dropped by a capacity."""
+    shares = stats["counts"] / jnp.sum(stats["counts"], axis=-1, keepdims=True)
+    out = {"moe/share_max": jnp.max(shares), "moe/balance_loss": jnp.mean(stats["balance"]),
+           "moe/z_loss": jnp.mean(stats["z"]),
+           "moe/dropped": jnp.sum(stats["dropped"]) / jnp.sum(stats["counts"])}
+    for i in range(shares.shape[0]):
+        out[f"moe/layer{i}/share_max"] = jnp.max(shares[i])
+        out[f"moe/layer{i}/share_min"] = jnp.min(shares[i])
+    return out
+
+
+def _over_micro_batches(stats):
+    """Stats stacked over micro-batches [A, ...] -> one step's: counts and drops add, the
+    per-token losses average."""
+    return {k: jnp.sum(v, axis=0) if k in ("counts", "dropped") else jnp.mean(v, axis=0)
+            for k, v in stats.items()}
 
 
 def _micro_batches(batch, count: int):
@@ -51,22 +86,27 @@ def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_
 
     def sums_and_grads(params, batch):
         def weighted_sum(params):
-            total, weight = token_loss_sums(graphdef, params, batch, mask_documents)
-            return total, weight
-        (total, weight), grads = jax.value_and_grad(weighted_sum, has_aux=True)(params)
-        return total, weight, grads
+            total, weight, stats = loss_sums(graphdef, params, batch, mask_documents)
+            # The router losses are per token: weighted like the tokens, they survive the
+            # division by the summed weight below as themselves.
+            penalty = 0.0 if stats is None else stats["penalty"] * weight
+            return total + penalty, (total, weight, stats)
+        (_, (total, weight, stats)), grads = jax.value_and_grad(weighted_sum,
+                                                                has_aux=True)(params)
+        return total, weight, stats, grads
 
     def train_step(state, batch):
         params = state["params"]
         if grad_accum_steps == 1:
-            total, weight, grads = sums_and_grads(params, batch)
+            total, weight, stats, grads = sums_and_grads(params, batch)
         else:
             def accumulate(carry, micro):
-                total, weight, grads = sums_and_grads(params, micro)
-                return jax.tree.map(jnp.add, carry, (total, weight, grads)), None
+                total, weight, stats, grads = sums_and_grads(params, micro)
+                return jax.tree.map(jnp.add, carry, (total, weight, grads)), stats
             zeros = (jnp.zeros(()), jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-            (total, weight, grads), _ = jax.lax.scan(
+            (total, weight, grads), stats = jax.lax.scan(
                 accumulate, zeros, _micro_batches(batch, grad_accum_steps))
+            stats = None if stats is None else _over_micro_batches(stats)
         weight = jnp.maximum(weight, 1.0)
         grads = jax.tree.map(lambda g: g / weight, grads)
         updates, opt_state = tx.update(grads, state["opt_state"], params)
@@ -81,6 +121,8 @@ def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_
                    "learning/param_norm": optax.tree.norm(new_params),
                    "learning/lr": schedule(state["step"]),
                    "learning/skipped": 1 - finite.astype(jnp.int32)}
+        if stats is not None:
+            metrics.update(moe_metrics(stats))
         return new_state, metrics
 
     return train_step

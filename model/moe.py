@@ -1,0 +1,175 @@
+"""The mixture-of-experts layer: a router picks top_k of num_experts gated MLPs for each token,
+whose outputs are summed with the router's weights. Dropless by default.
+
+Shapes: T tokens of one device (b x n of its [b, n, D] block), D d_model, E experts, k top_k,
+F the expert's hidden width.
+
+    logits = x Wr (+ br)               [T, E] float32
+    softmax_topk (Qwen3-MoE, Mixtral):  p = softmax(logits); w, e = top_k(p, k); w /= sum(w)
+                                        (the last only with norm_topk_prob)
+    topk_softmax (GPT-OSS):             l, e = top_k(logits, k); w = softmax(l)
+    y[t] = sum_j w[t, j] expert_{e[t, j]}(x[t])
+
+The T k (token, expert) pairs are sorted by expert, so each expert's tokens are one contiguous
+run, and every expert's gate, up and down matmuls are one grouped matmul over the runs
+(`jax.lax.ragged_dot`, group sizes = tokens per expert): no token is dropped and no expert
+computes padding. Each pair's output goes back to its token by the inverse permutation and is
+summed with its weight. With a capacity factor c, an expert keeps the first C = ceil(c T k / E)
+pairs of its run (in token order) and the rest get weight 0: "dropped" (the residual passes).
+
+The expert's MLP: act(x Wg) * (x Wu) Wd as the dense MLP (silu or gelu_tanh), or with
+swiglu_limit L (GPT-OSS): g = min(x Wg + bg, L), u = clip(x Wu + bu, -L, L),
+(u + 1) g sigmoid(1.702 g) Wd + bd.
+
+Per layer the layer also returns its statistics over every device's tokens (psum):
+    counts [E]   pairs routed to each expert (before any capacity drop): share = counts / (T k)
+    balance      E sum_e (counts_e / T) mean_t p[t, e]   (k when routing is uniform; the
+                 load-balancing loss of Switch and Mixtral; p the softmax over all E logits)
+    z            mean_t logsumexp(logits[t])^2         (the router z-loss)
+    dropped      pairs dropped by the capacity (0 when dropless)
+
+    Experts(cfg, mesh, rngs)(x [B, S, D]) -> (y [B, S, D], stats)
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import parallel
+from model.config import ModelConfig, MoEConfig
+
+ALL = (parallel.DATA, parallel.SEQ)
+TOKENS = jax.P(parallel.DATA, parallel.SEQ)
+GPT_OSS_ALPHA = 1.702  # the sigmoid's slope in GPT-OSS's clamped SwiGLU
+_ACTIVATIONS = {"silu": jax.nn.silu, "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True)}
+
+
+class Experts(nnx.Module):
+    """The router and E gated MLPs of one sparse layer. Parameters: router [D, E] (+ bias [E]),
+    gate and up [E, D, F], down [E, F, D] (+ biases [E, F], [E, F], [E, D] with expert_bias),
+    each sharded over the whole mesh on its second axis (FSDP, as the dense MLP's)."""
+
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+        moe, d, f = cfg.moe, cfg.d_model, cfg.expert_mlp_dim
+        e, dtype = moe.num_experts, cfg.weights_dtype
+        self.mesh, self.moe, self.dtype, self.activation = mesh, moe, cfg.compute_dtype, \
+            cfg.mlp_activation
+        fsdp = (parallel.DATA, parallel.SEQ)
+
+        def param(shape, scale, spec):
+            init = nnx.initializers.variance_scaling(scale, "fan_in", "normal", in_axis=-2,
+                                                     out_axis=-1, batch_axis=(0,))
+            return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=spec)
+
+        self.router = nnx.Param(nnx.initializers.variance_scaling(1.0, "fan_in", "normal")(
+            rngs.params(), (d, e), dtype), out_sharding=(fsdp, None))
+        self.gate = param((e, d, f), 1.0, (None, fsdp, None))
+        self.up = param((e, d, f), 1.0, (None, fsdp, None))
+        self.down = param((e, f, d), 1.0 / cfg.num_layers, (None, fsdp, None))
+        if moe.expert_bias:
+            zeros = lambda *shape: nnx.Param(jnp.zeros(shape, dtype),  # noqa: E731
+                                             out_sharding=(None,) * len(shape))
+            self.router_bias = zeros(e)
+            self.gate_bias, self.up_bias, self.down_bias = zeros(e, f), zeros(e, f), zeros(e, d)
+
+    def weights(self) -> dict:
+        names = ["router", "gate", "up", "down"] + (
+            ["router_bias", "gate_bias", "up_bias", "down_bias"] if self.moe.expert_bias else [])
+        return {name: getattr(self, name)[...] for name in names}
+
+    def __call__(self, x, sharded: bool = True):
+        """x [B, S, D] sharded P('data', 'seq') -> (y [B, S, D] likewise, stats: module
+        docstring, over every device's tokens). sharded=False: x as it is (decoding's few
+        tokens in natural order), on whatever device holds it."""
+        weights, (b, n, d) = self.weights(), x.shape
+        if not sharded:
+            y, sums = route_and_run(weights, x.reshape(b * n, d), self.moe, self.dtype,
+                                    self.activation)
+            return y.reshape(b, n, d), layer_stats(sums, self.moe, b * n)
+
+        def local(weights, x):
+            lb, ln, _ = x.shape
+            y, sums = route_and_run(weights, x.reshape(lb * ln, d), self.moe, self.dtype,
+                                    self.activation)
+            return y.reshape(lb, ln, d), jax.tree.map(lambda s: jax.lax.psum(s, ALL), sums)
+
+        replicated = jax.tree.map(lambda _: jax.P(), weights)
+        y, sums = jax.shard_map(local, mesh=self.mesh, in_specs=(replicated, TOKENS),
+                                out_specs=(TOKENS, jax.P()))(weights, x)
+        return y, layer_stats(sums, self.moe, b * n)
+
+
+def route(logits, moe: MoEConfig):
+    """(w [T, k] float32, experts [T, k] int32) from router logits [T, E] float32 (module
+    docstring)."""
+    if moe.router == "topk_softmax":
+        top, experts = jax.lax.top_k(logits, moe.top_k)
+        return jax.nn.softmax(top, axis=-1), experts
+    w, experts = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), moe.top_k)
+    if moe.norm_topk_prob:
+        w = w / jnp.sum(w, axis=-1, keepdims=True)
+    return w, experts
+
+
+def expert_mlp(weights, xs, sizes, experts, dtype, activation: str, limit: float):
+    """The experts' gated MLPs on the pairs xs [P, D] sorted by expert (sizes [E] pairs per
+    expert; experts [P] each pair's expert, for the biases) -> [P, D] in dtype."""
+    w = {k: v.astype(dtype) for k, v in weights.items()}
+    g = jax.lax.ragged_dot(xs, w["gate"], sizes)
+    u = jax.lax.ragged_dot(xs, w["up"], sizes)
+    if "gate_bias" in w:
+        g, u = g + w["gate_bias"][experts], u + w["up_bias"][experts]
+    if limit:
+        g = jnp.minimum(g, limit)
+        h = (jnp.clip(u, -limit, limit) + 1) * g * jax.nn.sigmoid(GPT_OSS_ALPHA * g)
+    else:
+        h = _ACTIVATIONS[activation](g) * u
+    out = jax.lax.ragged_dot(h, w["down"], sizes)
+    return out + w["down_bias"][experts] if "down_bias" in w else out
+
+
+def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu"):
+    """One device's tokens x [T, D] through the layer -> (y [T, D] in dtype, this device's sums:
+    counts [E], prob_sums [E], z_sum, dropped)."""
+    t, e, k = x.shape[0], moe.num_experts, moe.top_k
+    logits = jnp.dot(x.astype(jnp.float32), weights["router"].astype(jnp.float32))
+    if "router_bias" in weights:
+        logits = logits + weights["router_bias"].astype(jnp.float32)
+    w, experts = route(logits, moe)
+
+    flat = experts.reshape(-1)  # [T k]: pair j is token j // k's (j % k)-th choice
+    order = jnp.argsort(flat, stable=True)  # pairs by expert, tokens in order within one
+    sorted_experts = flat[order]
+    sizes = jnp.bincount(flat, length=e).astype(jnp.int32)
+    xs = x.astype(dtype)[order // k]
+    out = expert_mlp(weights, xs, sizes, sorted_experts, dtype, activation, moe.swiglu_limit)
+
+    pair_w = w.reshape(-1)[order]
+    if moe.capacity_factor:
+        capacity = math.ceil(moe.capacity_factor * t * k / e)
+        starts = jnp.cumsum(sizes) - sizes
+        kept = jnp.arange(t * k) - starts[sorted_experts] < capacity
+        pair_w = jnp.where(kept, pair_w, 0.0)
+        dropped = jnp.sum(~kept).astype(jnp.float32)
+    else:
+        dropped = jnp.sum(jnp.zeros_like(pair_w))  # 0, computed from this device's values
+    weighted = out.astype(jnp.float32) * pair_w[:, None]
+    back = jnp.argsort(order)  # pair j's row in the sorted order
+    y = jnp.sum(weighted[back].reshape(t, k, -1), axis=1).astype(dtype)
+
+    probs = jax.nn.softmax(logits, axis=-1)
+    sums = {"counts": sizes.astype(jnp.float32), "prob_sums": jnp.sum(probs, axis=0),
+            "z_sum": jnp.sum(jax.nn.logsumexp(logits, axis=-1) ** 2), "dropped": dropped}
+    return y, sums
+
+
+def layer_stats(sums, moe: MoEConfig, tokens: int) -> dict:
+    """The layer's statistics (module docstring) from the sums over all `tokens` tokens."""
+    return {"counts": sums["counts"],
+            "balance": moe.num_experts * jnp.sum(sums["counts"] / tokens * sums["prob_sums"]
+                                                 / tokens),
+            "z": sums["z_sum"] / tokens, "dropped": sums["dropped"]}

@@ -1,0 +1,130 @@
+"""The mixture-of-experts layer against a dense float64 formula written here (every token through
+each of its top-k experts, weighted: no sorting, no grouped matmuls), and the model with expert
+layers on several meshes against the same model on one device."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+import model
+from model import moe as moe_lib
+from model.config import MoEConfig
+from tests.test_model import SIZES, loss_and_grads
+
+T, D, E, F = 24, 8, 4, 6
+
+
+def reference(weights, x, moe: MoEConfig):
+    """(y [T, D], counts [E], balance, z, dropped) in float64, token by token."""
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    x = np.asarray(x, np.float64)
+    logits = x @ w["router"] + w.get("router_bias", 0.0)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    y, counts, dropped = np.zeros_like(x), np.zeros(E), 0
+    capacity = np.ceil(moe.capacity_factor * len(x) * moe.top_k / E) if moe.capacity_factor \
+        else np.inf
+    for t in range(len(x)):
+        if moe.router == "topk_softmax":
+            chosen = np.argsort(-logits[t], kind="stable")[:moe.top_k]
+            gates = np.exp(logits[t, chosen] - logits[t, chosen].max())
+            gates /= gates.sum()
+        else:
+            chosen = np.argsort(-probs[t], kind="stable")[:moe.top_k]
+            gates = probs[t, chosen]
+            if moe.norm_topk_prob:
+                gates = gates / gates.sum()
+        for e, gate in zip(chosen, gates):
+            counts[e] += 1
+            if counts[e] > capacity:  # tokens earlier in the order keep their place
+                dropped += 1
+                continue
+            g = x[t] @ w["gate"][e] + (w["gate_bias"][e] if "gate_bias" in w else 0)
+            u = x[t] @ w["up"][e] + (w["up_bias"][e] if "up_bias" in w else 0)
+            if moe.swiglu_limit:
+                g = np.minimum(g, moe.swiglu_limit)
+                u = np.clip(u, -moe.swiglu_limit, moe.swiglu_limit)
+                h = (u + 1) * g / (1 + np.exp(-1.702 * g))
+            else:
+                h = g / (1 + np.exp(-g)) * u
+            out = h @ w["down"][e] + (w["down_bias"][e] if "down_bias" in w else 0)
+            y[t] += gate * out
+    lse = logits.max(-1) + np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1))
+    balance = E * np.sum(counts / len(x) * probs.mean(0))
+    return y, counts, balance, np.mean(lse ** 2), dropped
+
+
+def layer_weights(moe: MoEConfig, seed=0):
+    rng = np.random.default_rng(seed)
+    w = {"router": rng.normal(size=(D, E)), "gate": rng.normal(size=(E, D, F)) / 3,
+         "up": rng.normal(size=(E, D, F)) / 3, "down": rng.normal(size=(E, F, D)) / 3}
+    if moe.expert_bias:
+        w |= {"router_bias": rng.normal(size=E), "gate_bias": rng.normal(size=(E, F)),
+              "up_bias": rng.normal(size=(E, F)), "down_bias": rng.normal(size=(E, D))}
+    return {k: v.astype(np.float32) for k, v in w.items()}
+
+
+@pytest.mark.parametrize("moe", [
+    MoEConfig(num_experts=E, top_k=2),  # Qwen3-MoE, Mixtral
+    MoEConfig(num_experts=E, top_k=2, norm_topk_prob=False),  # Qwen3-MoE's flag off
+    MoEConfig(num_experts=E, top_k=2, router="topk_softmax", expert_bias=True,
+              swiglu_limit=1.5),  # GPT-OSS (a limit low enough to clamp here)
+    MoEConfig(num_experts=E, top_k=3, capacity_factor=0.5),  # a capacity that drops
+], ids=["softmax_topk", "no_renorm", "gpt_oss", "capacity"])
+def test_layer_against_a_dense_float64_formula(moe):
+    weights = layer_weights(moe)
+    x = np.random.default_rng(1).normal(size=(T, D)).astype(np.float32)
+    y, sums = moe_lib.route_and_run(weights, x, moe, np.float32)
+    stats = moe_lib.layer_stats(sums, moe, T)
+    want_y, counts, balance, z, dropped = reference(weights, x, moe)
+    assert np.abs(np.asarray(y) - want_y).max() < 1e-5 * np.abs(want_y).max()
+    np.testing.assert_array_equal(np.asarray(stats["counts"]), counts)
+    assert abs(float(stats["balance"]) - balance) < 1e-5 * balance
+    assert abs(float(stats["z"]) - z) < 1e-5 * z
+    assert float(stats["dropped"]) == dropped
+    assert (dropped > 0) == bool(moe.capacity_factor)  # the capacity case does drop
+
+
+def test_balance_loss_with_equal_router_logits():
+    moe = MoEConfig(num_experts=E, top_k=2)
+    weights = dict(layer_weights(moe), router=np.zeros((D, E), np.float32))
+    x = np.random.default_rng(2).normal(size=(E, D)).astype(np.float32)
+    # equal logits: every probability 1 / E, and top_k keeps the lowest indices on a tie
+    _, sums = moe_lib.route_and_run(weights, x, moe, np.float32)
+    stats = moe_lib.layer_stats(sums, moe, E)
+    # every token sends its pairs to experts 0 and 1: counts [E, E, 0, 0] / T, mean p = 1 / E
+    np.testing.assert_array_equal(np.asarray(stats["counts"]), [E, E, 0, 0])
+    assert abs(float(stats["balance"]) - 2.0) < 1e-6  # E * (1 + 1 + 0 + 0) / E = 2
+
+
+MOE = dict(moe=MoEConfig(num_experts=4, top_k=2, aux_loss_coef=0.01, z_loss_coef=0.001))
+
+
+@pytest.fixture(scope="module")
+def single_device_moe():
+    return loss_and_grads("ring", 1, 1, **MOE)
+
+
+@pytest.mark.parametrize("layout,data,seq,overrides", [
+    ("zigzag", 1, 4, {}), ("balanced", 2, 4, {}), ("striped", 1, 8, dict(scan_layers=True))])
+def test_model_with_experts_as_one_device(single_device_moe, layout, data, seq, overrides):
+    want_loss, want_grads, _ = single_device_moe
+    loss, grads, _ = loss_and_grads(layout, data, seq, **MOE, **overrides)
+    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
+    grads, want_grads = (jax.tree.map(np.asarray, nnx.to_pure_dict(g))
+                         for g in (grads, want_grads))
+    if overrides.get("scan_layers"):  # stacked: compare layer by layer
+        grads["blocks"] = {i: jax.tree.map(lambda a, i=i: a[i], grads["blocks"])
+                           for i in range(SIZES["num_layers"])}
+    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
+    assert max(jax.tree.leaves(errors)) < 1e-4
+
+
+def test_mixed_sparse_and_dense_layers_cannot_be_stacked():
+    moe = MoEConfig(num_experts=4, mlp_only_layers=(0,))
+    with pytest.raises(ValueError, match="scan_layers=False"):
+        model.ModelConfig(**SIZES, moe=moe, scan_layers=True)
+    assert dataclasses.replace(moe, mlp_only_layers=()).mixed(2) is False
