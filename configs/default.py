@@ -76,6 +76,10 @@ def get_config():
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)
     config.mesh.seq = -1  # sequence shards, the attention ring (-1: the remaining devices)
+    # Devices the experts of model.moe are split over (expert parallelism), folded into the
+    # data x seq devices: 1, mesh.seq (the ring's devices), mesh.data, or all of them. Tokens
+    # go to their experts' devices and back with all-to-alls (model/moe.py).
+    config.mesh.expert = 1
 
     vocab_size = ml_collections.FieldReference(2048)
     # Not type-safe: a memory switch holds 'auto' or a value of its own kind, and a copy of the
@@ -116,6 +120,20 @@ def get_config():
     config.model.mlp_activation = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU, Gemma)
     config.model.sandwich_norms = False  # Gemma: a norm after attention and the MLP as well
     config.model.embed_scale = False  # Gemma: embeddings times sqrt(d_model)
+    # Mixture-of-experts layers (model/moe.py): none by default, every block's MLP dense.
+    config.model.moe = ml_collections.ConfigDict(dict(
+        num_experts=0,  # experts per sparse layer; 0 = a dense model
+        top_k=2,  # experts each token goes to
+        expert_mlp_dim=0,  # each expert's gated-MLP width; 0 = mlp_dim
+        router="softmax_topk",  # 'softmax_topk' (Qwen3-MoE, Mixtral) | 'topk_softmax' (GPT-OSS)
+        norm_topk_prob=True,  # softmax_topk: the k weights renormalised to sum to 1
+        capacity_factor=0.0,  # 0 = dropless; c: at most c tokens x top_k / experts an expert
+        aux_loss_coef=0.0,  # load-balancing loss weight (Switch, Mixtral: 0.01-0.02)
+        z_loss_coef=0.0,  # router z-loss weight (ST-MoE: 0.001)
+        sparse_step=1,  # layer i sparse when (i + 1) % sparse_step == 0 (Qwen3-MoE)
+        mlp_only_layers=(),  # layers kept dense
+        expert_bias=False,  # biases on the router and the experts (GPT-OSS)
+        swiglu_limit=0.0))  # GPT-OSS's clamped SwiGLU limit (7.0); 0 = act(gate) * up
     # Memory switches, 'auto': the planner turns on what the run needs to fit its devices and
     # no more, the fastest setting it predicts to fit (planner/switches.py; the run's first
     # lines say what it chose). A value set here, in a config or on the command line wins.

@@ -79,15 +79,19 @@ class MoEConfig:
     mlp_only_layers: tuple[int, ...] = ()  # layers kept dense whatever sparse_step says
     expert_bias: bool = False  # biases on the router and the experts' matmuls (GPT-OSS)
     swiglu_limit: float = 0.0  # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
+    # Devices the experts are split over (expert parallelism): the run's mesh.expert, set by
+    # ModelConfig.from_config, not a model.moe setting (model/moe.py expert_axes).
+    expert_devices: int = 1
 
     @classmethod
     def from_config(cls, section) -> "MoEConfig":
         """From `model.moe` (a ConfigDict, dict or None; unknown fields are an error)."""
         values = dict(section or {})
-        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+        allowed = [f.name for f in dataclasses.fields(cls) if f.name != "expert_devices"]
+        unknown = sorted(set(values) - set(allowed))  # expert_devices: mesh.expert's
         if unknown:
             raise ValueError(f"model.moe.{unknown[0]} is not a mixture-of-experts setting: use "
-                             f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+                             f"{', '.join(allowed)} (experts over devices: mesh.expert)")
         values["mlp_only_layers"] = tuple(values.get("mlp_only_layers", ()))
         return cls(**values)
 
@@ -101,7 +105,9 @@ class MoEConfig:
             if not 1 <= self.top_k <= self.num_experts else
             f"sparse_step {self.sparse_step} must be at least 1" if self.sparse_step < 1 else
             f"capacity_factor {self.capacity_factor} must be 0 (dropless) or positive"
-            if self.capacity_factor < 0 else None)
+            if self.capacity_factor < 0 else
+            f"num_experts {self.num_experts} must split evenly over mesh.expert = "
+            f"{self.expert_devices} devices" if self.num_experts % self.expert_devices else None)
         if problem:
             raise ValueError(f"model.moe: {problem}")
 
@@ -162,11 +168,13 @@ class ModelConfig:
     moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (none by default)
 
     @classmethod
-    def from_config(cls, model_cfg, attention=None, switches=None) -> "ModelConfig":
+    def from_config(cls, model_cfg, attention=None, switches=None,
+                    expert_devices: int = 1) -> "ModelConfig":
         """Builds from a run config's `model` section (unknown fields are ignored), the run's
-        resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles) and
-        its resolved memory switches (a MemorySwitches, which replaces the section's: they
-        may be 'auto' there). ValueError, one line, for a switch left 'auto' without them."""
+        resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles), its
+        resolved memory switches (a MemorySwitches, which replaces the section's: they may be
+        'auto' there) and its mesh.expert. ValueError, one line, for a switch left 'auto'
+        without them."""
         names = {f.name for f in dataclasses.fields(cls)} - {"attention"}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
         if switches is not None:
@@ -176,7 +184,8 @@ class ModelConfig:
             raise ValueError(f"model.{unresolved[0]} is 'auto': resolve the run first "
                              f"(planner.resolve_run), or give it a value")
         values["rope_scaling"] = RopeScaling.from_config(values.get("rope_scaling"))
-        values["moe"] = MoEConfig.from_config(values.get("moe"))
+        values["moe"] = dataclasses.replace(MoEConfig.from_config(values.get("moe")),
+                                            expert_devices=expert_devices)
         return cls(**values, attention=attention)
 
     def __post_init__(self):

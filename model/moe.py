@@ -33,6 +33,7 @@ Per layer the layer also returns its statistics over every device's tokens (psum
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -58,7 +59,12 @@ class Experts(nnx.Module):
         e, dtype = moe.num_experts, cfg.weights_dtype
         self.mesh, self.moe, self.dtype, self.activation = mesh, moe, cfg.compute_dtype, \
             cfg.mlp_activation
+        self.axes = expert_axes(mesh, moe.expert_devices)  # () without expert parallelism
         fsdp = (parallel.DATA, parallel.SEQ)
+        # The experts' matrices: with expert parallelism, the experts over the expert axes and
+        # the second axis over the others (FSDP); without, the second axis over every device.
+        rest = tuple(a for a in fsdp if a not in self.axes) or None
+        spec = (self.axes, rest, None) if self.axes else (None, fsdp, None)
 
         def param(shape, scale, spec):
             init = nnx.initializers.variance_scaling(scale, "fan_in", "normal", in_axis=-2,
@@ -67,14 +73,16 @@ class Experts(nnx.Module):
 
         self.router = nnx.Param(nnx.initializers.variance_scaling(1.0, "fan_in", "normal")(
             rngs.params(), (d, e), dtype), out_sharding=(fsdp, None))
-        self.gate = param((e, d, f), 1.0, (None, fsdp, None))
-        self.up = param((e, d, f), 1.0, (None, fsdp, None))
-        self.down = param((e, f, d), 1.0 / cfg.num_layers, (None, fsdp, None))
+        self.gate = param((e, d, f), 1.0, spec)
+        self.up = param((e, d, f), 1.0, spec)
+        self.down = param((e, f, d), 1.0 / cfg.num_layers, spec)
         if moe.expert_bias:
-            zeros = lambda *shape: nnx.Param(jnp.zeros(shape, dtype),  # noqa: E731
-                                             out_sharding=(None,) * len(shape))
+            zeros = lambda *shape, spec=None: nnx.Param(  # noqa: E731
+                jnp.zeros(shape, dtype), out_sharding=(spec or None,) + (None,) * (len(shape) - 1))
             self.router_bias = zeros(e)
-            self.gate_bias, self.up_bias, self.down_bias = zeros(e, f), zeros(e, f), zeros(e, d)
+            self.gate_bias, self.up_bias, self.down_bias = (
+                zeros(e, f, spec=self.axes), zeros(e, f, spec=self.axes),
+                zeros(e, d, spec=self.axes))
 
     def weights(self) -> dict:
         names = ["router", "gate", "up", "down"] + (
@@ -94,13 +102,73 @@ class Experts(nnx.Module):
         def local(weights, x):
             lb, ln, _ = x.shape
             y, sums = route_and_run(weights, x.reshape(lb * ln, d), self.moe, self.dtype,
-                                    self.activation)
+                                    self.activation, self.axes)
             return y.reshape(lb, ln, d), jax.tree.map(lambda s: jax.lax.psum(s, ALL), sums)
 
-        replicated = jax.tree.map(lambda _: jax.P(), weights)
-        y, sums = jax.shard_map(local, mesh=self.mesh, in_specs=(replicated, TOKENS),
+        # Gathered whole, but for the experts' own axis under expert parallelism.
+        specs = {k: jax.P(self.axes) if self.axes and not k.startswith("router") else jax.P()
+                 for k in weights}
+        y, sums = jax.shard_map(local, mesh=self.mesh, in_specs=(specs, TOKENS),
                                 out_specs=(TOKENS, jax.P()))(weights, x)
         return y, layer_stats(sums, self.moe, b * n)
+
+
+def expert_axes(mesh, devices: int) -> tuple[str, ...]:
+    """The mesh axes the experts are split over, folded into the devices that split the batch
+    and the sequence elsewhere: () for 1 device; ('seq',) when `devices` is mesh.seq (the
+    attention's ring devices hold the experts too), ('data',) when it is mesh.data, both when
+    it is every device. ValueError (one line) for any other count."""
+    shape = getattr(mesh, "shape", mesh)  # a Mesh, or its {axis: size}
+    data, seq = shape[parallel.DATA], shape[parallel.SEQ]
+    if devices == 1:
+        return ()
+    for axes, size in (((parallel.SEQ,), seq), ((parallel.DATA,), data), (ALL, data * seq)):
+        if devices == size:
+            return axes
+    raise ValueError(f"mesh.expert={devices} must be 1, mesh.seq ({seq}), mesh.data ({data}) or "
+                     f"all {data * seq} devices: the experts are split over whole mesh axes")
+
+
+def exchange(run, xs, sizes, experts, axes):
+    """Expert parallelism: run(pairs, group sizes, experts) on the devices that hold the pairs'
+    experts, and the outputs back in the pairs' order.
+
+    xs [P, D] (P = T k) sorted by expert, sizes [E], experts [P]. The X devices of `axes` hold
+    E / X experts each, in order. Every device sends each other device the pairs for its
+    experts in a [P, D] slot of an [X, P, D] buffer (an expert device may get all P: dropless
+    without ragged collectives), with one all-to-all; the receiver sorts the rows it got by its
+    own expert (then by sender), runs them, unsorts, and a second all-to-all returns them.
+    """
+    p, d = xs.shape
+    num_experts = sizes.shape[0]
+    x_devices = jax.lax.axis_size(axes)
+    local = num_experts // x_devices
+    # Sender: each pair's slot [destination, rank among the pairs sent there].
+    dest = experts // local
+    sent = jnp.sum(sizes.reshape(x_devices, local), axis=1)
+    slot = dest * p + jnp.arange(p) - (jnp.cumsum(sent) - sent)[dest]
+    send = jnp.zeros((x_devices * p, d), xs.dtype).at[slot].set(xs)
+    got = jax.lax.all_to_all(send.reshape(x_devices, p, d), axes, 0, 0, tiled=True)
+    # counts[j, l]: pairs from sender j for this device's expert l.
+    counts = jax.lax.all_to_all(sizes.reshape(x_devices, local), axes, 0, 0, tiled=True)
+    # Receiver: row (j, q) is sender j's q-th pair here; its expert l and its place in the
+    # order by (l, j), the unused rows of each slot after all the used ones.
+    q = jnp.arange(p)
+    ends = jnp.cumsum(counts, axis=1)  # [X, local]
+    expert = jax.vmap(lambda e: jnp.searchsorted(e, q, side="right"))(ends)  # [X, P]
+    used = q[None, :] < ends[:, -1:]
+    expert = jnp.minimum(expert, local - 1)
+    before_expert = jnp.cumsum(jnp.sum(counts, axis=0)) - jnp.sum(counts, axis=0)  # [local]
+    before_sender = jnp.cumsum(counts, axis=0) - counts  # [X, local]
+    rank = q[None, :] - (ends - counts)[jnp.arange(x_devices)[:, None], expert]
+    place = before_expert[expert] + before_sender[jnp.arange(x_devices)[:, None], expert] + rank
+    spare = jnp.cumsum(~used).reshape(x_devices, p) - 1 + jnp.sum(counts)
+    place = jnp.where(used, place, spare).reshape(-1)
+    rows = jnp.zeros_like(got.reshape(-1, d)).at[place].set(got.reshape(-1, d))
+    out = run(rows, jnp.sum(counts, axis=0), jnp.zeros_like(place).at[place].set(
+        expert.reshape(-1)))
+    back = jax.lax.all_to_all(out[place].reshape(x_devices, p, -1), axes, 0, 0, tiled=True)
+    return back.reshape(x_devices * p, -1)[slot]
 
 
 def route(logits, moe: MoEConfig):
@@ -115,7 +183,7 @@ def route(logits, moe: MoEConfig):
     return w, experts
 
 
-def expert_mlp(weights, xs, sizes, experts, dtype, activation: str, limit: float):
+def expert_mlp(weights, xs, sizes, experts, *, dtype, activation: str, limit: float):
     """The experts' gated MLPs on the pairs xs [P, D] sorted by expert (sizes [E] pairs per
     expert; experts [P] each pair's expert, for the biases) -> [P, D] in dtype."""
     w = {k: v.astype(dtype) for k, v in weights.items()}
@@ -132,9 +200,11 @@ def expert_mlp(weights, xs, sizes, experts, dtype, activation: str, limit: float
     return out + w["down_bias"][experts] if "down_bias" in w else out
 
 
-def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu"):
+def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu", axes=()):
     """One device's tokens x [T, D] through the layer -> (y [T, D] in dtype, this device's sums:
-    counts [E], prob_sums [E], z_sum, dropped)."""
+    counts [E], prob_sums [E], z_sum, dropped). With expert axes (inside a shard_map over the
+    mesh), the expert weights are this device's E / X experts and the pairs travel to their
+    experts' devices and back (exchange)."""
     t, e, k = x.shape[0], moe.num_experts, moe.top_k
     logits = jnp.dot(x.astype(jnp.float32), weights["router"].astype(jnp.float32))
     if "router_bias" in weights:
@@ -146,7 +216,10 @@ def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu"):
     sorted_experts = flat[order]
     sizes = jnp.bincount(flat, length=e).astype(jnp.int32)
     xs = x.astype(dtype)[order // k]
-    out = expert_mlp(weights, xs, sizes, sorted_experts, dtype, activation, moe.swiglu_limit)
+    run = functools.partial(expert_mlp, weights, dtype=dtype, activation=activation,
+                            limit=moe.swiglu_limit)
+    out = exchange(run, xs, sizes, sorted_experts, axes) if axes else run(xs, sizes,
+                                                                          sorted_experts)
 
     pair_w = w.reshape(-1)[order]
     if moe.capacity_factor:

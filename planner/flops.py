@@ -4,7 +4,8 @@ FLOPs per token (forward + backward = 3 x forward; a multiply-add is 2 FLOPs):
 
     dense     = 6 * P_matmul                       P_matmul: parameters used in matmuls (all
                                                     projections and the output head; not the
-                                                    embedding lookup)
+                                                    embedding lookup; of an expert layer, the
+                                                    router and the top_k experts a token uses)
     attention = 3 * L * 4 * S * H * Dh * c         QK^T and PV per query: 2 * S * H * Dh each;
                                                     c = 1/2 for causal (half the S x S scores);
                                                     a sliding layer: the keys its window leaves
@@ -50,11 +51,23 @@ def peak_flops(device_kind: str, override_tflops: float = 0.0) -> float:
     return float("nan")  # unknown device: MFU is reported as NaN rather than invented
 
 
-def matmul_params(m) -> int:
-    """Parameters that take part in matmuls, for a model.ModelConfig."""
+def matmul_params(m, active: bool = True) -> int:
+    """Parameters that take part in matmuls, for a model.ModelConfig. With experts, `active`
+    counts the top_k experts a token goes through (what its FLOPs are: MFU counts these),
+    else all of them (what memory holds)."""
     attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
-    mlp = 3 * m.d_model * m.mlp_dim
-    return m.num_layers * (attention + mlp) + m.d_model * m.vocab_size
+    return (sum(attention + mlp_params(m, i, active) for i in range(m.num_layers))
+            + m.d_model * m.vocab_size)
+
+
+def mlp_params(m, i: int, active: bool = True) -> int:
+    """The matrices of block i's MLP: 3 d F dense; sparse (model/moe.py), the router d E and
+    3 d F_e for each of top_k (active) or num_experts experts."""
+    moe = getattr(m, "moe", None)
+    if moe is None or not moe.sparse(i):
+        return 3 * m.d_model * m.mlp_dim
+    experts = moe.top_k if active else moe.num_experts
+    return experts * 3 * m.d_model * m.expert_mlp_dim + m.d_model * moe.num_experts
 
 
 def layer_windows(m) -> dict:

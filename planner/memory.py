@@ -16,17 +16,36 @@ def param_counts(m) -> dict:
 
     matmul  = planner.flops.matmul_params: L (d Dh (2H + 2K) + 3 d F) + d V (output head)
     total   = matmul + V d (embedding; not with tied embeddings) + (2L + 1) d (RMSNorm scales)
-    vectors = (2L + 1) d, replicated; every other parameter is a matrix, sharded over all devices
-    layer   = d Dh (2H + 2K) + 3 d F, the matrices of one block
+    vectors = (2L + 1) d (+ experts' biases), replicated; every other parameter is a matrix,
+              sharded over all devices
+    layer   = d Dh (2H + 2K) + 3 d F, the matrices of one block (the largest: with experts,
+              all of a sparse block's)
+    active  = total with only the top_k experts of each sparse layer (what a token uses)
     """
-    from planner.flops import matmul_params
-    matmul = matmul_params(m)
+    from planner.flops import matmul_params, mlp_params
+    matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
-    vectors = (2 * m.num_layers + 1) * m.d_model
+    vectors = (2 * m.num_layers + 1) * m.d_model + _expert_biases(m)
     attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
-    layer = attention + 3 * m.d_model * m.mlp_dim
+    layer = attention + max(mlp_params(m, i, active=False) for i in range(m.num_layers))
     return {"total": matmul + embed + vectors, "matmul": matmul, "matrices": matmul + embed,
-            "vectors": vectors, "layer": layer}
+            "vectors": vectors, "layer": layer, "active": matmul_params(m) + embed + vectors}
+
+
+def _sparse_top_k(m) -> int:
+    """top_k where some block is an expert layer, else 0."""
+    moe = getattr(m, "moe", None)
+    return moe.top_k if moe is not None and any(moe.sparse(i) for i in range(m.num_layers)) else 0
+
+
+def _expert_biases(m) -> int:
+    """GPT-OSS's biases of every sparse layer (replicated): router E, gate and up E F_e, down
+    E d."""
+    moe = getattr(m, "moe", None)
+    if moe is None or not moe.expert_bias:
+        return 0
+    sparse = sum(moe.sparse(i) for i in range(m.num_layers))
+    return sparse * moe.num_experts * (1 + 2 * m.expert_mlp_dim + m.d_model)
 
 
 def state_memory(m, run: Run) -> dict:
@@ -66,6 +85,10 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         # Whole: 6 [b, n, F] saved per layer. Chunked: nothing saved (the MLP's input is the
         # norm's output, counted there); one chunk's 6 [b, k, F] while it is recomputed.
         "swiglu": (kept * tokens if not mlp_chunk else b * mlp_chunk) * 6 * c * m.mlp_dim,
+        # An expert layer (never chunked): 6 [b n k, F_e] values, the k copies of each token
+        # sorted by expert, their outputs and the float32 weighted outputs.
+        "experts": kept * tokens * k * (6 * c * m.expert_mlp_dim + d * (2 * c + f32))
+        if (k := _sparse_top_k(m)) else 0,
         "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
                                                 + 2 * f32 * dh),
         # remat_policy 'dots': every layer keeps its q, k, v, o, gate and up matmul outputs.
@@ -97,7 +120,8 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
     activation_memory that jax's saved_residuals lists; tests/test_plan.py checks it)."""
     t = activation_memory(m, run, tiles)
     chunked_mlp = _chunk(m.mlp_chunk, run.block)
-    per_layer = t["norms"] + t["attention_residuals"] + (0 if chunked_mlp else t["swiglu"])
+    per_layer = (t["norms"] + t["attention_residuals"] + t["experts"]
+                 + (0 if chunked_mlp else t["swiglu"]))
     if m.loss_chunk:
         loss = run.rows * run.block * dtype_bytes(m.dtype) * m.d_model  # dx
     else:

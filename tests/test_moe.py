@@ -10,8 +10,10 @@ import pytest
 from flax import nnx
 
 import model
+import parallel
 from model import moe as moe_lib
 from model.config import MoEConfig
+from planner import memory
 from tests.test_model import SIZES, loss_and_grads
 
 T, D, E, F = 24, 8, 4, 6
@@ -128,3 +130,41 @@ def test_mixed_sparse_and_dense_layers_cannot_be_stacked():
     with pytest.raises(ValueError, match="scan_layers=False"):
         model.ModelConfig(**SIZES, moe=moe, scan_layers=True)
     assert dataclasses.replace(moe, mlp_only_layers=()).mixed(2) is False
+
+
+@pytest.mark.parametrize("moe", [
+    MoEConfig(num_experts=4, top_k=2, expert_mlp_dim=16, mlp_only_layers=(0,)),
+    MoEConfig(num_experts=4, top_k=1, router="topk_softmax", expert_bias=True)])
+def test_planner_counts_the_experts_parameters(moe):
+    cfg = model.ModelConfig(**SIZES, moe=moe)
+    mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    counts = memory.param_counts(cfg)
+    assert counts["total"] == model.count_params(model.create(cfg, mesh, seed=0))
+    # active: each sparse layer's experts other than top_k's are not used by a token (the
+    # biases, replicated vectors, are counted in both)
+    idle = (moe.num_experts - moe.top_k) * 3 * SIZES["d_model"] * cfg.expert_mlp_dim
+    assert counts["total"] - counts["active"] == len(cfg.sparse_layers) * idle
+
+
+EP = dict(moe=MoEConfig(num_experts=8, top_k=2, aux_loss_coef=0.01, z_loss_coef=0.001,
+                        expert_bias=True))
+
+
+@pytest.fixture(scope="module")
+def single_device_ep():
+    return loss_and_grads("ring", 1, 1, **EP)
+
+
+@pytest.mark.parametrize("layout,data,seq,experts", [
+    ("zigzag", 1, 4, 4), ("striped", 2, 4, 2), ("balanced", 2, 4, 8), ("ring", 1, 8, 8)])
+def test_experts_over_devices_as_one_device(single_device_ep, layout, data, seq, experts):
+    """Expert parallelism folded into the data x seq devices: the same loss and gradients."""
+    want_loss, want_grads, _ = single_device_ep
+    moe = dataclasses.replace(EP["moe"], expert_devices=experts)
+    loss, grads, params = loss_and_grads(layout, data, seq, moe=moe)
+    gate = params["blocks"][0]["mlp"]["gate"][...]
+    assert gate.addressable_shards[0].data.shape[0] == 8 // experts  # experts split
+    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
+    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(),
+                          nnx.to_pure_dict(grads), nnx.to_pure_dict(want_grads))
+    assert max(jax.tree.leaves(errors)) < 1e-4

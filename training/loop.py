@@ -24,7 +24,7 @@ import parallel
 import storage
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from configs import setting
-from planner import flops
+from planner import flops, memory
 from training import (init_from, position_loss, resume, stages, state as state_lib,
                       step as step_lib, trackers)
 from training.resolved import (announce_resolved, mesh_shape_of, resolve_here,
@@ -244,11 +244,17 @@ def _position_eval(config, cache, mesh, choice, graphdef):
     return position_loss.make_position_eval(graphdef, buckets), position_loss.on_mesh(batch, mesh)
 
 
-def _announce(config, choice, mesh_shape, num_params: int, cache) -> None:
+def _announce(config, choice, mesh_shape, num_params: int, cache, model_cfg) -> None:
     count = jax.device_count()
+    active = ""
+    if model_cfg.sparse_layers:  # what a token goes through: what MFU counts
+        moe = model_cfg.moe
+        split = f", over {moe.expert_devices} devices" if moe.expert_devices > 1 else ""
+        active = (f" ({memory.param_counts(model_cfg)['active']:,} active a token: "
+                  f"{moe.top_k} of {moe.num_experts} experts{split})")
     say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
         f"{count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
-        f"{num_params:,} parameters; {cache.num_tokens:,} tokens in the cache; "
+        f"{num_params:,} parameters{active}; {cache.num_tokens:,} tokens in the cache; "
         f"{config.global_batch_size * config.seq_len:,} tokens per step")
 
 
@@ -289,7 +295,7 @@ def _run(config, workdir, mesh, resolved, checkpointer, prepared, identity, sour
                                    jax.process_index() == 0, progress.wandb_run_id, start_step,
                                    stage)
     _announce(config, choice, mesh_shape,
-              model.count_params(nnx.merge(graphdef, state["params"])), cache)
+              model.count_params(nnx.merge(graphdef, state["params"])), cache, model_cfg)
     if start_step:
         track.event(start_step, "resumed", {"restored_step": start_step, **resolved.record(),
                                             "attention": choice.layout, "mesh": list(mesh_shape)})

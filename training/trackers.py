@@ -171,6 +171,11 @@ class Console:
                      f"eta {_hms((self.total - step) * step_time)}")
         else:  # the first step of a start or resume: it compiled, so it is not timed
             text += "  (compiled)"
+        if "moe/share_max" in metrics:  # the busiest expert's share of the routed tokens
+            text += (f"  experts: max share {metrics['moe/share_max']:.3f} balance "
+                     f"{metrics['moe/balance_loss']:.3f}")
+            if metrics.get("moe/dropped"):
+                text += f" dropped {metrics['moe/dropped']:.1%}"
         if "memory/host_peak_rss_gb" in metrics:
             text += f"  peak RSS {metrics['memory/host_peak_rss_gb']:.2f} GB"
         if "memory/device_peak_gb" in metrics:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import parallel
 from configs import setting
-from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
+from model.config import (AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING,
+                          MoEConfig)
+from model.moe import expert_axes
 from model.rope import RopeScaling
 from planner.attention import choice_from_config, configured_tiles
 from planner.run import configured_layout
@@ -57,6 +61,21 @@ def _mesh_shape(config, device_count):
             f"(or -1 for one of them)") from None
 
 
+def _validate_experts(config, data: int, seq: int):
+    """model.moe is a valid expert layer, and mesh.expert splits its experts over whole mesh
+    axes (model/moe.py expert_axes)."""
+    expert = setting(config, "mesh.expert")
+    try:
+        moe = MoEConfig.from_config(config.model.get("moe"))
+        if expert != 1 and not moe.num_experts:
+            raise ValueError(f"mesh.expert={expert} splits experts, but model.moe.num_experts is "
+                             "0: set model.moe.num_experts, or mesh.expert=1")
+        expert_axes({parallel.DATA: data, parallel.SEQ: seq}, expert)
+        dataclasses.replace(moe, expert_devices=expert)  # checks num_experts % expert
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _validate_parallel(p, platform):
     """parallel.layout, parallel.strategy and parallel.kernel name things that
     exist, and the kernel runs on this backend."""
@@ -100,6 +119,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
                           f"least 1")
     _validate_resume_accepts(setting(config, "resume_accepts"))
     data, seq = _mesh_shape(config, device_count)
+    _validate_experts(config, data, seq)
     try:
         parallel.check_divisible(configured_layout(config), config.seq_len, seq)
     except ValueError as e:
