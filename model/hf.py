@@ -1,5 +1,6 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-Llama, Mistral, Qwen3, Gemma 2 and Gemma 3 (text) families (model/hf_families.py).
+Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, Gemma 2 and Gemma 3 (text) families
+(model/hf_families.py).
 
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up
@@ -15,6 +16,8 @@ the other families add and rename norms: hf_families.py):
     blocks[i].attention.{q,k,v,o}     model.layers.i.self_attn.{q,k,v,o}_proj.weight
     blocks[i].mlp_norm.scale          model.layers.i.post_attention_layernorm.weight
     blocks[i].mlp.{gate,up,down}      model.layers.i.mlp.{gate,up,down}_proj.weight
+    an expert layer's router          model.layers.i.mlp.gate.weight (Qwen3-MoE)
+    its gate[e], up[e], down[e]       model.layers.i.mlp.experts.e.{gate,up,down}_proj.weight
     final_norm.scale                  model.norm.weight
     lm_head.kernel                    lm_head.weight (absent when tie_word_embeddings)
 
@@ -23,7 +26,7 @@ read from the memory-mapped files, so no host ever holds the whole model, and a 
 (`--config.init_from=hf:PATH`) loads straight onto its mesh, layers stacked or not. Everything a
 checkpoint says is checked before a byte is loaded: HFError, one line, for a missing directory, an
 architecture outside the families, options the model here does not have (biases, another
-activation, mixture-of-experts layers), and tensors whose names or shapes contradict config.json.
+activation, shared experts), and tensors whose names or shapes contradict config.json.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 from flax import nnx
 
 from model.config import FULL, SLIDING, ModelConfig
-from model.hf_families import FAMILIES, Family, FamilyError, family_of
+from model.hf_families import FAMILIES, Family, FamilyError, family_of, is_expert
 from model.rope import RopeScaling
 from model.safetensors_dir import SafetensorsDir, write
 from model.transformer import Transformer
@@ -79,6 +82,8 @@ def read_config(path: str) -> tuple[dict, str]:
         options = family.read(c)
     except FamilyError as e:
         raise HFError(f"{file}: {e}") from None
+    except KeyError as e:
+        raise HFError(f"{file}: a {family.architecture} config.json lacks {e.args[0]}") from None
     heads = c["num_attention_heads"]
     fields = dict(vocab_size=c["vocab_size"], d_model=c["hidden_size"],
                   num_layers=c["num_hidden_layers"], num_heads=heads,
@@ -171,17 +176,22 @@ def _family(cfg: ModelConfig) -> Family:
         raise HFError(f"hf: {e}") from None
 
 
-def _source(path: tuple, cfg: ModelConfig) -> tuple[list[str], bool, bool]:
-    """Our parameter's path -> (the Hugging Face tensor of each layer it holds, stored
-    transposed?, stacked over layers?)."""
+def _source(path: tuple, cfg: ModelConfig) -> tuple[np.ndarray, bool]:
+    """Our parameter's path -> (the Hugging Face tensor names it holds, an array shaped like
+    its leading axes: [layers] when stacked, [experts] for an expert layer's matrices, both or
+    neither; stored transposed?). Kernels and the experts' matrices are stored [out, in]."""
     layer = _family(cfg).layer
-    transposed = path[-1] == "kernel"
+    transposed = path[-1] in ("kernel", "router", "gate", "up", "down")
     if path[0] != "blocks":
-        return [_TOP[path]], transposed, False
+        return np.asarray(_TOP[path]), transposed
+    inner = path[2:] if isinstance(path[1], int) else path[1:]
+    name = layer[inner]
+    experts = range(cfg.moe.num_experts) if is_expert(inner) else None
+    per_layer = lambda i: (f"model.layers.{i}.{name}" if experts is None  # noqa: E731
+                           else [f"model.layers.{i}.{name.format(e=e)}" for e in experts])
     if isinstance(path[1], int):  # blocks[i]...
-        return [f"model.layers.{path[1]}.{layer[path[2:]]}"], transposed, False
-    return ([f"model.layers.{i}.{layer[path[1:]]}" for i in range(cfg.num_layers)], transposed,
-            True)
+        return np.asarray(per_layer(path[1])), transposed
+    return np.asarray([per_layer(i) for i in range(cfg.num_layers)]), transposed
 
 
 def _offset(path: tuple, cfg: ModelConfig) -> float:
@@ -194,17 +204,17 @@ def _key_path(path) -> tuple:
 
 
 def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Each Hugging Face tensor name of a model with this config, with its shape."""
-    q, kv, d, f = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.d_model, \
-        cfg.mlp_dim
-    shapes = {"q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "gate": (f, d), "up": (f, d),
-              "down": (d, f), "q_norm": (cfg.head_dim,), "k_norm": (cfg.head_dim,)}
-    layer = {name: shapes.get(path[-2], (d,)) for path, name in _family(cfg).layer.items()}
-    out = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,)}
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = (cfg.vocab_size, d)
-    for i in range(cfg.num_layers):
-        out.update({f"model.layers.{i}.{name}": shape for name, shape in layer.items()})
+    """Each Hugging Face tensor name of a model with this config, with its shape: our
+    parameters' shapes less their leading (layer, expert) axes, transposed where stored so."""
+    import parallel
+    mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    _, abstract, _ = abstract_model(cfg, mesh)
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]:
+        names, transposed = _source(_key_path(path), cfg)
+        shape = leaf.shape[names.ndim:]
+        for name in names.reshape(-1):
+            out[str(name)] = shape[::-1] if transposed else shape
     return out
 
 
@@ -242,17 +252,16 @@ def load_params(weights: SafetensorsDir, cfg: ModelConfig, abstract, mesh):
     from the memory-mapped files, so a host reads only what its devices hold."""
 
     def place(path, leaf):
-        names, transposed, stacked = _source(_key_path(path), cfg)
+        names, transposed = _source(_key_path(path), cfg)
         offset = _offset(_key_path(path), cfg)
 
         def read(index):
-            layers = range(len(names))[index[0]] if stacked else [0]
-            inner = index[1:] if stacked else index
-            parts = []
-            for i in layers:
-                part = weights.read(names[i], inner[::-1] if transposed else inner)
-                parts.append(part.T if transposed else part)
-            out = np.stack(parts) if stacked else parts[0]
+            lead, inner = index[:names.ndim], index[names.ndim:]
+            chosen = names[lead] if names.ndim else names
+            parts = [weights.read(str(name), inner[::-1] if transposed else inner)
+                     for name in chosen.reshape(-1)]
+            out = np.stack([p.T if transposed else p for p in parts])
+            out = out.reshape(chosen.shape + out.shape[1:])
             if offset:
                 out = out.astype(np.float32) + offset
             return out.astype(leaf.dtype)
@@ -301,17 +310,17 @@ def hf_tensors(params, cfg: ModelConfig, dtype: str):
     from jax.experimental import multihost_utils
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     for path, leaf in flat:
-        names, transposed, stacked = _source(_key_path(path), cfg)
+        names, transposed = _source(_key_path(path), cfg)
         offset = _offset(_key_path(path), cfg)
         if jax.process_count() > 1:
             host = np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
         else:
             host = np.asarray(jax.device_get(leaf))
-        for i, name in enumerate(names):
-            part = host[i] if stacked else host
+        parts = host.reshape(names.size, *host.shape[names.ndim:])
+        for name, part in zip(names.reshape(-1), parts):
             if offset:
                 part = part.astype(np.float32) - offset
-            yield name, (part.T if transposed else part).astype(jax.numpy.dtype(dtype))
+            yield str(name), (part.T if transposed else part).astype(jax.numpy.dtype(dtype))
 
 
 def save(m: Transformer, path: str, *, dtype: str | None = None,

@@ -1,19 +1,24 @@
-"""The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Gemma 2 and
-Gemma 3 (text). A family is how one `model_type`'s config.json maps onto ModelConfig and back,
+"""The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Qwen3-MoE,
+Mixtral, Gemma 2 and Gemma 3 (text). A family is how one `model_type`'s config.json maps onto ModelConfig and back,
 and how its layers' tensors are named; one `Family` each, and one line in FAMILIES.
 
     family        attention per layer                  besides Llama's block
     llama         full                                 -
     mistral       every layer a sliding window         -
     qwen3         full, or sliding from a layer on     RMSNorm of q and k heads
+    qwen3_moe     full                                 Qwen3's, and experts (mlp_only_layers
+                                                       dense; top-k weights renormalised or not)
+    mixtral       full, or every layer a window        experts in every block (renormalised)
     gemma2        sliding and full alternating         GeGLU, sandwich norms, embedding scale,
                                                        query scale, soft caps (scores, logits)
     gemma3_text   5 sliding : 1 full, local RoPE base  as Gemma 2 with q/k norms, no caps
 
 Gemma stores its RMSNorm scales as (scale - 1) (its norm multiplies by 1 + weight):
 `norm_offset` adds the 1 on reading and takes it off on writing. An option a family does not
-have, or a model no family holds (mixture-of-experts layers, biases, sinks), is a one-line
-HFError, never a model that loads and computes something else.
+have, or a model no family holds (shared experts, DeepSeek's latent attention, biases, sinks),
+is a one-line HFError, never a model that loads and computes something else. Each expert is
+its own tensors in the files (model.layers.i.mlp.experts.e.*), as the hub's checkpoints and
+transformers 5's save_pretrained keep them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from model.config import FULL, SLIDING, ModelConfig
+from model.config import FULL, SLIDING, ModelConfig, MoEConfig
 
 # Our parameter path (inside a block) -> the tensor's name inside model.layers.i.
 LLAMA_LAYER = {("attention_norm", "scale"): "input_layernorm.weight",
@@ -38,6 +43,27 @@ QK_NORMS = {("attention", "q_norm", "scale"): "self_attn.q_norm.weight",
 GEMMA_NORMS = {("mlp_norm", "scale"): "pre_feedforward_layernorm.weight",
                ("post_attention_norm", "scale"): "post_attention_layernorm.weight",
                ("post_mlp_norm", "scale"): "post_feedforward_layernorm.weight"}
+
+
+# A mixture-of-experts block (model/moe.py): the router, and each expert's matrices ({e}: the
+# expert's index), stored [out, in] per expert as torch's Linear keeps them.
+QWEN3_MOE_LAYER = {**LLAMA_LAYER, **QK_NORMS,
+                   ("mlp", "router"): "mlp.gate.weight",
+                   ("mlp", "gate"): "mlp.experts.{e}.gate_proj.weight",
+                   ("mlp", "up"): "mlp.experts.{e}.up_proj.weight",
+                   ("mlp", "down"): "mlp.experts.{e}.down_proj.weight"}
+MIXTRAL_LAYER = {**LLAMA_LAYER,
+                 ("mlp", "router"): "block_sparse_moe.gate.weight",
+                 ("mlp", "gate"): "block_sparse_moe.experts.{e}.w1.weight",
+                 ("mlp", "up"): "block_sparse_moe.experts.{e}.w3.weight",
+                 ("mlp", "down"): "block_sparse_moe.experts.{e}.w2.weight"}
+
+
+def is_expert(path: tuple) -> bool:
+    """Whether a block parameter's path (inside the block) is one of the experts
+    expert in the files); the router's is one tensor."""
+    return path[0] == "mlp" and path[-1] in ("gate", "up", "down", "gate_bias", "up_bias",
+                                             "down_bias")
 
 
 class FamilyError(ValueError):
@@ -85,6 +111,27 @@ def _qwen3(c):
                 sliding_window=window if sliding else 0)
 
 
+def _qwen3_moe(c):
+    # No shared expert (Qwen2-MoE's), no sliding layers (its config has no layer_types)
+    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
+                ("shared_expert_intermediate_size", [0, None]),
+                ("use_sliding_window", [False, None])])
+    return dict(qk_norm=True, moe=MoEConfig(
+        # the hub's files say num_experts; transformers 5 writes num_local_experts
+        num_experts=c["num_experts"] if c.get("num_experts") else c["num_local_experts"],
+        top_k=c["num_experts_per_tok"], expert_mlp_dim=c["moe_intermediate_size"], norm_topk_prob=bool(c["norm_topk_prob"]),
+        sparse_step=int(c.get("decoder_sparse_step") or 1),
+        mlp_only_layers=tuple(c.get("mlp_only_layers") or ()),
+        aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0)))
+
+
+def _mixtral(c):
+    return dict(_mistral(c), moe=MoEConfig(
+        num_experts=c["num_local_experts"], top_k=c["num_experts_per_tok"],
+        expert_mlp_dim=c["intermediate_size"], norm_topk_prob=True,
+        aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0)))
+
+
 def _gemma(c, *, qk_norm: bool, default_types):
     _refuse(c, [("hidden_activation", ["gelu_pytorch_tanh", "gelu_tanh"]),
                 ("hidden_act", ["gelu_pytorch_tanh", "gelu_tanh", None]),
@@ -115,6 +162,33 @@ def _qwen3_json(cfg):
             "max_window_layers": first}
 
 
+def _experts_of(cfg):
+    """cfg.moe, or FamilyError for a model without experts (a dense family holds it)."""
+    if not cfg.moe.num_experts:
+        raise FamilyError("no experts")
+    return cfg.moe
+
+
+def _qwen3_moe_json(cfg):
+    moe = _experts_of(cfg)
+    return {"hidden_act": "silu", "attention_bias": False, "use_sliding_window": False,
+            "sliding_window": None, "num_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k, "moe_intermediate_size": cfg.expert_mlp_dim,
+            "norm_topk_prob": moe.norm_topk_prob, "decoder_sparse_step": moe.sparse_step,
+            "mlp_only_layers": list(moe.mlp_only_layers),
+            "router_aux_loss_coef": moe.aux_loss_coef}
+
+
+def _mixtral_json(cfg):
+    moe = _experts_of(cfg)
+    if moe.mlp_only_layers or moe.sparse_step != 1 or moe.router != "softmax_topk" \
+            or not moe.norm_topk_prob:
+        raise FamilyError("Mixtral's blocks are all sparse, routed softmax, top-k, renormalised")
+    return {**_mistral_json(cfg), "num_local_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k, "intermediate_size": cfg.expert_mlp_dim,
+            "router_aux_loss_coef": moe.aux_loss_coef}
+
+
 def _int_if_whole(x):
     """transformers' Gemma configs type query_pre_attn_scalar as an int."""
     return int(x) if float(x).is_integer() else float(x)
@@ -135,11 +209,32 @@ OPTIONS = ("layer_types", "sliding_window", "rope_local_theta", "qk_norm", "attn
            "sandwich_norms", "embed_scale")
 
 
+# What of model.moe a family's files hold (not the training-only coefficients, capacity or the
+# devices the experts are split over).
+MOE_OPTIONS = ("num_experts", "top_k", "router", "norm_topk_prob", "sparse_step",
+               "mlp_only_layers", "expert_bias", "swiglu_limit")
+
+
+def _moe_options(moe, mlp_dim: int) -> dict:
+    """The architecture of a MoEConfig (or its asdict), written one way; {} for none."""
+    moe = moe if isinstance(moe, dict) else dataclasses.asdict(moe or MoEConfig())
+    if not moe.get("num_experts"):
+        return {}
+    out = {k: moe[k] for k in MOE_OPTIONS}
+    out["mlp_only_layers"] = tuple(out["mlp_only_layers"])
+    out["expert_mlp_dim"] = moe.get("expert_mlp_dim") or mlp_dim
+    if out["router"] == "topk_softmax":
+        out["norm_topk_prob"] = True  # a softmax over the k: the flag means nothing there
+    return out
+
+
 def _options(fields: dict, head_dim: int) -> dict:
     """The OPTIONS of a config, written one way: all-full layer types as (), no window without
-    sliding layers, Gemma's query scale equal to head_dim as the default 0."""
+    sliding layers, Gemma's query scale equal to head_dim as the default 0; the experts'
+    architecture."""
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in OPTIONS}
     out = {**defaults, **{k: v for k, v in fields.items() if k in OPTIONS}}
+    out["moe"] = _moe_options(fields.get("moe"), fields.get("mlp_dim", 0))
     types = tuple(out["layer_types"])
     out["layer_types"] = types if SLIDING in types else ()
     if SLIDING not in types:
@@ -163,10 +258,17 @@ class Family:
         """Whether this family's files hold a model with this config exactly: what `write`
         puts in config.json, `read` gives back."""
         import json
-        c = json.loads(json.dumps({"num_hidden_layers": cfg.num_layers,
-                                   "head_dim": cfg.head_dim, **self.write(cfg)}))
+        try:
+            written = self.write(cfg)
+        except FamilyError:
+            return False
+        c = json.loads(json.dumps({"num_hidden_layers": cfg.num_layers, "head_dim": cfg.head_dim,
+                                   "intermediate_size": cfg.mlp_dim, **written}))
         ours = _options(dataclasses.asdict(cfg), cfg.head_dim)
-        back = _options(self.read(c), cfg.head_dim)
+        try:
+            back = _options(dict(self.read(c), mlp_dim=c["intermediate_size"]), cfg.head_dim)
+        except (KeyError, FamilyError):
+            return False
         if self.rope_per_layer_type:  # config.json's per-type RoPE (model/hf.py) holds it
             back["rope_local_theta"] = ours["rope_local_theta"]
         return back == ours
@@ -176,6 +278,8 @@ FAMILIES = {f.model_type: f for f in (
     Family("llama", "LlamaForCausalLM", _llama, _llama_json, LLAMA_LAYER),
     Family("mistral", "MistralForCausalLM", _mistral, _mistral_json, LLAMA_LAYER),
     Family("qwen3", "Qwen3ForCausalLM", _qwen3, _qwen3_json, {**LLAMA_LAYER, **QK_NORMS}),
+    Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3_moe, _qwen3_moe_json, QWEN3_MOE_LAYER),
+    Family("mixtral", "MixtralForCausalLM", _mixtral, _mixtral_json, MIXTRAL_LAYER),
     Family("gemma2", "Gemma2ForCausalLM",
            lambda c: _gemma(c, qk_norm=False, default_types=lambda i: (SLIDING, FULL)[i % 2]),
            _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS}, norm_offset=1.0),

@@ -1,7 +1,8 @@
 """Writes tests/fixtures/hf/: tiny checkpoints saved by Hugging Face `transformers` (Llama under
 every RoPE rule; Mistral, Qwen3, Gemma 2 and Gemma 3 with sliding windows shorter than the
-reference), and the logits its own PyTorch models compute from them, the reference
-tests/test_hf.py checks model.hf against (make test reads the files; it needs no PyTorch).
+reference; Qwen3-MoE and Mixtral with 4 experts, 2 a token), and the logits its own PyTorch
+models compute from them, the reference tests/test_hf.py checks model.hf against (make test
+reads the files; it needs no PyTorch).
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy
     /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
@@ -66,6 +67,18 @@ FAMILY_CASES = {
                                      "full_attention": {"rope_type": "linear", "factor": 2.0,
                                                         "rope_theta": 1_000_000.0}}),
                             False, torch.float32),
+    # Mixtures of experts, 4 experts of width 32, 2 a token: Qwen3-MoE with a dense first layer
+    # and the top-2 weights not renormalised; Mixtral (renormalised) with a window.
+    "qwen3_moe_experts": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                          dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                               norm_topk_prob=False, mlp_only_layers=[0],
+                               rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+                          False, torch.float32),
+    "mixtral_experts": ("MixtralConfig", "MixtralForCausalLM",
+                        dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                             sliding_window=16,
+                             rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+                        False, torch.float32),
 }
 
 
@@ -108,8 +121,9 @@ def main() -> None:
     for i, (name, (config_class, model_class, options, tied, dtype)) in enumerate(
             FAMILY_CASES.items(), start=len(CASES)):
         torch.manual_seed(i)
-        config = getattr(transformers, config_class)(**SIZES, tie_word_embeddings=tied,
-                                                     initializer_range=0.2, **options)
+        config = getattr(transformers, config_class)(**{**SIZES, **options},
+                                                     tie_word_embeddings=tied,
+                                                     initializer_range=0.2)
         model = getattr(transformers, model_class)(config)
         with torch.no_grad():
             for pname, p in model.named_parameters():

@@ -1,4 +1,5 @@
-"""model.hf against Hugging Face transformers' own models (Llama, Mistral, Qwen3, Gemma 2, Gemma 3).
+"""model.hf against Hugging Face transformers' own models (Llama, Mistral, Qwen3, Gemma 2, Gemma 3,
+Qwen3-MoE, Mixtral).
 
 The checkpoints under tests/fixtures/hf were saved by transformers, and logits.npz holds the
 logits its PyTorch model computed from them (scripts/make_hf_fixtures.py: every RoPE rule, GQA,
@@ -21,7 +22,8 @@ from tests.test_model import attention
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 CASES = ["default_untied_sharded", "linear_tied", "llama3_untied_bf16", "yarn_tied",
-         "mistral_window", "qwen3_window", "gemma2_caps", "gemma3_local_global"]
+         "mistral_window", "qwen3_window", "gemma2_caps", "gemma3_local_global",
+         "qwen3_moe_experts", "mixtral_experts"]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,8 @@ def test_onto_a_sharded_mesh_with_stacked_layers(reference):
 
 
 @pytest.mark.parametrize("case", ["default_untied_sharded", "yarn_tied", "qwen3_window",
-                                  "gemma2_caps", "gemma3_local_global"])
+                                  "gemma2_caps", "gemma3_local_global", "qwen3_moe_experts",
+                                  "mixtral_experts"])
 def test_save_writes_what_transformers_writes(case, reference, tmp_path):
     """hf.save: the tensors transformers saved (names, shapes, values), sharded with an index
     past the shard size, a config.json that loads back to the same model and logits."""
@@ -86,8 +89,13 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
         original = json.load(f)
     for key in ("architectures", "model_type", "hidden_size", "num_key_value_heads", "head_dim",
                 "tie_word_embeddings", "intermediate_size", "layer_types", "sliding_window",
-                "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+                "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+                "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                "mlp_only_layers"):
         assert config.get(key) == original.get(key), key
+    # the expert count under either of its names (transformers 5 writes num_local_experts)
+    count = lambda c: c.get("num_experts") or c.get("num_local_experts")  # noqa: E731
+    assert count(config) == count(original)
     # what transformers wrote, and the rule's optional parameters at their defaults besides
     for rule, written in ([(original["rope_parameters"], config["rope_parameters"])]
                           if "rope_type" in original["rope_parameters"] else
@@ -158,7 +166,12 @@ def test_bad_checkpoints_are_one_line(edit, expected, tmp_path):
      "use_bidirectional_attention=True is not supported"),
     ("gemma2_caps", dict(hidden_activation="relu"), "hidden_activation='relu' is not supported"),
     ("mistral_window", dict(model_type="mixtral", architectures=["MixtralForCausalLM"]),
-     "is not a family model.hf reads"),
+     "a MixtralForCausalLM config.json lacks num_local_experts"),
+    ("qwen3_moe_experts", dict(model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"]),
+     "Qwen2MoeForCausalLM .* is not a family model.hf reads"),  # shared experts
+    ("qwen3_moe_experts", dict(model_type="deepseek_v3",
+                               architectures=["DeepseekV3ForCausalLM"]),  # MLA, shared experts
+     "DeepseekV3ForCausalLM .* is not a family model.hf reads"),
     ("gemma3_local_global", dict(rope_parameters={
         "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
         "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
