@@ -116,6 +116,7 @@ def get_config():
     config.model.attn_logit_soft_cap = 0.0  # attention scores c tanh(s / c) (Gemma 2); 0 = none
     config.model.final_logit_soft_cap = 0.0  # output logits c tanh(z / c) (Gemma 2); 0 = none
     config.model.attention_sinks = False  # a learned logit per head in its softmax (GPT-OSS)
+    config.model.attention_bias = False  # biases on the q, k, v, o projections (GPT-OSS)
     config.model.query_scale = 0.0  # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
     config.model.mlp_activation = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU, Gemma)
     config.model.sandwich_norms = False  # Gemma: a norm after attention and the MLP as well

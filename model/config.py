@@ -159,6 +159,7 @@ class ModelConfig:
     attn_logit_soft_cap: float = 0.0  # scores c tanh(s / c) (Gemma 2); 0 = none
     final_logit_soft_cap: float = 0.0  # output logits c tanh(z / c) (Gemma 2); 0 = none
     attention_sinks: bool = False  # a learned logit per head in its softmax (GPT-OSS)
+    attention_bias: bool = False  # biases on the q, k, v and o projections (GPT-OSS)
     query_scale: float = 0.0  # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
     # Gemma's block: a GELU (tanh) gated MLP, norms after attention and the MLP as well as
     # before, the embedding multiplied by sqrt(d_model).

@@ -40,7 +40,7 @@ import numpy as np
 from flax import nnx
 
 from model.config import FULL, SLIDING, ModelConfig
-from model.hf_families import FAMILIES, Family, FamilyError, family_of, is_expert
+from model.hf_families import FAMILIES, Family, FamilyError, Stored, family_of, stored
 from model.rope import RopeScaling
 from model.safetensors_dir import SafetensorsDir, write
 from model.transformer import Transformer
@@ -176,22 +176,26 @@ def _family(cfg: ModelConfig) -> Family:
         raise HFError(f"hf: {e}") from None
 
 
-def _source(path: tuple, cfg: ModelConfig) -> tuple[np.ndarray, bool]:
-    """Our parameter's path -> (the Hugging Face tensor names it holds, an array shaped like
-    its leading axes: [layers] when stacked, [experts] for an expert layer's matrices, both or
-    neither; stored transposed?). Kernels and the experts' matrices are stored [out, in]."""
-    layer = _family(cfg).layer
-    transposed = path[-1] in ("kernel", "router", "gate", "up", "down")
+def _source(path: tuple, cfg: ModelConfig) -> tuple[np.ndarray, Stored]:
+    """Our parameter's path -> (the Hugging Face tensor names it is read from, an array shaped
+    like its leading axes: [layers] when stacked, [experts] where each expert is its own tensor
+    ({e} in the name), both or neither; how they are stored)."""
     if path[0] != "blocks":
-        return np.asarray(_TOP[path]), transposed
+        return np.asarray(_TOP[path]), stored(path, _TOP[path])
     inner = path[2:] if isinstance(path[1], int) else path[1:]
-    name = layer[inner]
-    experts = range(cfg.moe.num_experts) if is_expert(inner) else None
-    per_layer = lambda i: (f"model.layers.{i}.{name}" if experts is None  # noqa: E731
-                           else [f"model.layers.{i}.{name.format(e=e)}" for e in experts])
+    how = stored(inner, _family(cfg).layer[inner])
+    experts = range(cfg.moe.num_experts) if "{e}" in how.name else None
+    per_layer = lambda i: (f"model.layers.{i}.{how.name}" if experts is None  # noqa: E731
+                           else [f"model.layers.{i}.{how.name.format(e=e)}" for e in experts])
     if isinstance(path[1], int):  # blocks[i]...
-        return np.asarray(per_layer(path[1])), transposed
-    return np.asarray([per_layer(i) for i in range(cfg.num_layers)]), transposed
+        return np.asarray(per_layer(path[1])), how
+    return np.asarray([per_layer(i) for i in range(cfg.num_layers)]), how
+
+
+def _stored_shape(shape: tuple, how: Stored) -> tuple:
+    """The file's tensor shape for our parameter's shape (less its leading axes)."""
+    shape = shape[::-1] if how.transposed else shape
+    return (*shape[:-1], shape[-1] * how.parts) if shape else shape
 
 
 def _offset(path: tuple, cfg: ModelConfig) -> float:
@@ -211,10 +215,9 @@ def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     _, abstract, _ = abstract_model(cfg, mesh)
     out = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]:
-        names, transposed = _source(_key_path(path), cfg)
-        shape = leaf.shape[names.ndim:]
+        names, how = _source(_key_path(path), cfg)
         for name in names.reshape(-1):
-            out[str(name)] = shape[::-1] if transposed else shape
+            out[str(name)] = _stored_shape(leaf.shape[names.ndim:], how)
     return out
 
 
@@ -252,15 +255,14 @@ def load_params(weights: SafetensorsDir, cfg: ModelConfig, abstract, mesh):
     from the memory-mapped files, so a host reads only what its devices hold."""
 
     def place(path, leaf):
-        names, transposed = _source(_key_path(path), cfg)
+        names, how = _source(_key_path(path), cfg)
         offset = _offset(_key_path(path), cfg)
 
         def read(index):
             lead, inner = index[:names.ndim], index[names.ndim:]
             chosen = names[lead] if names.ndim else names
-            parts = [weights.read(str(name), inner[::-1] if transposed else inner)
-                     for name in chosen.reshape(-1)]
-            out = np.stack([p.T if transposed else p for p in parts])
+            parts = [_read_part(weights, str(name), inner, how) for name in chosen.reshape(-1)]
+            out = np.stack(parts)
             out = out.reshape(chosen.shape + out.shape[1:])
             if offset:
                 out = out.astype(np.float32) + offset
@@ -270,6 +272,18 @@ def load_params(weights: SafetensorsDir, cfg: ModelConfig, abstract, mesh):
         return jax.make_array_from_callback(leaf.shape, sharding, read)
 
     return jax.tree_util.tree_map_with_path(place, abstract)
+
+
+def _read_part(weights: SafetensorsDir, name: str, index: tuple, how: Stored) -> np.ndarray:
+    """Our slice `index` of the parameter stored as `how` in tensor `name`."""
+    if how.transposed:
+        return weights.read(name, index[::-1]).T
+    if how.parts == 1 or not index:
+        return weights.read(name, index)
+    last, n = index[-1], how.parts
+    span = slice(None if last.start is None else last.start * n,
+                 None if last.stop is None else last.stop * n)
+    return weights.read(name, (*index[:-1], span))[..., how.part::n]
 
 
 def abstract_model(cfg: ModelConfig, mesh):
@@ -309,8 +323,9 @@ def hf_tensors(params, cfg: ModelConfig, dtype: str):
     time (a sharded array is gathered to the host one tensor at a time)."""
     from jax.experimental import multihost_utils
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    pending = {}  # tensor name -> {part: array}: an interleaved tensor waits for its parts
     for path, leaf in flat:
-        names, transposed = _source(_key_path(path), cfg)
+        names, how = _source(_key_path(path), cfg)
         offset = _offset(_key_path(path), cfg)
         if jax.process_count() > 1:
             host = np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
@@ -320,7 +335,16 @@ def hf_tensors(params, cfg: ModelConfig, dtype: str):
         for name, part in zip(names.reshape(-1), parts):
             if offset:
                 part = part.astype(np.float32) - offset
-            yield str(name), (part.T if transposed else part).astype(jax.numpy.dtype(dtype))
+            part = (part.T if how.transposed else part).astype(jax.numpy.dtype(dtype))
+            if how.parts == 1:
+                yield str(name), part
+                continue
+            got = pending.setdefault(str(name), {})
+            got[how.part] = part
+            if len(got) == how.parts:  # all there: interleaved along the last axis
+                whole = np.stack([got[i] for i in range(how.parts)], axis=-1)
+                yield str(name), whole.reshape(*part.shape[:-1], -1)
+                del pending[str(name)]
 
 
 def save(m: Transformer, path: str, *, dtype: str | None = None,

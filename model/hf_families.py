@@ -1,5 +1,5 @@
 """The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Qwen3-MoE,
-Mixtral, Gemma 2 and Gemma 3 (text). A family is how one `model_type`'s config.json maps onto ModelConfig and back,
+Mixtral, GPT-OSS, Gemma 2 and Gemma 3 (text). A family is how one `model_type`'s config.json maps onto ModelConfig and back,
 and how its layers' tensors are named; one `Family` each, and one line in FAMILIES.
 
     family        attention per layer                  besides Llama's block
@@ -9,6 +9,8 @@ and how its layers' tensors are named; one `Family` each, and one line in FAMILI
     qwen3_moe     full                                 Qwen3's, and experts (mlp_only_layers
                                                        dense; top-k weights renormalised or not)
     mixtral       full, or every layer a window        experts in every block (renormalised)
+    gpt_oss       sliding and full alternating         sinks, q/k/v/o biases; experts with
+                                                       biases, clamped SwiGLU, top-k then softmax
     gemma2        sliding and full alternating         GeGLU, sandwich norms, embedding scale,
                                                        query scale, soft caps (scores, logits)
     gemma3_text   5 sliding : 1 full, local RoPE base  as Gemma 2 with q/k norms, no caps
@@ -27,6 +29,7 @@ import dataclasses
 from typing import Callable
 
 from model.config import FULL, SLIDING, ModelConfig, MoEConfig
+from model.moe import GPT_OSS_ALPHA
 
 # Our parameter path (inside a block) -> the tensor's name inside model.layers.i.
 LLAMA_LAYER = {("attention_norm", "scale"): "input_layernorm.weight",
@@ -59,11 +62,38 @@ MIXTRAL_LAYER = {**LLAMA_LAYER,
                  ("mlp", "down"): "block_sparse_moe.experts.{e}.w2.weight"}
 
 
-def is_expert(path: tuple) -> bool:
-    """Whether a block parameter's path (inside the block) is one of the experts
-    expert in the files); the router's is one tensor."""
-    return path[0] == "mlp" and path[-1] in ("gate", "up", "down", "gate_bias", "up_bias",
-                                             "down_bias")
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """How a family stores one of our parameters when not as a plain [out, in] matrix or
+    vector: `transposed` or not, and as part `part` of `parts` interleaved along the last axis
+    of one tensor (GPT-OSS keeps gate and up as the even and odd columns of gate_up_proj)."""
+    name: str
+    transposed: bool = False
+    part: int = 0
+    parts: int = 1
+
+
+# GPT-OSS: q, k, v, o with biases, sinks; the router [E, D] with a bias; every expert's
+# matrices in one tensor a layer, [E, in, out] (not transposed), gate and up interleaved.
+GPT_OSS_LAYER = {**{k: v for k, v in LLAMA_LAYER.items() if k[0] != "mlp"},
+                 **{("attention", p, "bias"): f"self_attn.{p}_proj.bias" for p in "qkvo"},
+                 ("attention", "sinks"): "self_attn.sinks",
+                 ("mlp", "router"): "mlp.router.weight",
+                 ("mlp", "router_bias"): "mlp.router.bias",
+                 ("mlp", "gate"): Stored("mlp.experts.gate_up_proj", part=0, parts=2),
+                 ("mlp", "up"): Stored("mlp.experts.gate_up_proj", part=1, parts=2),
+                 ("mlp", "gate_bias"): Stored("mlp.experts.gate_up_proj_bias", part=0, parts=2),
+                 ("mlp", "up_bias"): Stored("mlp.experts.gate_up_proj_bias", part=1, parts=2),
+                 ("mlp", "down"): Stored("mlp.experts.down_proj"),
+                 ("mlp", "down_bias"): "mlp.experts.down_proj_bias"}
+
+
+def stored(path: tuple, entry) -> Stored:
+    """A family's entry as a Stored: a bare name is transposed when it is a kernel or an
+    expert layer's matrix ([out, in], as torch's Linear keeps them)."""
+    if isinstance(entry, Stored):
+        return entry
+    return Stored(entry, transposed=path[-1] in ("kernel", "router", "gate", "up", "down"))
 
 
 class FamilyError(ValueError):
@@ -132,6 +162,18 @@ def _mixtral(c):
         aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0)))
 
 
+def _gpt_oss(c):
+    _refuse(c, [("hidden_act", ["silu"]), ("swiglu_alpha", [GPT_OSS_ALPHA]),
+                ("attention_bias", [True])])
+    types = _types(c, lambda i: SLIDING if (i + 1) % 2 else FULL)
+    return dict(layer_types=types, sliding_window=_window(c), attention_sinks=True,
+                attention_bias=True, moe=MoEConfig(
+                    num_experts=c["num_local_experts"], top_k=c["num_experts_per_tok"],
+                    expert_mlp_dim=c["intermediate_size"], router="topk_softmax",
+                    expert_bias=True, swiglu_limit=float(c.get("swiglu_limit", 7.0)),
+                    aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0)))
+
+
 def _gemma(c, *, qk_norm: bool, default_types):
     _refuse(c, [("hidden_activation", ["gelu_pytorch_tanh", "gelu_tanh"]),
                 ("hidden_act", ["gelu_pytorch_tanh", "gelu_tanh", None]),
@@ -189,6 +231,20 @@ def _mixtral_json(cfg):
             "router_aux_loss_coef": moe.aux_loss_coef}
 
 
+def _gpt_oss_json(cfg):
+    moe = _experts_of(cfg)
+    if not (cfg.attention_sinks and cfg.attention_bias and moe.expert_bias and moe.swiglu_limit
+            and moe.router == "topk_softmax" and not moe.mlp_only_layers
+            and moe.sparse_step == 1):
+        raise FamilyError("GPT-OSS: sinks, biases, clamped SwiGLU, top-k then softmax")
+    return {"hidden_act": "silu", "attention_bias": True,
+            "layer_types": [cfg.layer_type(i) for i in range(cfg.num_layers)],
+            "sliding_window": cfg.sliding_window or None, "num_local_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k, "intermediate_size": cfg.expert_mlp_dim,
+            "swiglu_limit": moe.swiglu_limit, "swiglu_alpha": GPT_OSS_ALPHA,
+            "router_aux_loss_coef": moe.aux_loss_coef}
+
+
 def _int_if_whole(x):
     """transformers' Gemma configs type query_pre_attn_scalar as an int."""
     return int(x) if float(x).is_integer() else float(x)
@@ -205,7 +261,8 @@ def _gemma_json(cfg):
 
 # The ModelConfig fields a family decides (beyond Llama's shapes and RoPE).
 OPTIONS = ("layer_types", "sliding_window", "rope_local_theta", "qk_norm", "attn_logit_soft_cap",
-           "final_logit_soft_cap", "attention_sinks", "query_scale", "mlp_activation",
+           "final_logit_soft_cap", "attention_sinks", "attention_bias", "query_scale",
+           "mlp_activation",
            "sandwich_norms", "embed_scale")
 
 
@@ -280,6 +337,7 @@ FAMILIES = {f.model_type: f for f in (
     Family("qwen3", "Qwen3ForCausalLM", _qwen3, _qwen3_json, {**LLAMA_LAYER, **QK_NORMS}),
     Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3_moe, _qwen3_moe_json, QWEN3_MOE_LAYER),
     Family("mixtral", "MixtralForCausalLM", _mixtral, _mixtral_json, MIXTRAL_LAYER),
+    Family("gpt_oss", "GptOssForCausalLM", _gpt_oss, _gpt_oss_json, GPT_OSS_LAYER),
     Family("gemma2", "Gemma2ForCausalLM",
            lambda c: _gemma(c, qk_norm=False, default_types=lambda i: (SLIDING, FULL)[i % 2]),
            _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS}, norm_offset=1.0),
@@ -298,6 +356,7 @@ def family_of(cfg: ModelConfig) -> Family:
         if family.matches(cfg):
             return family
     if cfg.attention_sinks:
-        raise FamilyError("attention sinks: none of the families written here has them")
+        raise FamilyError("attention sinks: only GPT-OSS has them, with its experts, biases and "
+                          "clamped SwiGLU")
     raise FamilyError("no Hugging Face family here holds this combination of attention "
                       "options (layer_types, qk_norm, soft caps, Gemma's block)")

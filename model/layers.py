@@ -25,11 +25,15 @@ FSDP = (parallel.DATA, parallel.SEQ)  # parameter shards span the whole mesh
 ACTIVATIONS = jax.P(parallel.DATA, parallel.SEQ)  # [B, S, ...]: batch over data, seq over seq
 
 
-def dense(cfg: ModelConfig, d_in: int, d_out: int, rngs: nnx.Rngs, scale: float = 1.0):
+def dense(cfg: ModelConfig, d_in: int, d_out: int, rngs: nnx.Rngs, scale: float = 1.0,
+          bias: bool = False):
+    """A [d_in, d_out] projection sharded over the whole mesh on its first axis; with `bias`,
+    a bias (zeros, replicated)."""
     init = nnx.initializers.variance_scaling(scale, "fan_in", "normal")
-    return nnx.Linear(d_in, d_out, use_bias=False, dtype=cfg.compute_dtype,
+    return nnx.Linear(d_in, d_out, use_bias=bias, dtype=cfg.compute_dtype,
                       param_dtype=cfg.weights_dtype, rngs=rngs,
-                      kernel_init=nnx.with_partitioning(init, (FSDP, None)))
+                      kernel_init=nnx.with_partitioning(init, (FSDP, None)),
+                      bias_init=nnx.with_partitioning(nnx.initializers.zeros, (None,)))
 
 
 class RMSNorm(nnx.Module):
@@ -102,15 +106,16 @@ class Attention(nnx.Module):
     What a layer's kind (cfg.layer_type: full or sliding) changes is its window and its RoPE
     (cfg.window, cfg.rope_for); the parameters are the same for both kinds, so that stacked
     blocks of mixed kinds scan. Optional: RMSNorm of each query and key head (qk_norm), learned
-    sinks, a soft cap on the scores, Gemma's query scale."""
+    sinks, a soft cap on the scores, Gemma's query scale, biases on the projections."""
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         self.cfg, self.mesh = cfg, mesh
-        self.q = dense(cfg, cfg.d_model, cfg.num_heads * cfg.head_dim, rngs)
-        self.k = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs)
-        self.v = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs)
+        bias = cfg.attention_bias
+        self.q = dense(cfg, cfg.d_model, cfg.num_heads * cfg.head_dim, rngs, bias=bias)
+        self.k = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs, bias=bias)
+        self.v = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs, bias=bias)
         self.o = dense(cfg, cfg.num_heads * cfg.head_dim, cfg.d_model, rngs,
-                       scale=1.0 / cfg.num_layers)
+                       scale=1.0 / cfg.num_layers, bias=bias)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg, rngs, dim=cfg.head_dim)
             self.k_norm = RMSNorm(cfg, rngs, dim=cfg.head_dim)

@@ -16,8 +16,8 @@ def param_counts(m) -> dict:
 
     matmul  = planner.flops.matmul_params: L (d Dh (2H + 2K) + 3 d F) + d V (output head)
     total   = matmul + V d (embedding; not with tied embeddings) + (2L + 1) d (RMSNorm scales)
-    vectors = (2L + 1) d (+ experts' biases), replicated; every other parameter is a matrix,
-              sharded over all devices
+    vectors = (2L + 1) d (+ q/k norms, sandwich norms, sinks, attention and experts' biases),
+              replicated; every other parameter is a matrix, sharded over all devices
     layer   = d Dh (2H + 2K) + 3 d F, the matrices of one block (the largest: with experts,
               all of a sparse block's)
     active  = total with only the top_k experts of each sparse layer (what a token uses)
@@ -25,7 +25,12 @@ def param_counts(m) -> dict:
     from planner.flops import matmul_params, mlp_params
     matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
-    vectors = (2 * m.num_layers + 1) * m.d_model + _expert_biases(m)
+    vectors = (2 * m.num_layers + 1) * m.d_model + _expert_biases(m) + m.num_layers * (
+        2 * m.head_dim * getattr(m, "qk_norm", False)  # q and k norms
+        + 2 * m.d_model * getattr(m, "sandwich_norms", False)  # Gemma's norms after
+        + m.num_heads * getattr(m, "attention_sinks", False)
+        + getattr(m, "attention_bias", False) * (
+            (m.num_heads + 2 * m.num_kv_heads) * m.head_dim + m.d_model))
     attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
     layer = attention + max(mlp_params(m, i, active=False) for i in range(m.num_layers))
     return {"total": matmul + embed + vectors, "matmul": matmul, "matrices": matmul + embed,

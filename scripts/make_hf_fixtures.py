@@ -1,6 +1,6 @@
 """Writes tests/fixtures/hf/: tiny checkpoints saved by Hugging Face `transformers` (Llama under
 every RoPE rule; Mistral, Qwen3, Gemma 2 and Gemma 3 with sliding windows shorter than the
-reference; Qwen3-MoE and Mixtral with 4 experts, 2 a token), and the logits its own PyTorch
+reference; Qwen3-MoE, Mixtral and GPT-OSS with 4 experts, 2 a token), and the logits its own PyTorch
 models compute from them, the reference tests/test_hf.py checks model.hf against (make test
 reads the files; it needs no PyTorch).
 
@@ -79,6 +79,18 @@ FAMILY_CASES = {
                              sliding_window=16,
                              rope_parameters={"rope_type": "default", "rope_theta": THETA}),
                         False, torch.float32),
+    # GPT-OSS: sliding and full layers, sinks, q/k/v/o and expert biases (drawn, not zero),
+    # a SwiGLU limit low enough to clamp, YaRN without truncation.
+    "gpt_oss_experts": ("GptOssConfig", "GptOssForCausalLM",
+                        dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                             sliding_window=16, swiglu_limit=1.5,
+                             layer_types=["sliding_attention", "full_attention"],
+                             rope_parameters={"rope_type": "yarn", "factor": 4.0,
+                                              "beta_fast": 32.0, "beta_slow": 1.0,
+                                              "truncate": False,
+                                              "original_max_position_embeddings": 64,
+                                              "rope_theta": THETA}),
+                        False, torch.float32),
 }
 
 
@@ -129,6 +141,8 @@ def main() -> None:
             for pname, p in model.named_parameters():
                 if pname.endswith("norm.weight"):
                     p.copy_(0.5 + 0.3 * torch.randn_like(p))  # Gemma adds 1, the others not
+                elif pname.endswith(("bias", "sinks")):  # GPT-OSS's, which start at zero
+                    p.copy_(0.3 * torch.randn_like(p))
         model = model.to(dtype)
         path = os.path.join(OUT, name)
         model.save_pretrained(path)

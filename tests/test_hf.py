@@ -1,5 +1,5 @@
 """model.hf against Hugging Face transformers' own models (Llama, Mistral, Qwen3, Gemma 2, Gemma 3,
-Qwen3-MoE, Mixtral).
+Qwen3-MoE, Mixtral, GPT-OSS).
 
 The checkpoints under tests/fixtures/hf were saved by transformers, and logits.npz holds the
 logits its PyTorch model computed from them (scripts/make_hf_fixtures.py: every RoPE rule, GQA,
@@ -23,7 +23,7 @@ from tests.test_model import attention
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 CASES = ["default_untied_sharded", "linear_tied", "llama3_untied_bf16", "yarn_tied",
          "mistral_window", "qwen3_window", "gemma2_caps", "gemma3_local_global",
-         "qwen3_moe_experts", "mixtral_experts"]
+         "qwen3_moe_experts", "mixtral_experts", "gpt_oss_experts"]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_onto_a_sharded_mesh_with_stacked_layers(reference):
 
 @pytest.mark.parametrize("case", ["default_untied_sharded", "yarn_tied", "qwen3_window",
                                   "gemma2_caps", "gemma3_local_global", "qwen3_moe_experts",
-                                  "mixtral_experts"])
+                                  "mixtral_experts", "gpt_oss_experts"])
 def test_save_writes_what_transformers_writes(case, reference, tmp_path):
     """hf.save: the tensors transformers saved (names, shapes, values), sharded with an index
     past the shard size, a config.json that loads back to the same model and logits."""
@@ -91,7 +91,7 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
                 "tie_word_embeddings", "intermediate_size", "layer_types", "sliding_window",
                 "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
                 "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
-                "mlp_only_layers"):
+                "mlp_only_layers", "swiglu_limit", "attention_bias"):
         assert config.get(key) == original.get(key), key
     # the expert count under either of its names (transformers 5 writes num_local_experts)
     count = lambda c: c.get("num_experts") or c.get("num_local_experts")  # noqa: E731

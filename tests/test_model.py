@@ -75,11 +75,12 @@ def test_same_loss_and_gradients_as_one_device(single_device, layout, data, seq,
 
 # Gemma 2/3, Mistral, Qwen3, GPT-OSS options at once: local (window 6, its own RoPE base) and
 # global layers, norms of q and k, caps on scores and logits, sinks, Gemma's query scale, GeGLU,
-# sandwich norms and the embedding scale.
+# sandwich norms, the embedding scale and biases on the attention's projections.
 MIXED = dict(layer_types=("sliding_attention", "full_attention"), sliding_window=6,
              rope_local_theta=1000.0, qk_norm=True, attn_logit_soft_cap=3.0,
              final_logit_soft_cap=5.0, attention_sinks=True, query_scale=12.0,
-             mlp_activation="gelu_tanh", sandwich_norms=True, embed_scale=True)
+             mlp_activation="gelu_tanh", sandwich_norms=True, embed_scale=True,
+             attention_bias=True)
 
 
 @pytest.fixture(scope="module")
