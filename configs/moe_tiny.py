@@ -3,7 +3,8 @@ by 8 experts of a quarter of its width, 2 a token (as many active MLP weights as
 model's half), on 4 fake devices with the sequence over all 4.
 
     python train.py --config configs/moe_tiny.py --workdir runs/moe_tiny
-    python train.py --config configs/moe_tiny.py --workdir /tmp/moe --config.num_train_steps=20
+    python train.py --config configs/moe_tiny.py --workdir /tmp/moe --config.mesh.expert=4
+        # the 8 experts split over the 4 devices that split the sequence: 2 each
 
 The progress line and metrics.jsonl carry the experts' shares of the routed tokens (the largest
 over layers: moe/share_max; each layer's largest and smallest), the balance and z losses; the

@@ -166,7 +166,10 @@ def format_plan(plan: dict, config, resolved, device, run: Run) -> str:
             f"({plan['device']}, {plan['processes']} process(es))",
             f"  model  {_count(pc['total'])} parameters: d_model {m.d_model}, {m.num_layers} "
             f"layers, {m.num_heads} heads ({m.num_kv_heads} KV) x {m.head_dim}, mlp {m.mlp_dim}, "
-            f"vocab {m.vocab_size}; {m.dtype} compute, {m.param_dtype} params, remat "
+            + (f"{len(m.sparse_layers)} expert layers of {m.moe.num_experts} x "
+               f"{m.expert_mlp_dim}, {m.moe.top_k} a token ({_count(pc['active'])} active), "
+               f"over {m.moe.expert_devices} device(s), " if m.sparse_layers else "")
+            + f"vocab {m.vocab_size}; {m.dtype} compute, {m.param_dtype} params, remat "
             f"{'on (keeps ' + m.remat_policy + ')' if m.remat else 'off'}"
             f"{', scan_layers' if m.scan_layers else ''}; loss_chunk {m.loss_chunk or 'off'}, "
             f"mlp_chunk {m.mlp_chunk or 'off'}",

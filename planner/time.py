@@ -10,7 +10,7 @@ import numpy as np
 
 from parallel import cost, strategy_cost
 from planner.devices import Device
-from planner.flops import layer_windows, peak_flops
+from planner.flops import layer_windows, matmul_params, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 
@@ -81,16 +81,37 @@ def dense_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> dict:
     at the calibrated matmul share of peak. The traffic (2 all-gathers of the weights, 1
     reduce-scatter of the gradients) runs at the device's collective rate."""
     counts, p = param_counts(m), dtype_bytes(m.param_dtype)
-    mlp_params = 3 * m.d_model * m.mlp_dim * m.num_layers
-    per_token = (6 * counts["matmul"] + (2 * counts["matmul"] if m.remat and
-                                         m.remat_policy == "nothing" else 0)
-                 + (2 * mlp_params if _chunk(m.mlp_chunk, run.block) else 0))
+    active = matmul_params(m)  # an expert layer's router and top_k experts
+    moe = getattr(m, "moe", None)
+    dense_mlp = sum(3 * m.d_model * m.mlp_dim for i in range(m.num_layers)
+                    if moe is None or not moe.sparse(i))  # mlp_chunk's (experts: never)
+    per_token = (6 * active + (2 * active if m.remat and m.remat_policy == "nothing" else 0)
+                 + (2 * dense_mlp if _chunk(m.mlp_chunk, run.block) else 0))
     flops = per_token * run.rows * run.block
     rate = peak_flops(device.flops_key) * device.calibration.matmul_efficiency * efficiency
     traffic = 3 * (run.devices - 1) / run.devices * counts["total"] * p
     compute, comm = flops / rate, traffic / (device.collective_rate * efficiency)
+    exchange = expert_exchange_bytes(m, run)
+    exchange_s = exchange / (device.collective_rate * efficiency)
     return {"flops": flops, "compute_s": compute, "fsdp_traffic_bytes": traffic,
-            "fsdp_comm_s": comm, "seconds": max(compute, comm)}
+            "fsdp_comm_s": comm, "expert_exchange_bytes": exchange,
+            "expert_exchange_s": exchange_s, "seconds": max(compute, comm) + exchange_s}
+
+
+def expert_exchange_bytes(m, run: Run) -> float:
+    """Bytes one device sends in a step's all-to-alls of the expert layers (model/moe.py
+    exchange): each of a sparse layer's all-to-alls moves X - 1 slots of T k tokens' rows
+    (T tokens a device, padded slots: dropless without ragged collectives), two in the
+    forward (there and back), two in the backward, two more when remat recomputes the
+    forward. Not hidden behind compute in this model."""
+    moe = getattr(m, "moe", None)
+    if moe is None or moe.expert_devices == 1 or not m.sparse_layers:
+        return 0.0
+    x = moe.expert_devices
+    per_all_to_all = (x - 1) * run.rows * run.block * m.moe.top_k * m.d_model \
+        * dtype_bytes(m.dtype)
+    passes = 4 + (2 if m.remat else 0)
+    return len(m.sparse_layers) * passes * per_all_to_all  # a micro-step's
 
 
 def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:

@@ -8,6 +8,8 @@ Usage:
   python scripts/bench_train.py -- --config.model.num_layers=8      # more train.py overrides
   python scripts/bench_train.py --layouts --masked-layouts ring striped zigzag balanced auto \
       --tiles 128 256 512                     # every layout x tile beside what 'auto' picks
+  python scripts/bench_train.py --config configs/moe_tiny.py --processes 4 --experts 1 2 4 \
+      --layouts zigzag --masked-layouts --seq-lens 8192   # experts over 1, 2, 4 devices
 
 Every kind (layout x tile x strategy x documents masked or not) is a real `train.py` run of the
 config (configs/default.py unless --config) on a data 1 x seq P mesh: P processes joined by
@@ -61,6 +63,9 @@ def parse_args(argv=None):
                    default=["ring", "striped", "zigzag", "balanced", "auto"],
                    help="layouts with packed documents masked (none: skip)")
     p.add_argument("--strategies", nargs="+", default=["ring"], help="parallel.strategy values")
+    p.add_argument("--experts", type=int, nargs="+", default=[1],
+                   help="mesh.expert values, each a kind of its own (a config with model.moe: "
+                        "the experts over 1, 2, .. of the processes)")
     p.add_argument("--steps", type=int, default=4, help="timed steps per run (after the first)")
     p.add_argument("--rounds", type=int, default=3, help="runs of every kind, interleaved")
     p.add_argument("--workdir", default="runs/bench_train", help="runs and the data cache")
@@ -77,17 +82,20 @@ def kinds_of(args) -> list[dict]:
     picks all three)."""
     kinds = []
     for masked, layouts in ((False, args.layouts), (True, args.masked_layouts)):
-        kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile)
+        kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile,
+                       experts=experts)
                   for strategy in args.strategies for layout in layouts if layout != "auto"
-                  for tile in args.tiles]
+                  for tile in args.tiles for experts in args.experts]
         if "auto" in layouts:
-            kinds.append(dict(layout="auto", strategy="auto", masked=masked, tile="auto"))
+            kinds += [dict(layout="auto", strategy="auto", masked=masked, tile="auto",
+                           experts=experts) for experts in args.experts]
     return kinds
 
 
 def kind_name(kind: dict, seq_len: int) -> str:
     docs = "masked" if kind["masked"] else "unmasked"
-    return f"S{seq_len}-{kind['layout']}-{kind['strategy']}-t{kind['tile']}-{docs}"
+    experts = f"-e{kind['experts']}" if kind.get("experts", 1) != 1 else ""
+    return f"S{seq_len}-{kind['layout']}-{kind['strategy']}-t{kind['tile']}-{docs}{experts}"
 
 
 def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
@@ -99,7 +107,7 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
                 eval_batches=1, checkpoint_every_steps=steps, tracker="jsonl")
     sets.update({"mesh.data": 1, "mesh.seq": args.processes,
                  "parallel.layout": kind["layout"], "parallel.strategy": kind["strategy"],
-                 "data.mask_documents": kind["masked"],
+                 "data.mask_documents": kind["masked"], "mesh.expert": kind["experts"],
                  "data.cache_dir": os.path.join(args.workdir, "cache"),
                  "parallel.tile": kind["tile"]})
     return ["train.py", "--config", args.config, "--workdir", workdir,
@@ -180,7 +188,7 @@ def summarize(results: list[dict]) -> list[dict]:
         r["median_tokens_per_sec"] = statistics.median(r["windows"])
     for r in results:
         ring = sorted((x for x in results if x["layout"] == "ring" and all(
-            x[k] == r[k] for k in ("seq_len", "masked")) and (r["layout"] == "auto" or (
+            x[k] == r[k] for k in ("seq_len", "masked", "experts")) and (r["layout"] == "auto" or (
                 x["tile"] == r["tile"] and x["strategy"] == r["strategy"]))),
             key=lambda x: -x["median_tokens_per_sec"])
         if not ring:
@@ -197,12 +205,15 @@ def print_table(results, args):
     print(f"\ntrain.py end to end, {config}, batch {args.batch}, "
           f"{args.processes} processes pinned to one core each; medians of {args.rounds} x "
           f"{args.steps} steady-state steps; x ring: median of step-by-step ratios to ring")
+    experts = args.experts != [1]  # a column only where expert degrees are compared
     print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tile':>5} "
-          f"{'tokens/s':>9} {'min':>7} {'max':>7} {'x ring':>7}  ran")
+          + (f"{'experts':>7} " if experts else "")
+          + f"{'tokens/s':>9} {'min':>7} {'max':>7} {'x ring':>7}  ran")
     for r in results:
         ratio = "-" if r["x_ring"] is None else f"{r['x_ring']:.2f}"
         print(f"{r['seq_len']:>7,} {'masked' if r['masked'] else 'unmasked':<9} "
               f"{r['layout']:<9} {r['strategy']:<10} {r['tile']:>5} "
+              + (f"{r['experts']:>7} " if experts else "") +
               f"{r['median_tokens_per_sec']:>9,.0f} {min(r['windows']):>7,.0f} "
               f"{max(r['windows']):>7,.0f} {ratio:>7}  {r['ran'] or ''}")
     for r in results:
@@ -214,7 +225,7 @@ def auto_against_fastest(auto: dict, results: list[dict]) -> str:
     """One line: what 'auto' ran and its tokens/s against the fastest kind measured beside it
     (same length and documents), both medians of the same interleaved rounds."""
     rivals = [x for x in results if x["layout"] != "auto" and all(
-        x[k] == auto[k] for k in ("seq_len", "masked"))]
+        x[k] == auto[k] for k in ("seq_len", "masked", "experts"))]
     docs = "masked" if auto["masked"] else "unmasked"
     if not rivals:
         return f"auto ({auto['seq_len']:,} {docs}) ran {auto['ran']}: nothing measured beside it"

@@ -2,10 +2,11 @@
 
     python scripts/compare_losses.py runs/cmp_striped runs/cmp_balanced
     python scripts/compare_losses.py runs/a runs/b --tolerance 2e-4
+    python scripts/compare_losses.py runs/moe_a runs/moe_b --metrics moe/share_max  # any metric
 
 Reads every run's WORKDIR/metrics.jsonl (what train.py writes), pairs the steps all runs
-logged, and prints train/loss and eval/loss per step for each run, then the largest absolute
-difference from the first run. Exit 1 when a difference passes --tolerance (if given), 2 when a
+logged, and prints train/loss and eval/loss (or the --metrics given) per step for each run,
+then the largest absolute difference from the first run. Exit 1 when a difference passes --tolerance (if given), 2 when a
 workdir has no metrics or the runs share no step.
 """
 
@@ -24,8 +25,8 @@ def fail(message: str):
     sys.exit(2)
 
 
-def read_losses(workdir: str) -> dict[int, dict[str, float]]:
-    """{step: {key: value}} for the keys in KEYS; a resumed run's later line for a step wins."""
+def read_losses(workdir: str, keys=KEYS) -> dict[int, dict[str, float]]:
+    """{step: {key: value}} for `keys`; a resumed run's later line for a step wins."""
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.isfile(path):
         fail(f"no {path}: pass the --workdir of a train.py run")
@@ -33,7 +34,7 @@ def read_losses(workdir: str) -> dict[int, dict[str, float]]:
     with open(path) as f:
         for line in f:
             row = json.loads(line)
-            found = {k: row[k] for k in KEYS if k in row}
+            found = {k: row[k] for k in keys if k in row}
             if found:
                 steps.setdefault(int(row["step"]), {}).update(found)
     return steps
@@ -43,25 +44,28 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workdirs", nargs="+", help="two or more train.py workdirs")
     p.add_argument("--tolerance", type=float, help="exit 1 if a loss differs by more")
+    p.add_argument("--metrics", nargs="+", default=list(KEYS),
+                   help="metrics.jsonl keys to compare (default: train/loss eval/loss)")
     args = p.parse_args(argv)
     if len(args.workdirs) < 2:
         fail("give at least two workdirs to compare")
-    runs = [read_losses(w) for w in args.workdirs]
+    runs = [read_losses(w, args.metrics) for w in args.workdirs]
     steps = sorted(set.intersection(*(set(r) for r in runs)))
     if not steps:
         fail("the runs share no logged step: compare runs of one config")
     names = [os.path.basename(os.path.normpath(w)) for w in args.workdirs]
-    print(f"{'step':>5} {'metric':<11}" + "".join(f"{n:>16}" for n in names)
+    width = max(11, *map(len, args.metrics))
+    print(f"{'step':>5} {'metric':<{width}}" + "".join(f"{n:>16}" for n in names)
           + f"{'max |diff|':>12}")
     worst = 0.0
     for step in steps:
-        for key in KEYS:
+        for key in args.metrics:
             if not all(key in r[step] for r in runs):
                 continue
             values = [r[step][key] for r in runs]
             diff = max(abs(v - values[0]) for v in values[1:])
             worst = max(worst, diff)
-            print(f"{step:>5} {key:<11}" + "".join(f"{v:>16.6f}" for v in values)
+            print(f"{step:>5} {key:<{width}}" + "".join(f"{v:>16.6f}" for v in values)
                   + f"{diff:>12.2e}")
     print(f"largest |difference| from {names[0]}: {worst:.2e} over {len(steps)} steps")
     if args.tolerance is not None and worst > args.tolerance:
