@@ -261,9 +261,23 @@ def group_tile_counts(layout: str, num_shards: int, degree: int, block: int,
     if documents is None:
         return _one_document_counts(layout, num_shards, degree, block, tuple(tiles),
                                     as_mask(causal))
+    documents = np.ascontiguousarray(documents)
+    return _document_counts(layout, num_shards, degree, block, tuple(tiles), as_mask(causal),
+                            documents.tobytes(), documents.shape, documents.dtype.str)
+
+
+@functools.lru_cache(maxsize=64)
+def _document_counts(layout, num_shards, degree, block, tiles, mask, ids: bytes, shape,
+                     dtype) -> np.ndarray:
+    """group_tile_counts of rows of documents, by value: the planner prices many strategies
+    and memory settings on the same rows (balanced's search and the tile counts of 64 devices
+    take minutes a row)."""
+    documents = np.frombuffer(ids, dtype=dtype).reshape(shape)
     orders = group_orders(layout_orders(layout, num_shards, block, tiles, documents),
                           num_shards, degree)
-    return _row_counts(orders, np.asarray(documents), num_shards // degree, tiles, causal)
+    counts = _row_counts(orders, documents, num_shards // degree, tiles, mask)
+    counts.setflags(write=False)
+    return counts
 
 
 @functools.lru_cache(maxsize=256)

@@ -18,7 +18,7 @@ host when the batch is made:
 3. Start from a zigzag over units (0, 1, .., N-1, N-1, .., 0, 0, 1, ..: long documents are
    then balanced as zigzag balances one sequence) and improve by swapping units between
    devices while the critical path (then the spread of W) does not grow, until PATIENCE rounds
-   in a row bring no gain (ROUNDS at most). Swaps are scored in vectorised batches, with a
+   in a row bring no gain (search_rounds at most: more for rows of many units). Swaps are scored in vectorised batches, with a
    fixed seed: the placement is a pure function of the segment ids.
    Run the same search from ring's contiguous start too (documents much shorter than a block
    are balanced there already) and keep the better; a tie keeps the zigzag.
@@ -39,7 +39,7 @@ import numpy as np
 
 from parallel.layouts.base import MAX_DEFAULT_TILE, Layout, largest_divisor
 
-ROUNDS = 150  # rounds of the swap search
+ROUNDS = 150  # rounds of the swap search, at least (search_rounds)
 CANDIDATES = 64  # swaps scored per round
 PATIENCE = 40  # rounds without a lower score before the search stops
 
@@ -128,6 +128,15 @@ def _score(w):
     return w.max(axis=-2).sum(axis=-1) * 1e12 + (w.astype(np.float64) ** 2).sum(axis=(-2, -1))
 
 
+def search_rounds(num_units: int) -> int:
+    """ROUNDS, or a quarter of the row's units where that is more. A round makes one swap, so a
+    row of many units needs more of them: a 524,288-token row of Pareto-distributed documents
+    in units of 128 over 64 devices (4,096 units) reaches 0.88 of the ideal critical path
+    after 150 rounds and 0.93 after 1,024 (about 3 s a search), rows of 64 units the same
+    after 150 as after more (BENCHMARKS.md: packed documents at 32 and 64 devices)."""
+    return max(ROUNDS, num_units // 4)
+
+
 def zigzag_units(num_units: int, num_shards: int) -> np.ndarray:
     """0, 1, .., N-1, N-1, .., 0, 0, 1, ..: every device gets M / N units."""
     r = np.arange(num_units) % (2 * num_shards)
@@ -140,9 +149,12 @@ def contiguous_units(num_units: int, num_shards: int) -> np.ndarray:
     return np.arange(num_units) // (num_units // num_shards)
 
 
-def balance_units(adjacent, num_shards: int, rounds: int = ROUNDS, seed: int = 0) -> np.ndarray:
+def balance_units(adjacent, num_shards: int, rounds: int | None = None,
+                  seed: int = 0) -> np.ndarray:
     """device [M]: M / N units per device, with a short critical path (module docstring): the
-    better of the searches from a zigzag and from a contiguous start (zigzag on a tie)."""
+    better of the searches from a zigzag and from a contiguous start (zigzag on a tie), each of
+    at most `rounds` rounds (default: search_rounds(M))."""
+    rounds = search_rounds(adjacent.shape[0]) if rounds is None else rounds
     pairs = np.nonzero(np.tril(adjacent))  # (later, earlier) units of every adjacent pair
     searches = [_Search(adjacent, pairs, start(adjacent.shape[0], num_shards), num_shards, seed)
                 for start in (zigzag_units, contiguous_units)]
