@@ -92,11 +92,17 @@ def single_device_mixed():
     ("zigzag", 1, 4, dict(scan_layers=True)), ("balanced", 2, 4, dict(loss_chunk=4))])
 def test_local_and_global_layers_with_every_option_as_one_device(single_device_mixed, layout,
                                                                  data, seq, overrides):
-    want_loss, want_grads, _ = single_device_mixed
     loss, grads, _ = loss_and_grads(layout, data, seq, **MIXED, **overrides)
+    assert_as_one_device(loss, grads, single_device_mixed, overrides.get("scan_layers", False))
+
+
+def assert_as_one_device(loss, grads, single_device, stacked: bool = False):
+    """The loss within 1e-5 and every gradient within 1e-4 (relative to its largest entry) of
+    the one-device run's; stacked: this run's blocks are scanned, compared layer by layer."""
+    want_loss, want_grads, _ = single_device
     assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
     grads, want_grads = nnx.to_pure_dict(grads), nnx.to_pure_dict(want_grads)
-    if overrides.get("scan_layers"):  # stacked: compare layer by layer
+    if stacked:
         grads["blocks"] = {i: jax.tree.map(lambda a, i=i: a[i], grads["blocks"])
                            for i in range(SIZES["num_layers"])}
     errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)

@@ -7,14 +7,13 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-from flax import nnx
 
 import model
 import parallel
 from model import moe as moe_lib
 from model.config import MoEConfig
 from planner import memory
-from tests.test_model import SIZES, loss_and_grads
+from tests.test_model import SIZES, assert_as_one_device, loss_and_grads
 
 T, D, E, F = 24, 8, 4, 6
 
@@ -113,16 +112,8 @@ def single_device_moe():
 @pytest.mark.parametrize("layout,data,seq,overrides", [
     ("zigzag", 1, 4, {}), ("balanced", 2, 4, {}), ("striped", 1, 8, dict(scan_layers=True))])
 def test_model_with_experts_as_one_device(single_device_moe, layout, data, seq, overrides):
-    want_loss, want_grads, _ = single_device_moe
     loss, grads, _ = loss_and_grads(layout, data, seq, **MOE, **overrides)
-    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
-    grads, want_grads = (jax.tree.map(np.asarray, nnx.to_pure_dict(g))
-                         for g in (grads, want_grads))
-    if overrides.get("scan_layers"):  # stacked: compare layer by layer
-        grads["blocks"] = {i: jax.tree.map(lambda a, i=i: a[i], grads["blocks"])
-                           for i in range(SIZES["num_layers"])}
-    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
-    assert max(jax.tree.leaves(errors)) < 1e-4
+    assert_as_one_device(loss, grads, single_device_moe, overrides.get("scan_layers", False))
 
 
 def test_mixed_sparse_and_dense_layers_cannot_be_stacked():
@@ -161,15 +152,11 @@ def single_device_ep():
     ("zigzag", 1, 4, 4), ("striped", 2, 4, 2), ("balanced", 2, 4, 8), ("ring", 1, 8, 8)])
 def test_experts_over_devices_as_one_device(single_device_ep, layout, data, seq, experts):
     """Expert parallelism folded into the data x seq devices: the same loss and gradients."""
-    want_loss, want_grads, _ = single_device_ep
     moe = dataclasses.replace(EP["moe"], expert_devices=experts)
     loss, grads, params = loss_and_grads(layout, data, seq, moe=moe)
     gate = params["blocks"][0]["mlp"]["gate"][...]
     assert gate.addressable_shards[0].data.shape[0] == 8 // experts  # experts split
-    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
-    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(),
-                          nnx.to_pure_dict(grads), nnx.to_pure_dict(want_grads))
-    assert max(jax.tree.leaves(errors)) < 1e-4
+    assert_as_one_device(loss, grads, single_device_ep)
 
 
 def test_planner_prices_the_all_to_alls_the_compiler_emits():
