@@ -210,9 +210,12 @@ def _key_path(path) -> tuple:
 def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Each Hugging Face tensor name of a model with this config, with its shape: our
     parameters' shapes less their leading (layer, expert) axes, transposed where stored so."""
+    import dataclasses
+
     import parallel
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    _, abstract, _ = abstract_model(cfg, mesh)
+    one = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, expert_devices=1))
+    _, abstract, _ = abstract_model(one, mesh)  # the shapes: on one device, wherever it runs
     out = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]:
         names, how = _source(_key_path(path), cfg)

@@ -1,6 +1,6 @@
 """Our model against Hugging Face transformers' own model (LlamaForCausalLM, MistralForCausalLM,
-Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM: its config.json says) on the same
-directory: the check
+Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM,
+Gemma3ForCausalLM: its config.json says) on the same directory: the check
 that what model.hf.save and scripts/export_hf.py write is what transformers reads.
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers -e .

@@ -87,6 +87,21 @@ def test_first_step_loss_is_the_loaded_models(layout, gemma3_dir, gemma3_referen
     assert abs(first - reference) < 1e-5 * abs(reference), (layout, first, reference)
 
 
+def test_gpt_oss_with_its_experts_over_the_sequence_devices(corpus, tmp_path):
+    """GPT-OSS saved by transformers (4 experts with biases, clamped SwiGLU, sinks, q/k/v/o
+    biases, alternating windows): its experts come from config.json, split over the 4 devices
+    of the sequence (mesh.expert, a 2 x 4 mesh), and the first step's loss is the loaded
+    model's on one device."""
+    gpt_oss = (make_model_dir(str(tmp_path / "model"), corpus, case="gpt_oss_experts"), corpus,
+               str(tmp_path / "cache"))
+    train_and_evaluate(run_config(gpt_oss, "striped", **{"mesh.expert": 4}),
+                       str(tmp_path / "run"))
+    rows = read_metrics(tmp_path / "run")
+    first, reference = losses(rows)[1], single_device_loss(gpt_oss)
+    assert abs(first - reference) < 1e-5 * abs(reference), (first, reference)
+    assert "moe/share_max" in next(r for r in rows if r["step"] == 1)
+
+
 def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):
     """train.py from the Hugging Face directory (its tokenizer, config.json's shapes and RoPE),
     then a second stage from that run at twice the length, another mesh and another RoPE base:

@@ -35,7 +35,12 @@ SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_head
                 # what the weights were trained to compute: the layers' kinds and their options
                 "layer_types", "qk_norm", "attention_sinks", "attn_logit_soft_cap",
                 "final_logit_soft_cap", "query_scale", "mlp_activation", "sandwich_norms",
-                "embed_scale")
+                "embed_scale", "attention_bias")
+# Of model.moe: the experts' architecture comes from the source like the shape; its training
+# settings (the losses' weights, the capacity) are the source's unless set explicitly.
+MOE_SHAPE = ("num_experts", "top_k", "expert_mlp_dim", "router", "norm_topk_prob", "sparse_step",
+             "mlp_only_layers", "expert_bias", "swiglu_limit")
+MOE_CHOSEN = ("aux_loss_coef", "z_loss_coef", "capacity_factor")
 # The source's unless set explicitly: what a context extension changes.
 CHOSEN_FIELDS = ("rope_theta", "rope_scaling", "norm_eps", "rope_local_theta", "sliding_window")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in
@@ -118,11 +123,29 @@ def resolve(config, workdir: str, explicit=()) -> tuple[object, Source | None]:
                          if e.startswith("model.rope_scaling.")]
                 value = {**dict(value), **{k: config.model.rope_scaling[k] for k in given}}
             config.model[name] = value
+        _take_experts(config, fields.get("moe"), explicit, source)
         if not config.data.tokenizer_path and tokenizer:
             config.data.tokenizer_path = tokenizer
     if source.kind == "hf" and not saved_steps(workdir):
         _check_hf_files(source.path, config)
     return config, source
+
+
+def _take_experts(config, moe, explicit: set, source) -> None:
+    """config.model.moe from the source's (a MoEConfig from config.json, a run's dict; None:
+    a model without experts, whose default is no experts)."""
+    moe = dataclasses.asdict(moe) if dataclasses.is_dataclass(moe) else dict(moe or {})
+    moe = moe if moe.get("num_experts") else {"num_experts": 0}  # a dense source: no experts
+    for name in MOE_SHAPE + MOE_CHOSEN:
+        if name not in moe:
+            continue
+        if f"model.moe.{name}" in explicit:
+            if name in MOE_SHAPE and _same(config.model.moe[name]) != _same(moe[name]):
+                raise ConfigError(f"model.moe.{name}={config.model.moe[name]} contradicts "
+                                  f"{source} ({name} {moe[name]}): drop "
+                                  f"--config.model.moe.{name}, whose value the checkpoint fixes")
+            continue
+        config.model.moe[name] = list(moe[name]) if isinstance(moe[name], tuple) else moe[name]
 
 
 def _same(value):
@@ -176,6 +199,7 @@ def _from_run(source: Source) -> tuple[Source, dict, str]:
               if name in saved.model and name != "rope_scaling"}
     fields["rope_scaling"] = dict(saved.model.get("rope_scaling") or {"rope_type": "default"})
     fields["scan_layers"] = saved.model.get("scan_layers", False)
+    fields["moe"] = dict(saved.model.get("moe") or {})
     tokenizer = saved_tokenizer_file(meta, saved, source.path)
     return Source("run", source.path, step, meta), fields, tokenizer
 
