@@ -1,6 +1,7 @@
 """The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Qwen3-MoE,
-Mixtral, GPT-OSS, Gemma 2 and Gemma 3 (text). A family is how one `model_type`'s config.json maps onto ModelConfig and back,
-and how its layers' tensors are named; one `Family` each, and one line in FAMILIES.
+Mixtral, GPT-OSS, Gemma 2 and Gemma 3 (text). A family is how one `model_type`'s config.json
+maps onto ModelConfig and back, and how its layers' tensors are named; one `Family` each, and
+one line in FAMILIES.
 
     family        attention per layer                  besides Llama's block
     llama         full                                 -
@@ -149,7 +150,8 @@ def _qwen3_moe(c):
     return dict(qk_norm=True, moe=MoEConfig(
         # the hub's files say num_experts; transformers 5 writes num_local_experts
         num_experts=c["num_experts"] if c.get("num_experts") else c["num_local_experts"],
-        top_k=c["num_experts_per_tok"], expert_mlp_dim=c["moe_intermediate_size"], norm_topk_prob=bool(c["norm_topk_prob"]),
+        top_k=c["num_experts_per_tok"], expert_mlp_dim=c["moe_intermediate_size"],
+        norm_topk_prob=bool(c["norm_topk_prob"]),
         sparse_step=int(c.get("decoder_sparse_step") or 1),
         mlp_only_layers=tuple(c.get("mlp_only_layers") or ()),
         aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0)))

@@ -10,7 +10,7 @@ import numpy as np
 
 from parallel import cost, strategy_cost
 from planner.devices import Device
-from planner.flops import layer_windows, matmul_params, peak_flops
+from planner.flops import experts_of, layer_windows, matmul_params, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 
@@ -82,7 +82,7 @@ def dense_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> dict:
     reduce-scatter of the gradients) runs at the device's collective rate."""
     counts, p = param_counts(m), dtype_bytes(m.param_dtype)
     active = matmul_params(m)  # an expert layer's router and top_k experts
-    moe = getattr(m, "moe", None)
+    moe = experts_of(m)
     dense_mlp = sum(3 * m.d_model * m.mlp_dim for i in range(m.num_layers)
                     if moe is None or not moe.sparse(i))  # mlp_chunk's (experts: never)
     per_token = (6 * active + (2 * active if m.remat and m.remat_policy == "nothing" else 0)
@@ -104,14 +104,15 @@ def expert_exchange_bytes(m, run: Run) -> float:
     (T tokens a device, padded slots: dropless without ragged collectives), two in the
     forward (there and back), two in the backward, two more when remat recomputes the
     forward. Not hidden behind compute in this model."""
-    moe = getattr(m, "moe", None)
-    if moe is None or moe.expert_devices == 1 or not m.sparse_layers:
+    moe = experts_of(m)
+    sparse = 0 if moe is None else sum(moe.sparse(i) for i in range(m.num_layers))
+    if not sparse or moe.expert_devices == 1:
         return 0.0
     x = moe.expert_devices
-    per_all_to_all = (x - 1) * run.rows * run.block * m.moe.top_k * m.d_model \
+    per_all_to_all = (x - 1) * run.rows * run.block * moe.top_k * m.d_model \
         * dtype_bytes(m.dtype)
     passes = 4 + (2 if m.remat else 0)
-    return len(m.sparse_layers) * passes * per_all_to_all  # a micro-step's
+    return sparse * passes * per_all_to_all  # a micro-step's
 
 
 def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:
