@@ -180,3 +180,15 @@ def test_plan_compiles_for_two_slices_with_the_ring_inside_each():
     assert across.returncode == 2
     assert across.stderr.strip().splitlines()[-1].startswith(
         "error: mesh: data 1 is not a multiple of the 2 slices")
+
+
+@heavy
+@pytest.mark.parametrize("config", ["configs/qwen3_30b_a3b_v5p.py", "configs/gpt_oss_20b_v5p.py"])
+def test_the_mixture_of_experts_configs_fit_a_v5p_128(config, tmp_path):
+    """Qwen3-30B-A3B and GPT-OSS-20B at their real sizes, 131,072 tokens, the experts over the
+    4 data-parallel groups' chips: the TPU compiler's train step fits a v5p chip."""
+    result = plan(f"--config={config}", "--topology=v5p-128", f"--json={tmp_path / 'plan.json'}")
+    assert result.returncode == 0, result.stderr
+    assert "for v5p-128, per chip" in result.stdout and ": FITS;" in result.stdout
+    compiled = json.loads((tmp_path / "plan.json").read_text())["compiled"]
+    assert compiled["total"] <= 95e9 * 0.9
