@@ -15,20 +15,14 @@ blocks rematerialised and scanned, the loss in chunks.
 """
 
 from configs import default, llama_7b
+from configs.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 
 
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
-    config.seq_len = 131_072  # tokens per sequence
-    config.global_batch_size = 4  # sequences per step: one per data-parallel group
-    config.mesh.data = 4  # data-parallel groups
-    config.mesh.seq = 16  # sequence shards: 8,192 tokens per chip
-    config.mesh.expert = 4  # the experts over the 4 groups' chips (mesh.data): 8 a chip
-    config.parallel.layout = "zigzag"  # contiguous chunks: a sliding layer reads a halo
-    config.parallel.strategy = "ring"
+    set_moe_run_on_v5p_128(config)  # 8 experts a chip
     config.parallel.tile = 512  # attention tiles (block 8,192 -> 16 per side)
     m = config.model
     m.vocab_size = 201_088  # tokenizer pieces = embedding rows

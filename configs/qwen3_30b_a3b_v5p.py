@@ -18,16 +18,22 @@ from configs import default, llama_7b
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 
 
-def get_config():
-    config = default.get_config()
+def set_moe_run_on_v5p_128(config):
+    """The run both mixture-of-experts pod configs make (this one, gpt_oss_20b_v5p.py): 4
+    sequences of 131,072 tokens, each over 16 chips, the experts over the 4 groups' chips."""
     llama_7b.set_accelerator_run(config)
     config.seq_len = 131_072  # tokens per sequence
     config.global_batch_size = 4  # sequences per step: one per data-parallel group
     config.mesh.data = 4  # data-parallel groups
     config.mesh.seq = 16  # sequence shards: 8,192 tokens per chip
-    config.mesh.expert = 4  # the experts over the 4 groups' chips (mesh.data): 32 a chip
-    config.parallel.layout = "zigzag"  # one document a row: zigzag balances the causal mask
+    config.mesh.expert = 4  # the experts over the 4 groups' chips (mesh.data)
+    config.parallel.layout = "zigzag"  # contiguous chunks: balanced causal work, halos
     config.parallel.strategy = "ring"
+
+
+def get_config():
+    config = default.get_config()
+    set_moe_run_on_v5p_128(config)  # 32 experts a chip
     config.parallel.tile = 1024  # attention tiles (block 8,192 -> 8 per side)
     m = config.model
     m.vocab_size = 151_936  # tokenizer pieces = embedding rows
