@@ -246,3 +246,19 @@ def layer_stats(sums, moe: MoEConfig, tokens: int) -> dict:
             "balance": moe.num_experts * jnp.sum(sums["counts"] / tokens * sums["prob_sums"]
                                                  / tokens),
             "z": sums["z_sum"] / tokens, "dropped": sums["dropped"]}
+
+
+def looped_expert_mlp(weights, xs, sizes, experts, *, dtype, activation: str, limit: float):
+    """expert_mlp as a loop over the experts, each a dense matmul over every pair with the
+    other experts' rows masked out (what a layer without grouped matmuls computes: E times the
+    matmul work). For the benchmark against expert_mlp (scripts/bench_moe.py), not for runs."""
+    out = 0.0
+    for e in range(sizes.shape[0]):
+        one = {k: v[e:e + 1] if k in ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")
+               else v for k, v in weights.items()}
+        mine = (experts == e)[:, None]
+        rows = jnp.where(mine, xs, 0)
+        y = expert_mlp(one, rows, jnp.asarray([xs.shape[0]], jnp.int32),
+                       jnp.zeros_like(experts), dtype=dtype, activation=activation, limit=limit)
+        out = out + jnp.where(mine, y, 0)
+    return out
