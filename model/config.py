@@ -83,6 +83,12 @@ class MoEConfig:
     # ModelConfig.from_config, not a model.moe setting (model/moe.py expert_axes).
     expert_devices: int = 1
 
+    # What the weights fix (a checkpoint's config.json holds them; init_from takes them from
+    # its source), and what only training reads (the source's unless set).
+    ARCHITECTURE = ("num_experts", "top_k", "expert_mlp_dim", "router", "norm_topk_prob",
+                    "sparse_step", "mlp_only_layers", "expert_bias", "swiglu_limit")
+    TRAINING = ("aux_loss_coef", "z_loss_coef", "capacity_factor")
+
     @classmethod
     def from_config(cls, section) -> "MoEConfig":
         """From `model.moe` (a ConfigDict, dict or None; unknown fields are an error)."""
@@ -113,7 +119,15 @@ class MoEConfig:
 
     def mixed(self, num_layers: int) -> bool:
         """Whether some blocks are sparse and some dense (they cannot be stacked: scan_layers)."""
-        return len({self.sparse(i) for i in range(num_layers)}) > 1
+        return 0 < len(self.sparse_layers(num_layers)) < num_layers
+
+    def sparse_layers(self, num_layers: int) -> tuple[int, ...]:
+        """The blocks whose MLP is the expert layer (model/moe.py), in order."""
+        return tuple(i for i in range(num_layers) if self.sparse(i))
+
+    def width(self, mlp_dim: int) -> int:
+        """Each expert's hidden width: expert_mlp_dim, or the dense MLP's when 0."""
+        return self.expert_mlp_dim or mlp_dim
 
     def sparse(self, i: int) -> bool:
         """Whether block i's MLP is the expert layer."""
@@ -213,11 +227,11 @@ class ModelConfig:
     @property
     def sparse_layers(self) -> tuple[int, ...]:
         """The blocks whose MLP is the expert layer (model/moe.py), in order."""
-        return tuple(i for i in range(self.num_layers) if self.moe.sparse(i))
+        return self.moe.sparse_layers(self.num_layers)
 
     @property
     def expert_mlp_dim(self) -> int:
-        return self.moe.expert_mlp_dim or self.mlp_dim
+        return self.moe.width(self.mlp_dim)
 
     def layer_type(self, i: int) -> str:
         """Block i's attention: 'full_attention' or 'sliding_attention'."""

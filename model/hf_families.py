@@ -264,24 +264,19 @@ def _gemma_json(cfg):
 # The ModelConfig fields a family decides (beyond Llama's shapes and RoPE).
 OPTIONS = ("layer_types", "sliding_window", "rope_local_theta", "qk_norm", "attn_logit_soft_cap",
            "final_logit_soft_cap", "attention_sinks", "attention_bias", "query_scale",
-           "mlp_activation",
-           "sandwich_norms", "embed_scale")
-
-
-# What of model.moe a family's files hold (not the training-only coefficients, capacity or the
-# devices the experts are split over).
-MOE_OPTIONS = ("num_experts", "top_k", "router", "norm_topk_prob", "sparse_step",
-               "mlp_only_layers", "expert_bias", "swiglu_limit")
+           "mlp_activation", "sandwich_norms", "embed_scale")
 
 
 def _moe_options(moe, mlp_dim: int) -> dict:
-    """The architecture of a MoEConfig (or its asdict), written one way; {} for none."""
-    moe = moe if isinstance(moe, dict) else dataclasses.asdict(moe or MoEConfig())
-    if not moe.get("num_experts"):
+    """What a family's files hold of a MoEConfig (or its asdict): its architecture, written one
+    way; {} for none."""
+    moe = MoEConfig.from_config(
+        {k: v for k, v in moe.items() if k != "expert_devices"}) if isinstance(moe, dict) \
+        else moe or MoEConfig()
+    if not moe.num_experts:
         return {}
-    out = {k: moe[k] for k in MOE_OPTIONS}
-    out["mlp_only_layers"] = tuple(out["mlp_only_layers"])
-    out["expert_mlp_dim"] = moe.get("expert_mlp_dim") or mlp_dim
+    out = {k: getattr(moe, k) for k in MoEConfig.ARCHITECTURE}
+    out["expert_mlp_dim"] = moe.width(mlp_dim)
     if out["router"] == "topk_softmax":
         out["norm_topk_prob"] = True  # a softmax over the k: the flag means nothing there
     return out

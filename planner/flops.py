@@ -64,20 +64,18 @@ def mlp_params(m, i: int, active: bool = True) -> int:
     """The matrices of block i's MLP: 3 d F dense; sparse (model/moe.py), the router d E and
     3 d F_e for each of top_k (active) or num_experts experts."""
     moe = experts_of(m)
-    if moe is None or not moe.sparse(i):
+    if not moe.sparse(i):
         return 3 * m.d_model * m.mlp_dim
     experts = moe.top_k if active else moe.num_experts
-    width = moe.expert_mlp_dim or m.mlp_dim
-    return experts * 3 * m.d_model * width + m.d_model * moe.num_experts
+    return experts * 3 * m.d_model * moe.width(m.mlp_dim) + m.d_model * moe.num_experts
 
 
 def experts_of(m):
-    """The MoEConfig of a ModelConfig or of a config's `model` section (None: no experts)."""
+    """The MoEConfig of a ModelConfig or of a config's `model` section (the default, no
+    experts, for one without)."""
     from model.config import MoEConfig
     moe = getattr(m, "moe", None)
-    if moe is None or isinstance(moe, MoEConfig):
-        return moe
-    return MoEConfig.from_config(moe)
+    return moe if isinstance(moe, MoEConfig) else MoEConfig.from_config(moe)
 
 
 def layer_windows(m) -> dict:

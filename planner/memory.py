@@ -41,17 +41,17 @@ def param_counts(m) -> dict:
 def _sparse_top_k(m) -> int:
     """top_k where some block is an expert layer, else 0."""
     moe = experts_of(m)
-    return moe.top_k if moe is not None and any(moe.sparse(i) for i in range(m.num_layers)) else 0
+    return moe.top_k if moe.sparse_layers(m.num_layers) else 0
 
 
 def _expert_biases(m) -> int:
     """GPT-OSS's biases of every sparse layer (replicated): router E, gate and up E F_e, down
     E d."""
     moe = experts_of(m)
-    if moe is None or not moe.expert_bias:
+    if not moe.expert_bias:
         return 0
-    sparse = sum(moe.sparse(i) for i in range(m.num_layers))
-    return sparse * moe.num_experts * (1 + 2 * (moe.expert_mlp_dim or m.mlp_dim) + m.d_model)
+    return (len(moe.sparse_layers(m.num_layers)) * moe.num_experts
+            * (1 + 2 * moe.width(m.mlp_dim) + m.d_model))
 
 
 def state_memory(m, run: Run) -> dict:
@@ -93,7 +93,7 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "swiglu": (kept * tokens if not mlp_chunk else b * mlp_chunk) * 6 * c * m.mlp_dim,
         # An expert layer (never chunked): 6 [b n k, F_e] values, the k copies of each token
         # sorted by expert, their outputs and the float32 weighted outputs.
-        "experts": kept * tokens * k * (6 * c * (experts_of(m).expert_mlp_dim or m.mlp_dim)
+        "experts": kept * tokens * k * (6 * c * experts_of(m).width(m.mlp_dim)
                                         + d * (2 * c + f32))
         if (k := _sparse_top_k(m)) else 0,
         "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads

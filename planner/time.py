@@ -82,9 +82,8 @@ def dense_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> dict:
     reduce-scatter of the gradients) runs at the device's collective rate."""
     counts, p = param_counts(m), dtype_bytes(m.param_dtype)
     active = matmul_params(m)  # an expert layer's router and top_k experts
-    moe = experts_of(m)
-    dense_mlp = sum(3 * m.d_model * m.mlp_dim for i in range(m.num_layers)
-                    if moe is None or not moe.sparse(i))  # mlp_chunk's (experts: never)
+    dense_layers = m.num_layers - len(experts_of(m).sparse_layers(m.num_layers))
+    dense_mlp = dense_layers * 3 * m.d_model * m.mlp_dim  # what mlp_chunk recomputes
     per_token = (6 * active + (2 * active if m.remat and m.remat_policy == "nothing" else 0)
                  + (2 * dense_mlp if _chunk(m.mlp_chunk, run.block) else 0))
     flops = per_token * run.rows * run.block
@@ -105,7 +104,7 @@ def expert_exchange_bytes(m, run: Run) -> float:
     forward (there and back), two in the backward, two more when remat recomputes the
     forward. Not hidden behind compute in this model."""
     moe = experts_of(m)
-    sparse = 0 if moe is None else sum(moe.sparse(i) for i in range(m.num_layers))
+    sparse = len(moe.sparse_layers(m.num_layers))
     if not sparse or moe.expert_devices == 1:
         return 0.0
     x = moe.expert_devices

@@ -27,7 +27,7 @@ import os
 
 import storage
 from configs import setting
-from model.config import AUTO, ModelConfig
+from model.config import AUTO, ModelConfig, MoEConfig
 from training.validate import ConfigError
 
 SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -36,11 +36,6 @@ SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_head
                 "layer_types", "qk_norm", "attention_sinks", "attn_logit_soft_cap",
                 "final_logit_soft_cap", "query_scale", "mlp_activation", "sandwich_norms",
                 "embed_scale", "attention_bias")
-# Of model.moe: the experts' architecture comes from the source like the shape; its training
-# settings (the losses' weights, the capacity) are the source's unless set explicitly.
-MOE_SHAPE = ("num_experts", "top_k", "expert_mlp_dim", "router", "norm_topk_prob", "sparse_step",
-             "mlp_only_layers", "expert_bias", "swiglu_limit")
-MOE_CHOSEN = ("aux_loss_coef", "z_loss_coef", "capacity_factor")
 # The source's unless set explicitly: what a context extension changes.
 CHOSEN_FIELDS = ("rope_theta", "rope_scaling", "norm_eps", "rope_local_theta", "sliding_window")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in
@@ -133,14 +128,15 @@ def resolve(config, workdir: str, explicit=()) -> tuple[object, Source | None]:
 
 def _take_experts(config, moe, explicit: set, source) -> None:
     """config.model.moe from the source's (a MoEConfig from config.json, a run's dict; None:
-    a model without experts, whose default is no experts)."""
+    a model without experts, whose default is no experts): its architecture as the shape, its
+    training settings (MoEConfig.TRAINING) unless set explicitly."""
     moe = dataclasses.asdict(moe) if dataclasses.is_dataclass(moe) else dict(moe or {})
     moe = moe if moe.get("num_experts") else {"num_experts": 0}  # a dense source: no experts
-    for name in MOE_SHAPE + MOE_CHOSEN:
+    for name in MoEConfig.ARCHITECTURE + MoEConfig.TRAINING:
         if name not in moe:
             continue
         if f"model.moe.{name}" in explicit:
-            if name in MOE_SHAPE and _same(config.model.moe[name]) != _same(moe[name]):
+            if name in MoEConfig.ARCHITECTURE and _same(config.model.moe[name]) != _same(moe[name]):
                 raise ConfigError(f"model.moe.{name}={config.model.moe[name]} contradicts "
                                   f"{source} ({name} {moe[name]}): drop "
                                   f"--config.model.moe.{name}, whose value the checkpoint fixes")
