@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import parallel
 
 TOKENS = jax.P(parallel.DATA, parallel.SEQ)  # [B, S, ...] as the model holds it
+ALL = (parallel.DATA, parallel.SEQ)  # every device: what a sum over all tokens reduces over
 
 
 def tokens_per_device(x, mesh) -> int:

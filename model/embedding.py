@@ -31,8 +31,7 @@ import jax
 import jax.numpy as jnp
 
 import parallel
-
-ALL = (parallel.DATA, parallel.SEQ)
+from model.chunks import ALL
 
 
 def splits(table_shape, devices: int) -> bool:

@@ -1,5 +1,5 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, Gemma 2 and Gemma 3 (text) families
+Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS, Gemma 2 and Gemma 3 (text) families
 (model/hf_families.py).
 
     from model import hf
@@ -31,6 +31,7 @@ activation, shared experts), and tensors whose names or shapes contradict config
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -210,8 +211,6 @@ def _key_path(path) -> tuple:
 def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Each Hugging Face tensor name of a model with this config, with its shape: our
     parameters' shapes less their leading (layer, expert) axes, transposed where stored so."""
-    import dataclasses
-
     import parallel
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
     one = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, expert_devices=1))

@@ -27,11 +27,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-import parallel
-from model.chunks import (TOKENS, check_chunk, join_local, split_local, splits,
+from model.chunks import (ALL, TOKENS, check_chunk, join_local, split_local, splits,
                           tokens_per_device)
-
-ALL = (parallel.DATA, parallel.SEQ)
 
 
 def plain_nll_sum(logits, targets, weights):

@@ -41,10 +41,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 import parallel
+from model.chunks import ALL, TOKENS
 from model.config import ModelConfig, MoEConfig
-
-ALL = (parallel.DATA, parallel.SEQ)
-TOKENS = jax.P(parallel.DATA, parallel.SEQ)
 GPT_OSS_ALPHA = 1.702  # the sigmoid's slope in GPT-OSS's clamped SwiGLU
 _ACTIVATIONS = {"silu": jax.nn.silu, "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True)}
 
@@ -60,11 +58,10 @@ class Experts(nnx.Module):
         self.mesh, self.moe, self.dtype, self.activation = mesh, moe, cfg.compute_dtype, \
             cfg.mlp_activation
         self.axes = expert_axes(mesh, moe.expert_devices)  # () without expert parallelism
-        fsdp = (parallel.DATA, parallel.SEQ)
         # The experts' matrices: with expert parallelism, the experts over the expert axes and
         # the second axis over the others (FSDP); without, the second axis over every device.
-        rest = tuple(a for a in fsdp if a not in self.axes) or None
-        spec = (self.axes, rest, None) if self.axes else (None, fsdp, None)
+        rest = tuple(a for a in ALL if a not in self.axes) or None
+        spec = (self.axes, rest, None) if self.axes else (None, ALL, None)
 
         def param(shape, scale, spec):
             init = nnx.initializers.variance_scaling(scale, "fan_in", "normal", in_axis=-2,
@@ -72,7 +69,7 @@ class Experts(nnx.Module):
             return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=spec)
 
         self.router = nnx.Param(nnx.initializers.variance_scaling(1.0, "fan_in", "normal")(
-            rngs.params(), (d, e), dtype), out_sharding=(fsdp, None))
+            rngs.params(), (d, e), dtype), out_sharding=(ALL, None))
         self.gate = param((e, d, f), 1.0, spec)
         self.up = param((e, d, f), 1.0, spec)
         self.down = param((e, f, d), 1.0 / cfg.num_layers, spec)
@@ -93,17 +90,20 @@ class Experts(nnx.Module):
         """x [B, S, D] sharded P('data', 'seq') -> (y [B, S, D] likewise, stats: module
         docstring, over every device's tokens). sharded=False: x as it is (decoding's few
         tokens in natural order), on whatever device holds it."""
-        weights, (b, n, d) = self.weights(), x.shape
+        weights, (b, n, _) = self.weights(), x.shape
+
+        def through(weights, x, axes=()):  # [b, n, D] -> ([b, n, D], this device's sums)
+            y, sums = route_and_run(weights, x.reshape(-1, x.shape[-1]), self.moe, self.dtype,
+                                    self.activation, axes)
+            return y.reshape(x.shape), sums
+
         if not sharded:
-            y, sums = route_and_run(weights, x.reshape(b * n, d), self.moe, self.dtype,
-                                    self.activation)
-            return y.reshape(b, n, d), layer_stats(sums, self.moe, b * n)
+            y, sums = through(weights, x)
+            return y, layer_stats(sums, self.moe, b * n)
 
         def local(weights, x):
-            lb, ln, _ = x.shape
-            y, sums = route_and_run(weights, x.reshape(lb * ln, d), self.moe, self.dtype,
-                                    self.activation, self.axes)
-            return y.reshape(lb, ln, d), jax.tree.map(lambda s: jax.lax.psum(s, ALL), sums)
+            y, sums = through(weights, x, self.axes)
+            return y, jax.tree.map(lambda s: jax.lax.psum(s, ALL), sums)
 
         # Gathered whole, but for the experts' own axis under expert parallelism.
         specs = {k: jax.P(self.axes) if self.axes and not k.startswith("router") else jax.P()

@@ -18,8 +18,9 @@ host when the batch is made:
 3. Start from a zigzag over units (0, 1, .., N-1, N-1, .., 0, 0, 1, ..: long documents are
    then balanced as zigzag balances one sequence) and improve by swapping units between
    devices while the critical path (then the spread of W) does not grow, until PATIENCE rounds
-   in a row bring no gain (search_rounds at most: more for rows of many units). Swaps are scored in vectorised batches, with a
-   fixed seed: the placement is a pure function of the segment ids.
+   in a row bring no gain (search_rounds at most: more for rows of many units). Swaps are
+   scored in vectorised batches, with a fixed seed: the placement is a pure function of the
+   segment ids.
    Run the same search from ring's contiguous start too (documents much shorter than a block
    are balanced there already) and keep the better; a tie keeps the zigzag.
 
