@@ -131,7 +131,7 @@ def get_config():
         capacity_factor=0.0,  # 0 = dropless; c: at most c tokens x top_k / experts an expert
         aux_loss_coef=0.0,  # load-balancing loss weight (Switch, Mixtral: 0.01-0.02)
         z_loss_coef=0.0,  # router z-loss weight (ST-MoE: 0.001)
-        sparse_step=1,  # layer i sparse when (i + 1) % sparse_step == 0 (Qwen3-MoE)
+        decoder_sparse_step=1,  # layer i sparse when (i + 1) % this == 0 (Qwen3-MoE's name)
         mlp_only_layers=(),  # layers kept dense
         expert_bias=False,  # biases on the router and the experts (GPT-OSS)
         swiglu_limit=0.0))  # GPT-OSS's clamped SwiGLU limit (7.0); 0 = act(gate) * up

@@ -75,8 +75,8 @@ class MoEConfig:
     capacity_factor: float = 0.0  # 0: dropless; c: an expert takes at most c T k / E tokens
     aux_loss_coef: float = 0.0  # weight of the load-balancing loss added to the training loss
     z_loss_coef: float = 0.0  # weight of the router z-loss (mean squared logsumexp of logits)
-    sparse_step: int = 1  # layer i is sparse when (i + 1) % sparse_step == 0 (Qwen3-MoE)
-    mlp_only_layers: tuple[int, ...] = ()  # layers kept dense whatever sparse_step says
+    decoder_sparse_step: int = 1  # layer i sparse when (i + 1) % this == 0 (Qwen3-MoE's name)
+    mlp_only_layers: tuple[int, ...] = ()  # layers kept dense whatever decoder_sparse_step says
     expert_bias: bool = False  # biases on the router and the experts' matmuls (GPT-OSS)
     swiglu_limit: float = 0.0  # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
     # Devices the experts are split over (expert parallelism): the run's mesh.expert, set by
@@ -86,7 +86,7 @@ class MoEConfig:
     # What the weights fix (a checkpoint's config.json holds them; init_from takes them from
     # its source), and what only training reads (the source's unless set).
     ARCHITECTURE = ("num_experts", "top_k", "expert_mlp_dim", "router", "norm_topk_prob",
-                    "sparse_step", "mlp_only_layers", "expert_bias", "swiglu_limit")
+                    "decoder_sparse_step", "mlp_only_layers", "expert_bias", "swiglu_limit")
     TRAINING = ("aux_loss_coef", "z_loss_coef", "capacity_factor")
 
     @classmethod
@@ -109,7 +109,8 @@ class MoEConfig:
             if self.router not in ROUTERS else
             f"top_k {self.top_k} must be 1 to num_experts ({self.num_experts})"
             if not 1 <= self.top_k <= self.num_experts else
-            f"sparse_step {self.sparse_step} must be at least 1" if self.sparse_step < 1 else
+            f"decoder_sparse_step {self.decoder_sparse_step} must be at least 1"
+            if self.decoder_sparse_step < 1 else
             f"capacity_factor {self.capacity_factor} must be 0 (dropless) or positive"
             if self.capacity_factor < 0 else
             f"num_experts {self.num_experts} must split evenly over mesh.expert = "
@@ -132,7 +133,7 @@ class MoEConfig:
     def sparse(self, i: int) -> bool:
         """Whether block i's MLP is the expert layer."""
         return (self.num_experts > 0 and i not in self.mlp_only_layers
-                and (i + 1) % self.sparse_step == 0)
+                and (i + 1) % self.decoder_sparse_step == 0)
 
 
 FULL, SLIDING = "full_attention", "sliding_attention"

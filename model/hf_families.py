@@ -152,7 +152,7 @@ def _qwen3_moe(c):
         num_experts=c["num_experts"] if c.get("num_experts") else c["num_local_experts"],
         top_k=c["num_experts_per_tok"], expert_mlp_dim=c["moe_intermediate_size"],
         norm_topk_prob=bool(c["norm_topk_prob"]),
-        sparse_step=int(c.get("decoder_sparse_step") or 1),
+        decoder_sparse_step=int(c.get("decoder_sparse_step") or 1),
         mlp_only_layers=tuple(c.get("mlp_only_layers") or ()),
         aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0)))
 
@@ -218,14 +218,14 @@ def _qwen3_moe_json(cfg):
     return {"hidden_act": "silu", "attention_bias": False, "use_sliding_window": False,
             "sliding_window": None, "num_experts": moe.num_experts,
             "num_experts_per_tok": moe.top_k, "moe_intermediate_size": cfg.expert_mlp_dim,
-            "norm_topk_prob": moe.norm_topk_prob, "decoder_sparse_step": moe.sparse_step,
+            "norm_topk_prob": moe.norm_topk_prob, "decoder_sparse_step": moe.decoder_sparse_step,
             "mlp_only_layers": list(moe.mlp_only_layers),
             "router_aux_loss_coef": moe.aux_loss_coef}
 
 
 def _mixtral_json(cfg):
     moe = _experts_of(cfg)
-    if moe.mlp_only_layers or moe.sparse_step != 1 or moe.router != "softmax_topk" \
+    if moe.mlp_only_layers or moe.decoder_sparse_step != 1 or moe.router != "softmax_topk" \
             or not moe.norm_topk_prob:
         raise FamilyError("Mixtral's blocks are all sparse, routed softmax, top-k, renormalised")
     return {**_mistral_json(cfg), "num_local_experts": moe.num_experts,
@@ -237,7 +237,7 @@ def _gpt_oss_json(cfg):
     moe = _experts_of(cfg)
     if not (cfg.attention_sinks and cfg.attention_bias and moe.expert_bias and moe.swiglu_limit
             and moe.router == "topk_softmax" and not moe.mlp_only_layers
-            and moe.sparse_step == 1):
+            and moe.decoder_sparse_step == 1):
         raise FamilyError("GPT-OSS: sinks, biases, clamped SwiGLU, top-k then softmax")
     return {"hidden_act": "silu", "attention_bias": True,
             "layer_types": [cfg.layer_type(i) for i in range(cfg.num_layers)],
