@@ -77,8 +77,9 @@ def get_config():
     config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)
     config.mesh.seq = -1  # sequence shards, the attention ring (-1: the remaining devices)
     # Devices the experts of model.moe are split over (expert parallelism), folded into the
-    # data x seq devices: 1, mesh.seq (the ring's devices), mesh.data, or all of them. Tokens
-    # go to their experts' devices and back with all-to-alls (model/moe.py).
+    # data x seq devices: 1, mesh.seq (the ring's devices), mesh.data, all of them, or groups
+    # of neighbours (a divisor of mesh.seq; whole mesh rows). Tokens go to their experts'
+    # devices and back with all-to-alls (model/moe.py).
     config.mesh.expert = 1
 
     vocab_size = ml_collections.FieldReference(2048)

@@ -80,7 +80,7 @@ class MoEConfig:
     expert_bias: bool = False  # biases on the router and the experts' matmuls (GPT-OSS)
     swiglu_limit: float = 0.0  # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
     # Devices the experts are split over (expert parallelism): the run's mesh.expert, set by
-    # ModelConfig.from_config, not a model.moe setting (model/moe.py expert_axes).
+    # ModelConfig.from_config, not a model.moe setting (model/moe.py expert_split).
     expert_devices: int = 1
 
     # What the weights fix (a checkpoint's config.json holds them; init_from takes them from

@@ -33,6 +33,7 @@ Per layer the layer also returns its statistics over every device's tokens (psum
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -57,12 +58,13 @@ class Experts(nnx.Module):
         e, dtype = moe.num_experts, cfg.weights_dtype
         self.mesh, self.moe, self.dtype, self.activation = mesh, moe, cfg.compute_dtype, \
             cfg.mlp_activation
-        self.axes = expert_axes(mesh, moe.expert_devices)  # () without expert parallelism
-        # The experts' matrices: with expert parallelism, the experts over the expert axes and
-        # the second axis over the others (FSDP); without, the second axis over every device.
-        rest = tuple(a for a in ALL if a not in self.axes) or None
-        spec = (self.axes, rest, None) if self.axes else (None, ALL, None)
-
+        self.split = expert_split(mesh, moe.expert_devices)
+        # The experts' matrices: split over the expert axes when a group is those whole axes,
+        # the second axis over the others (FSDP); otherwise (no expert parallelism, or groups
+        # smaller than their axes) the second axis over every device, gathered whole per layer.
+        axes = self.split.axes if self.split.whole else ()
+        rest = tuple(a for a in ALL if a not in axes) or None
+        spec = (axes, rest, None) if axes else (None, ALL, None)
         def param(shape, scale, spec):
             init = nnx.initializers.variance_scaling(scale, "fan_in", "normal", in_axis=-2,
                                                      out_axis=-1, batch_axis=(0,))
@@ -78,8 +80,7 @@ class Experts(nnx.Module):
                 jnp.zeros(shape, dtype), out_sharding=(spec or None,) + (None,) * (len(shape) - 1))
             self.router_bias = zeros(e)
             self.gate_bias, self.up_bias, self.down_bias = (
-                zeros(e, f, spec=self.axes), zeros(e, f, spec=self.axes),
-                zeros(e, d, spec=self.axes))
+                zeros(e, f, spec=axes), zeros(e, f, spec=axes), zeros(e, d, spec=axes))
 
     def weights(self) -> dict:
         names = ["router", "gate", "up", "down"] + (
@@ -92,48 +93,80 @@ class Experts(nnx.Module):
         tokens in natural order), on whatever device holds it."""
         weights, (b, n, _) = self.weights(), x.shape
 
-        def through(weights, x, axes=()):  # [b, n, D] -> ([b, n, D], this device's sums)
+        def through(weights, x, split=None):  # [b, n, D] -> ([b, n, D], this device's sums)
             y, sums = route_and_run(weights, x.reshape(-1, x.shape[-1]), self.moe, self.dtype,
-                                    self.activation, axes)
+                                    self.activation, split)
             return y.reshape(x.shape), sums
 
         if not sharded:
             y, sums = through(weights, x)
             return y, layer_stats(sums, self.moe, b * n)
 
+        split = self.split if self.split.size > 1 else None
+
         def local(weights, x):
-            y, sums = through(weights, x, self.axes)
+            if split and not split.whole:  # every expert gathered: keep this device's own
+                weights = split.own(weights)
+            y, sums = through(weights, x, split)
             return y, jax.tree.map(lambda s: jax.lax.psum(s, ALL), sums)
 
-        # Gathered whole, but for the experts' own axis under expert parallelism.
-        specs = {k: jax.P(self.axes) if self.axes and not k.startswith("router") else jax.P()
-                 for k in weights}
+        # Gathered whole, but for the experts' own axes when they hold whole groups.
+        stored = jax.P(split.axes) if split and split.whole else jax.P()
+        specs = {k: jax.P() if k.startswith("router") else stored for k in weights}
         y, sums = jax.shard_map(local, mesh=self.mesh, in_specs=(specs, TOKENS),
                                 out_specs=(TOKENS, jax.P()))(weights, x)
         return y, layer_stats(sums, self.moe, b * n)
 
 
-def expert_axes(mesh, devices: int) -> tuple[str, ...]:
-    """The mesh axes the experts are split over, folded into the devices that split the batch
-    and the sequence elsewhere: () for 1 device; ('seq',) when `devices` is mesh.seq (the
-    attention's ring devices hold the experts too), ('data',) when it is mesh.data, both when
-    it is every device. ValueError (one line) for any other count."""
+@dataclasses.dataclass(frozen=True)
+class ExpertSplit:
+    """The experts over groups of `size` devices of the mesh `axes`, each device of a group
+    holding num_experts / size of them in order; `groups` lists the groups by their devices'
+    index over `axes` (jax.lax.all_to_all's axis_index_groups) where a group is a part of the
+    axes, None where it is all of them (whole: the stored weights are split the same way)."""
+    axes: tuple[str, ...] = ()
+    size: int = 1
+    groups: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.groups is None
+
+    def own(self, weights: dict) -> dict:
+        """Every expert's weights (inside a shard_map over the mesh) -> this device's."""
+        position = jax.lax.axis_index(self.axes) % self.size  # groups are neighbours
+        mine = lambda w: jax.lax.dynamic_slice_in_dim(  # noqa: E731
+            w, position * (w.shape[0] // self.size), w.shape[0] // self.size)
+        return {k: v if k.startswith("router") else mine(v) for k, v in weights.items()}
+
+
+def expert_split(mesh, devices: int) -> ExpertSplit:
+    """How `devices` devices split the experts, folded into the devices that split the batch
+    and the sequence elsewhere: none for 1; whole mesh axes when `devices` is mesh.seq (the
+    attention's ring devices hold the experts too), mesh.data, or every device; groups of
+    neighbouring devices when it divides mesh.seq, or is a multiple of mesh.seq dividing every
+    device (rows of the mesh). ValueError (one line) for any other count."""
     shape = getattr(mesh, "shape", mesh)  # a Mesh, or its {axis: size}
     data, seq = shape[parallel.DATA], shape[parallel.SEQ]
     if devices == 1:
-        return ()
+        return ExpertSplit()
     for axes, size in (((parallel.SEQ,), seq), ((parallel.DATA,), data), (ALL, data * seq)):
         if devices == size:
-            return axes
-    raise ValueError(f"mesh.expert={devices} must be 1, mesh.seq ({seq}), mesh.data ({data}) or "
-                     f"all {data * seq} devices: the experts are split over whole mesh axes")
+            return ExpertSplit(axes, size)
+    for axes, size in (((parallel.SEQ,), seq), (ALL, data * seq)):
+        if size % devices == 0 and (axes == (parallel.SEQ,) or devices % seq == 0):
+            return ExpertSplit(axes, devices, tuple(
+                tuple(range(g, g + devices)) for g in range(0, size, devices)))
+    raise ValueError(f"mesh.expert={devices} must be 1, mesh.data ({data}), a divisor of "
+                     f"mesh.seq ({seq}), or a multiple of mesh.seq dividing all {data * seq} "
+                     "devices: the experts are split over groups of neighbouring devices")
 
 
-def exchange(run, xs, sizes, experts, axes):
+def exchange(run, xs, sizes, experts, split: ExpertSplit):
     """Expert parallelism: run(pairs, group sizes, experts) on the devices that hold the pairs'
     experts, and the outputs back in the pairs' order.
 
-    xs [P, D] (P = T k) sorted by expert, sizes [E], experts [P]. The X devices of `axes` hold
+    xs [P, D] (P = T k) sorted by expert, sizes [E], experts [P]. The X devices of a group hold
     E / X experts each, in order. Every device sends each other device the pairs for its
     experts in a [P, D] slot of an [X, P, D] buffer (an expert device may get all P: dropless
     without ragged collectives), with one all-to-all; the receiver sorts the rows it got by its
@@ -141,16 +174,17 @@ def exchange(run, xs, sizes, experts, axes):
     """
     p, d = xs.shape
     num_experts = sizes.shape[0]
-    x_devices = jax.lax.axis_size(axes)
-    local = num_experts // x_devices
+    x_devices, local = split.size, num_experts // split.size
+    all_to_all = functools.partial(jax.lax.all_to_all, axis_name=split.axes, split_axis=0,
+                                   concat_axis=0, tiled=True, axis_index_groups=split.groups)
     # Sender: each pair's slot [destination, rank among the pairs sent there].
     dest = experts // local
     sent = jnp.sum(sizes.reshape(x_devices, local), axis=1)
     slot = dest * p + jnp.arange(p) - (jnp.cumsum(sent) - sent)[dest]
     send = jnp.zeros((x_devices * p, d), xs.dtype).at[slot].set(xs)
-    got = jax.lax.all_to_all(send.reshape(x_devices, p, d), axes, 0, 0, tiled=True)
+    got = all_to_all(send.reshape(x_devices, p, d))
     # counts[j, l]: pairs from sender j for this device's expert l.
-    counts = jax.lax.all_to_all(sizes.reshape(x_devices, local), axes, 0, 0, tiled=True)
+    counts = all_to_all(sizes.reshape(x_devices, local))
     # Receiver: row (j, q) is sender j's q-th pair here; its expert l and its place in the
     # order by (l, j), the unused rows of each slot after all the used ones.
     q = jnp.arange(p)
@@ -167,7 +201,7 @@ def exchange(run, xs, sizes, experts, axes):
     rows = jnp.zeros_like(got.reshape(-1, d)).at[place].set(got.reshape(-1, d))
     out = run(rows, jnp.sum(counts, axis=0), jnp.zeros_like(place).at[place].set(
         expert.reshape(-1)))
-    back = jax.lax.all_to_all(out[place].reshape(x_devices, p, -1), axes, 0, 0, tiled=True)
+    back = all_to_all(out[place].reshape(x_devices, p, -1))
     return back.reshape(x_devices * p, -1)[slot]
 
 
@@ -200,9 +234,10 @@ def expert_mlp(weights, xs, sizes, experts, *, dtype, activation: str, limit: fl
     return out + w["down_bias"][experts] if "down_bias" in w else out
 
 
-def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu", axes=()):
+def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu",
+                  split: ExpertSplit | None = None):
     """One device's tokens x [T, D] through the layer -> (y [T, D] in dtype, this device's sums:
-    counts [E], prob_sums [E], z_sum, dropped). With expert axes (inside a shard_map over the
+    counts [E], prob_sums [E], z_sum, dropped). With a split (inside a shard_map over the
     mesh), the expert weights are this device's E / X experts and the pairs travel to their
     experts' devices and back (exchange)."""
     t, e, k = x.shape[0], moe.num_experts, moe.top_k
@@ -218,8 +253,8 @@ def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu", a
     xs = x.astype(dtype)[order // k]
     run = functools.partial(expert_mlp, weights, dtype=dtype, activation=activation,
                             limit=moe.swiglu_limit)
-    out = exchange(run, xs, sizes, sorted_experts, axes) if axes else run(xs, sizes,
-                                                                          sorted_experts)
+    out = exchange(run, xs, sizes, sorted_experts, split) if split else run(xs, sizes,
+                                                                            sorted_experts)
 
     pair_w = w.reshape(-1)[order]
     if moe.capacity_factor:

@@ -101,21 +101,6 @@ def test_balance_loss_with_equal_router_logits():
     assert abs(float(stats["balance"]) - 2.0) < 1e-6  # E * (1 + 1 + 0 + 0) / E = 2
 
 
-MOE = dict(moe=MoEConfig(num_experts=4, top_k=2, aux_loss_coef=0.01, z_loss_coef=0.001))
-
-
-@pytest.fixture(scope="module")
-def single_device_moe():
-    return loss_and_grads("ring", 1, 1, **MOE)
-
-
-@pytest.mark.parametrize("layout,data,seq,overrides", [
-    ("zigzag", 1, 4, {}), ("balanced", 2, 4, {}), ("striped", 1, 8, dict(scan_layers=True))])
-def test_model_with_experts_as_one_device(single_device_moe, layout, data, seq, overrides):
-    loss, grads, _ = loss_and_grads(layout, data, seq, **MOE, **overrides)
-    assert_as_one_device(loss, grads, single_device_moe, overrides.get("scan_layers", False))
-
-
 def test_mixed_sparse_and_dense_layers_cannot_be_stacked():
     moe = MoEConfig(num_experts=4, mlp_only_layers=(0,))
     with pytest.raises(ValueError, match="scan_layers=False"):
@@ -149,14 +134,33 @@ def single_device_ep():
 
 
 @pytest.mark.parametrize("layout,data,seq,experts", [
-    ("zigzag", 1, 4, 4), ("striped", 2, 4, 2), ("balanced", 2, 4, 8), ("ring", 1, 8, 8)])
+    # every layout on each mesh; experts in groups of 2 within the 4 or 8 sequence devices,
+    # over the 2 data devices, and over whole axes (4, 8)
+    ("ring", 1, 4, 2), ("striped", 1, 4, 4), ("zigzag", 1, 4, 2), ("balanced", 1, 4, 4),
+    ("ring", 2, 4, 8), ("striped", 2, 4, 2), ("zigzag", 2, 4, 4), ("balanced", 2, 4, 8),
+    ("ring", 1, 8, 8), ("striped", 1, 8, 2), ("zigzag", 1, 8, 4), ("balanced", 1, 8, 8)])
 def test_experts_over_devices_as_one_device(single_device_ep, layout, data, seq, experts):
-    """Expert parallelism folded into the data x seq devices: the same loss and gradients."""
+    """Expert parallelism folded into the data x seq devices: the same loss and gradients,
+    dropless, with expert biases and both router losses (one case with stacked layers)."""
     moe = dataclasses.replace(EP["moe"], expert_devices=experts)
-    loss, grads, params = loss_and_grads(layout, data, seq, moe=moe)
-    gate = params["blocks"][0]["mlp"]["gate"][...]
-    assert gate.addressable_shards[0].data.shape[0] == 8 // experts  # experts split
-    assert_as_one_device(loss, grads, single_device_ep)
+    scan = (layout, seq, experts) == ("zigzag", 8, 4)
+    loss, grads, params = loss_and_grads(layout, data, seq, moe=moe, scan_layers=scan)
+    gate = params["blocks"]["mlp"]["gate"] if scan else params["blocks"][0]["mlp"]["gate"]
+    whole = experts in (data, seq, data * seq)  # groups smaller than an axis gather them
+    assert gate[...].addressable_shards[0].data.shape[-3] == (8 // experts if whole else 8)
+    assert_as_one_device(loss, grads, single_device_ep, scan)
+
+
+def test_expert_groups_must_fit_the_mesh():
+    assert moe_lib.expert_split({"data": 2, "seq": 4}, 2).axes == ("data",)
+    assert moe_lib.expert_split({"data": 4, "seq": 2}, 2).axes == ("seq",)  # one mesh row
+    split = moe_lib.expert_split({"data": 8, "seq": 2}, 4)  # two rows of the mesh a group
+    assert (split.axes, split.groups) == (
+        ("data", "seq"), ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11), (12, 13, 14, 15)))
+    assert moe_lib.expert_split({"data": 1, "seq": 8}, 2).groups == ((0, 1), (2, 3), (4, 5),
+                                                                      (6, 7))
+    with pytest.raises(ValueError, match="mesh.expert=3 must be 1, mesh.data"):
+        moe_lib.expert_split({"data": 2, "seq": 4}, 3)
 
 
 def test_planner_prices_the_all_to_alls_the_compiler_emits():

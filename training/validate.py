@@ -8,7 +8,7 @@ import parallel
 from configs import setting
 from model.config import (AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING,
                           MoEConfig)
-from model.moe import expert_axes
+from model.moe import expert_split
 from model.rope import RopeScaling
 from planner.attention import choice_from_config, configured_tiles
 from planner.run import configured_layout
@@ -62,15 +62,15 @@ def _mesh_shape(config, device_count):
 
 
 def _validate_experts(config, data: int, seq: int):
-    """model.moe is a valid expert layer, and mesh.expert splits its experts over whole mesh
-    axes (model/moe.py expert_axes)."""
+    """model.moe is a valid expert layer, and mesh.expert splits its experts over groups of
+    devices the mesh has (model/moe.py expert_split)."""
     expert = setting(config, "mesh.expert")
     try:
         moe = MoEConfig.from_config(config.model.get("moe"))
         if expert != 1 and not moe.num_experts:
             raise ValueError(f"mesh.expert={expert} splits experts, but model.moe.num_experts is "
                              "0: set model.moe.num_experts, or mesh.expert=1")
-        expert_axes({parallel.DATA: data, parallel.SEQ: seq}, expert)
+        expert_split({parallel.DATA: data, parallel.SEQ: seq}, expert)
         dataclasses.replace(moe, expert_devices=expert)  # checks num_experts % expert
     except ValueError as e:
         raise ConfigError(str(e)) from None
