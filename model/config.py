@@ -79,9 +79,12 @@ class MoEConfig:
     mlp_only_layers: tuple[int, ...] = ()  # layers kept dense whatever decoder_sparse_step says
     expert_bias: bool = False  # biases on the router and the experts' matmuls (GPT-OSS)
     swiglu_limit: float = 0.0  # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
-    # Devices the experts are split over (expert parallelism): the run's mesh.expert, set by
-    # ModelConfig.from_config, not a model.moe setting (model/moe.py expert_split).
+    # How the run splits the experts, set by ModelConfig.from_config, not model.moe settings:
+    # the devices they are split over (the run's mesh.expert; model/moe.py expert_split), and
+    # whether the tokens travel by ragged all-to-alls (the platform has them: TPU and GPU).
     expert_devices: int = 1
+    ragged_exchange: bool = False
+    DERIVED = ("expert_devices", "ragged_exchange")
 
     # What the weights fix (a checkpoint's config.json holds them; init_from takes them from
     # its source), and what only training reads (the source's unless set).
@@ -93,8 +96,8 @@ class MoEConfig:
     def from_config(cls, section) -> "MoEConfig":
         """From `model.moe` (a ConfigDict, dict or None; unknown fields are an error)."""
         values = dict(section or {})
-        allowed = [f.name for f in dataclasses.fields(cls) if f.name != "expert_devices"]
-        unknown = sorted(set(values) - set(allowed))  # expert_devices: mesh.expert's
+        allowed = [f.name for f in dataclasses.fields(cls) if f.name not in cls.DERIVED]
+        unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise ValueError(f"model.moe.{unknown[0]} is not a mixture-of-experts setting: use "
                              f"{', '.join(allowed)} (experts over devices: mesh.expert)")
@@ -184,13 +187,13 @@ class ModelConfig:
     moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (none by default)
 
     @classmethod
-    def from_config(cls, model_cfg, attention=None, switches=None,
-                    expert_devices: int = 1) -> "ModelConfig":
+    def from_config(cls, model_cfg, attention=None, switches=None, expert_devices: int = 1,
+                    ragged_exchange: bool = False) -> "ModelConfig":
         """Builds from a run config's `model` section (unknown fields are ignored), the run's
         resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles), its
         resolved memory switches (a MemorySwitches, which replaces the section's: they may be
-        'auto' there) and its mesh.expert. ValueError, one line, for a switch left 'auto'
-        without them."""
+        'auto' there), its mesh.expert and whether its platform has ragged all-to-alls.
+        ValueError, one line, for a switch left 'auto' without them."""
         names = {f.name for f in dataclasses.fields(cls)} - {"attention"}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
         if switches is not None:
@@ -201,7 +204,8 @@ class ModelConfig:
                              f"(planner.resolve_run), or give it a value")
         values["rope_scaling"] = RopeScaling.from_config(values.get("rope_scaling"))
         values["moe"] = dataclasses.replace(MoEConfig.from_config(values.get("moe")),
-                                            expert_devices=expert_devices)
+                                            expert_devices=expert_devices,
+                                            ragged_exchange=ragged_exchange)
         return cls(**values, attention=attention)
 
     def __post_init__(self):

@@ -271,7 +271,7 @@ def _moe_options(moe, mlp_dim: int) -> dict:
     """What a family's files hold of a MoEConfig (or its asdict): its architecture, written one
     way; {} for none."""
     moe = MoEConfig.from_config(
-        {k: v for k, v in moe.items() if k != "expert_devices"}) if isinstance(moe, dict) \
+        {k: v for k, v in moe.items() if k not in MoEConfig.DERIVED}) if isinstance(moe, dict) \
         else moe or MoEConfig()
     if not moe.num_experts:
         return {}

@@ -92,10 +92,14 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         # norm's output, counted there); one chunk's 6 [b, k, F] while it is recomputed.
         "swiglu": (kept * tokens if not mlp_chunk else b * mlp_chunk) * 6 * c * m.mlp_dim,
         # An expert layer (never chunked): 6 [b n k, F_e] values, the k copies of each token
-        # sorted by expert, their outputs and the float32 weighted outputs.
-        "experts": kept * tokens * k * (6 * c * experts_of(m).width(m.mlp_dim)
-                                        + d * (2 * c + f32))
-        if (k := _sparse_top_k(m)) else 0,
+        # sorted by expert, their outputs and the float32 weighted outputs. Split over X
+        # devices, a device's experts run in X slots of the b n k pairs (model/moe.py
+        # exchange: dropless whatever the routing), so the F_e values and outputs are X times.
+        "experts": kept * tokens * k * (x * (6 * c * experts_of(m).width(m.mlp_dim) + c * d)
+                                        + d * (c + f32))
+        if (k := _sparse_top_k(m)) and (x := experts_of(m).expert_devices) else 0,
+        # One layer's exchange at a time: the slots sent, received, sorted and returned.
+        "expert_exchange": 4 * x * tokens * k * c * d if k and x > 1 else 0,
         "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
                                                 + 2 * f32 * dh),
         # remat_policy 'dots': every layer keeps its q, k, v, o, gate and up matmul outputs.

@@ -37,6 +37,7 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
         "swiglu": (f"SwiGLU gate, up, silu, product ({every})" if not m.mlp_chunk else
                    f"SwiGLU: one chunk of {m.mlp_chunk:,} tokens recomputed"),
         "experts": f"expert layers: each token's top-k copies, hidden values, outputs ({every})",
+        "expert_exchange": "expert exchange: one layer's pair slots sent, received, returned",
         "attention_residuals": f"attention residuals q, k, v, out, lse, RoPE ({every})",
         "dot_outputs": f"matmul outputs kept by remat_policy 'dots' ({m.num_layers} layers)",
         "kv_ring_buffers": "KV ring buffers: K, V, fp32 dK, dV, x2 in flight",

@@ -63,7 +63,8 @@ def format_time(plan: dict, m, run: Run, device) -> list[str]:
               "calibration absorbs."]
     dense = plan["time"][run.layout]["dense"]
     if dense.get("expert_exchange_bytes"):
-        lines.append(f"  experts over {m.moe.expert_devices} devices: the all-to-alls send "
+        how = "ragged" if m.moe.ragged_exchange else "padded slots"
+        lines.append(f"  experts over {m.moe.expert_devices} devices: the all-to-alls ({how}) send "
                      f"{dense['expert_exchange_bytes'] / 1e6:,.1f} MB a device per micro-step "
                      f"({dense['expert_exchange_s']:.3f} s, in dense s; planner/time.py "
                      "expert_exchange_bytes)")

@@ -20,6 +20,7 @@ import dataclasses
 import model
 import parallel
 from configs import setting
+from model.moe import RAGGED_PLATFORMS
 from planner import recommend
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host
@@ -109,8 +110,9 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     best = rows[0]
     return ResolvedRun(
         mesh_shape=tuple(mesh_shape), attention=attention, switches=switches,
-        model=model.ModelConfig.from_config(config.model, attention, switches,
-                                            expert_devices=setting(config, "mesh.expert")),
+        model=model.ModelConfig.from_config(
+            config.model, attention, switches, expert_devices=setting(config, "mesh.expert"),
+            ragged_exchange=platform in RAGGED_PLATFORMS),
         device=device.title, step_s=best["step_s"], bytes_per_device=best["total_bytes"],
         device_bytes=device.memory_bytes,
         auto_switches=tuple(k for k in model.MemorySwitches.fields()

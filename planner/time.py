@@ -99,19 +99,19 @@ def dense_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> dict:
 
 def expert_exchange_bytes(m, run: Run) -> float:
     """Bytes one device sends in a step's all-to-alls of the expert layers (model/moe.py
-    exchange): each of a sparse layer's all-to-alls moves X - 1 slots of T k tokens' rows
-    (T tokens a device, padded slots: dropless without ragged collectives), two in the
-    forward (there and back), two in the backward, two more when remat recomputes the
-    forward. Not hidden behind compute in this model."""
+    exchange): each of a sparse layer's all-to-alls moves, of a device's T tokens' T k pairs,
+    X - 1 padded slots of T k rows (XLA:CPU, no ragged collectives), or with ragged
+    all-to-alls (TPU, GPU) the pairs bound for the other X - 1 devices, (X - 1) / X of them
+    when the routing is even; two in the forward (there and back), two in the backward, two
+    more when remat recomputes the forward. Not hidden behind compute in this model."""
     moe = experts_of(m)
     sparse = len(moe.sparse_layers(m.num_layers))
     if not sparse or moe.expert_devices == 1:
         return 0.0
     x = moe.expert_devices
-    per_all_to_all = (x - 1) * run.rows * run.block * moe.top_k * m.d_model \
-        * dtype_bytes(m.dtype)
+    rows = run.rows * run.block * moe.top_k * ((x - 1) / x if moe.ragged_exchange else x - 1)
     passes = 4 + (2 if m.remat else 0)
-    return sparse * passes * per_all_to_all  # a micro-step's
+    return sparse * passes * rows * m.d_model * dtype_bytes(m.dtype)  # a micro-step's
 
 
 def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:

@@ -3,8 +3,10 @@ each of its top-k experts, weighted: no sorting, no grouped matmuls), and the mo
 layers on several meshes against the same model on one device."""
 
 import dataclasses
+import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -133,22 +135,50 @@ def single_device_ep():
     return loss_and_grads("ring", 1, 1, **EP)
 
 
-@pytest.mark.parametrize("layout,data,seq,experts", [
+@pytest.mark.parametrize("layout,data,seq,experts,strategy", [
     # every layout on each mesh; experts in groups of 2 within the 4 or 8 sequence devices,
     # over the 2 data devices, and over whole axes (4, 8)
-    ("ring", 1, 4, 2), ("striped", 1, 4, 4), ("zigzag", 1, 4, 2), ("balanced", 1, 4, 4),
-    ("ring", 2, 4, 8), ("striped", 2, 4, 2), ("zigzag", 2, 4, 4), ("balanced", 2, 4, 8),
-    ("ring", 1, 8, 8), ("striped", 1, 8, 2), ("zigzag", 1, 8, 4), ("balanced", 1, 8, 8)])
-def test_experts_over_devices_as_one_device(single_device_ep, layout, data, seq, experts):
+    ("ring", 1, 4, 2, "ring"), ("striped", 1, 4, 4, "ring"), ("zigzag", 1, 4, 2, "ring"),
+    ("balanced", 1, 4, 4, "allgather"), ("ring", 2, 4, 8, "ring"),
+    ("striped", 2, 4, 2, "ring"), ("zigzag", 2, 4, 4, "allgather"),
+    ("balanced", 2, 4, 8, "ring"), ("ring", 1, 8, 8, "ring"), ("striped", 1, 8, 2, "ring"),
+    ("zigzag", 1, 8, 4, "ring"), ("balanced", 1, 8, 8, "ring")])
+def test_experts_over_devices_as_one_device(single_device_ep, layout, data, seq, experts,
+                                            strategy, monkeypatch):
     """Expert parallelism folded into the data x seq devices: the same loss and gradients,
-    dropless, with expert biases and both router losses (one case with stacked layers)."""
-    moe = dataclasses.replace(EP["moe"], expert_devices=experts)
+    dropless, with expert biases and both router losses, under the ring and all-gather
+    strategies (one case with stacked layers; two with the ragged all-to-alls of TPU and GPU,
+    as jax documents them)."""
+    ragged = (layout, data, seq, experts) in (("striped", 1, 8, 2), ("ring", 2, 4, 8))
+    if ragged:  # XLA:CPU has no ragged all-to-all
+        monkeypatch.setattr(jax.lax, "ragged_all_to_all", ragged_all_to_all_as_documented)
+    moe = dataclasses.replace(EP["moe"], expert_devices=experts, ragged_exchange=ragged)
     scan = (layout, seq, experts) == ("zigzag", 8, 4)
-    loss, grads, params = loss_and_grads(layout, data, seq, moe=moe, scan_layers=scan)
+    loss, grads, params = loss_and_grads(layout, data, seq, strategy, moe=moe,
+                                         scan_layers=scan)
     gate = params["blocks"]["mlp"]["gate"] if scan else params["blocks"][0]["mlp"]["gate"]
     whole = experts in (data, seq, data * seq)  # groups smaller than an axis gather them
     assert gate[...].addressable_shards[0].data.shape[-3] == (8 // experts if whole else 8)
     assert_as_one_device(loss, grads, single_device_ep, scan)
+
+
+def ragged_all_to_all_as_documented(operand, output, input_offsets, send_sizes, output_offsets,
+                                    recv_sizes, *, axis_name, axis_index_groups=None):
+    """jax.lax.ragged_all_to_all as its docstring describes it, from padded all-to-alls: the
+    slice input_offsets[j]:+send_sizes[j] goes to device j, written there at output_offsets[j];
+    recv_sizes[j] rows arrive from device j."""
+    a2a = functools.partial(jax.lax.all_to_all, axis_name=axis_name, split_axis=0,
+                            concat_axis=0, tiled=True, axis_index_groups=axis_index_groups)
+    rows = jnp.arange(operand.shape[0])
+    slabs = jax.vmap(lambda start, size: jnp.where(
+        (rows < size)[:, None], operand[jnp.minimum(start + rows, operand.shape[0] - 1)], 0))(
+        input_offsets, send_sizes)  # [X, N, D]: device j's slice first in slab j
+    got, where = a2a(slabs), a2a(output_offsets)
+    result = output
+    for j in range(input_offsets.shape[0]):
+        at = jnp.where(rows < recv_sizes[j], where[j] + rows, output.shape[0])  # past: dropped
+        result = result.at[at].set(got[j], mode="drop")
+    return result
 
 
 def test_expert_groups_must_fit_the_mesh():

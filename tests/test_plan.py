@@ -84,6 +84,7 @@ def test_activation_terms_by_hand():
         "norms": bn * 2 * (2 * 2 * 64 + 4),  # one layer's 2 norms: bf16 in and out, fp32 1/rms
         "swiglu": bn * 6 * 2 * 128,  # one layer: 6 [b, n, F] bf16
         "experts": 0,  # no expert layers
+        "expert_exchange": 0,
         "attention_residuals": bn * (2 * 16 * (2 * 4 + 2 * 2)  # q, out (H); k, v (K); bf16
                                      + 4 * 4 + 8 * 16),  # fp32 lse; RoPE sin, cos for q and k
         "dot_outputs": 0,  # remat_policy 'nothing'
