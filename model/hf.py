@@ -85,6 +85,10 @@ def read_config(path: str) -> tuple[dict, str]:
         raise HFError(f"{file}: {e}") from None
     except KeyError as e:
         raise HFError(f"{file}: a {family.architecture} config.json lacks {e.args[0]}") from None
+    quantized = (c.get("quantization_config") or {}).get("quant_method")
+    if quantized and quantized != "mxfp4":  # MXFP4: model/safetensors_dir.py reads it
+        raise HFError(f"{file}: weights quantized by {quantized!r} are not read (unquantized "
+                      f"safetensors, or GPT-OSS's MXFP4 experts): give a dequantized copy")
     heads = c["num_attention_heads"]
     fields = dict(vocab_size=c["vocab_size"], d_model=c["hidden_size"],
                   num_layers=c["num_hidden_layers"], num_heads=heads,

@@ -8,6 +8,13 @@
 
 Reading memory-maps each file, so a slice costs its own bytes, never the whole tensor's or file's:
 a host loads only the shards of the parameters its devices hold.
+
+MXFP4 (how GPT-OSS's published checkpoints keep their experts): a matrix W [..., in, out] is
+stored as `W_blocks` uint8 [..., out, in / 32, 16] (32 e2m1 values a block, two a byte, the
+low nibble first) and `W_scales` uint8 [..., out, in / 32] (e8m0: the block's values times
+2^(s - 127)). The directory shows such a pair as the one float32 tensor `W` [..., in, out],
+the layout of the unquantized files, dequantized as it is read (exact: every value is a
+float32).
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
+BLOCKS, SCALES = "_blocks", "_scales"  # an MXFP4 tensor's two parts (module docstring)
+# e2m1: sign, 2 exponent bits, 1 mantissa bit; the 16 codes' values
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)
 
 
 class SafetensorsDir:
@@ -41,25 +52,53 @@ class SafetensorsDir:
         if weight_map is None:
             weight_map = {key: SINGLE for key in self._files[SINGLE].keys()}
         self._where = weight_map
+        # MXFP4 pairs, by the name of the tensor they make (module docstring)
+        self._mxfp4 = {name[:-len(BLOCKS)] for name in weight_map if name.endswith(BLOCKS)
+                       and name[:-len(BLOCKS)] + SCALES in weight_map}
 
     def names(self) -> list[str]:
-        return sorted(self._where)
+        parts = {name + suffix for name in self._mxfp4 for suffix in (BLOCKS, SCALES)}
+        return sorted((set(self._where) - parts) | self._mxfp4)
 
     def _slice(self, name: str):
         return self._files[self._where[name]].get_slice(name)
 
     def shape(self, name: str) -> tuple[int, ...]:
+        if name in self._mxfp4:
+            *lead, out, groups, pair_bytes = self.shape(name + BLOCKS)
+            return (*lead, groups * 2 * pair_bytes, out)
         return tuple(self._slice(name).get_shape())
 
     def dtype(self, name: str) -> str:
-        """safetensors' name for it: 'F32', 'BF16', 'F16', ..."""
-        return self._slice(name).get_dtype()
+        """safetensors' name for it: 'F32', 'BF16', 'F16', ... ('MXFP4' for a pair)."""
+        return "MXFP4" if name in self._mxfp4 else self._slice(name).get_dtype()
 
     def read(self, name: str, index=None) -> np.ndarray:
         """The tensor, or the part `index` (a tuple of slices) selects."""
+        if name in self._mxfp4:
+            return self._read_mxfp4(name, index)
         part = self._slice(name)
         return np.asarray(part[index if index is not None else tuple(
             slice(None) for _ in part.get_shape())])
+
+    def _read_mxfp4(self, name: str, index) -> np.ndarray:
+        """Part `index` of [..., in, out]: the blocks of its rows `out`, dequantized whole
+        along `in` (a row's blocks are contiguous), then sliced."""
+        shape = self.shape(name)
+        index = tuple(index or ()) + (slice(None),) * (len(shape) - len(index or ()))
+        *lead, inner, out = index
+        rows = (*lead, out)
+        values = dequantize_mxfp4(self.read(name + BLOCKS, rows), self.read(name + SCALES, rows))
+        return np.swapaxes(values, -1, -2)[..., inner, :]
+
+
+def dequantize_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """uint8 blocks [..., G, 16] and scales [..., G] -> float32 [..., G * 32] (module
+    docstring: e2m1 pairs, the low nibble first; e8m0 scales)."""
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1)  # [..., G, 16, 2]
+    values = E2M1[codes].reshape(*blocks.shape[:-1], -1)  # [..., G, 32]
+    values = np.ldexp(values, scales.astype(np.int32)[..., None] - 127)
+    return values.reshape(*blocks.shape[:-2], -1)
 
 
 def write(path: str, tensors: Iterable[tuple[str, np.ndarray]],

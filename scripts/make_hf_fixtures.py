@@ -6,8 +6,14 @@ reads the files; it needs no PyTorch).
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy
     /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
+    /tmp/ref/bin/python scripts/make_hf_fixtures.py --mxfp4-only   # add (or redo) that case
 
-Written with torch 2.14.1 and transformers 5.24.0. Each case is a 2-layer model with grouped
+gpt_oss_mxfp4 keeps its experts in MXFP4, as GPT-OSS's published checkpoints do: quantized
+here (each block of 32 weights scaled by the power of two that brings its largest under 6, every
+weight rounded to the nearest e2m1 value), its reference logits from transformers' own
+dequantization (`Mxfp4Config(dequantize=True)`). Written with torch 2.13.0 and transformers
+5.24.0; the other cases:
+torch 2.14.1 and transformers 5.24.0. Each case is a 2-layer model with grouped
 query heads (4 query, 2 key/value heads) under one RoPE rule, tied or untied, float32 or
 bfloat16, one file or sharded with an index; one case keeps the older config.json layout
 (`rope_theta` and `rope_scaling` at the top level, as Llama 3.1's files on the hub have it).
@@ -19,6 +25,7 @@ RoPE rules' original context.
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import torch
@@ -105,7 +112,69 @@ def old_layout(path: str) -> None:
         json.dump(config, f, indent=2)
 
 
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)
+
+
+def quantize_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[..., in, out] float32 -> (blocks uint8 [..., out, in / 32, 16], scales uint8 [..., out,
+    in / 32]): the layout of GPT-OSS's published experts (the low nibble first)."""
+    rows = np.swapaxes(w, -1, -2)  # [..., out, in]
+    groups = rows.reshape(*rows.shape[:-1], -1, 32)
+    largest = np.maximum(np.abs(groups).max(axis=-1), 1e-30)
+    exponent = np.ceil(np.log2(largest / 6.0)).astype(np.int32)  # largest / 2^e <= 6
+    scaled = groups / np.ldexp(1.0, exponent)[..., None]
+    codes = np.abs(scaled[..., None] - E2M1[:8]).argmin(axis=-1) + 8 * (scaled < 0)
+    codes = codes.astype(np.uint8).reshape(*groups.shape[:-1], 16, 2)
+    return codes[..., 0] | (codes[..., 1] << 4), (exponent + 127).astype(np.uint8)
+
+
+def mxfp4_case(tokens: np.ndarray, seed: int) -> np.ndarray:
+    """gpt_oss_mxfp4 (module docstring): written, then run by transformers; its logits."""
+    from safetensors.numpy import load_file, save_file
+    torch.manual_seed(seed)
+    _, model_class, options, _, _ = FAMILY_CASES["gpt_oss_experts"]
+    config = transformers.GptOssConfig(**{**SIZES, **options, "hidden_size": 64},
+                                       tie_word_embeddings=False, initializer_range=0.2)
+    model = transformers.GptOssForCausalLM(config)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(0.5 + 0.3 * torch.randn_like(p))
+            elif pname.endswith(("bias", "sinks")):
+                p.copy_(0.3 * torch.randn_like(p))
+    path = os.path.join(OUT, "gpt_oss_mxfp4")
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path)
+    os.remove(os.path.join(path, "generation_config.json"))
+    file = os.path.join(path, "model.safetensors")
+    tensors = load_file(file)
+    for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        tensors[name + "_blocks"], tensors[name + "_scales"] = quantize_mxfp4(tensors.pop(name))
+    save_file(tensors, file, metadata={"format": "pt"})
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+        "lm_head"]}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    reloaded = transformers.GptOssForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="eager",
+        quantization_config=transformers.Mxfp4Config(dequantize=True)).eval()
+    with torch.no_grad():
+        out = reloaded(torch.from_numpy(tokens)).logits
+    print("gpt_oss_mxfp4", sorted(os.listdir(path)), float(out.abs().mean()))
+    return out.numpy().astype(np.float32)
+
+
 def main() -> None:
+    if "--mxfp4-only" in sys.argv:  # the one case, added to what is there
+        logits = dict(np.load(os.path.join(OUT, "logits.npz")))
+        logits["gpt_oss_mxfp4"] = mxfp4_case(logits["tokens"], len(CASES) + len(FAMILY_CASES))
+        np.savez(os.path.join(OUT, "logits.npz"), **logits)
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+        return
     shutil.rmtree(OUT, ignore_errors=True)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, SIZES["vocab_size"], (2, TOKENS))
@@ -153,6 +222,7 @@ def main() -> None:
             out = reloaded(torch.from_numpy(tokens)).logits
         logits[name] = out.numpy().astype(np.float32)
         print(name, sorted(os.listdir(path)), float(out.abs().mean()))
+    logits["gpt_oss_mxfp4"] = mxfp4_case(tokens, len(CASES) + len(FAMILY_CASES))
     np.savez(os.path.join(OUT, "logits.npz"), **logits)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
 

@@ -23,7 +23,8 @@ from tests.test_model import attention
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 CASES = ["default_untied_sharded", "linear_tied", "llama3_untied_bf16", "yarn_tied",
          "mistral_window", "qwen3_window", "gemma2_caps", "gemma3_local_global",
-         "qwen3_moe_experts", "mixtral_experts", "gpt_oss_experts"]
+         "qwen3_moe_experts", "mixtral_experts", "gpt_oss_experts",
+         "gpt_oss_mxfp4"]  # experts in MXFP4, as GPT-OSS's published files keep them
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +152,8 @@ def _edit_config(path, **changes):
     (lambda p: (p / "model.safetensors").unlink(), "neither model.safetensors"),
     (lambda p: _edit_config(p, rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4}),
      "rope"),
+    (lambda p: _edit_config(p, quantization_config={"quant_method": "gptq", "bits": 4}),
+     "quantized by 'gptq' are not read"),
 ])
 def test_bad_checkpoints_are_one_line(edit, expected, tmp_path):
     path = _copy(tmp_path)
