@@ -150,12 +150,14 @@ def placement_tile_counts(order, segment_ids, num_shards: int, tile_q: int, tile
     blocks = order.reshape(num_shards, -1)
     seg = None if segment_ids is None else np.asarray(segment_ids)
     counts = np.zeros((num_shards, num_shards), np.int64)
-    for d in range(num_shards):
-        for s in range(num_shards):
-            q, k = blocks[d], blocks[(d - s) % num_shards]
-            segs = (None, None) if seg is None else (seg[q][None], seg[k][None])
-            _, plan = tile_plan(q, k, *segs, tile_q, tile_k, causal)
-            counts[d, s] = tiles_run(plan, 1)
+    devices = np.arange(num_shards)
+    # Every device's queries against one device's key block at a time (N plans, not N^2):
+    # a query tile's plan depends only on its own positions and that block's keys.
+    for e, k in enumerate(blocks):
+        segs = (None, None) if seg is None else (seg[order][None], seg[k][None])
+        _, plan = tile_plan(order, k, *segs, tile_q, tile_k, causal)
+        run = (plan[0] != SKIP).reshape(num_shards, -1).sum(axis=1)  # by query device
+        counts[devices, (devices - e) % num_shards] = run  # device d meets block e on step d-e
     return counts
 
 

@@ -183,28 +183,30 @@ class _Search:
         self.w = work(self.device, adjacent, num_shards)
         self.score = _score(self.w)
 
-    def _added(self, units, devices):
-        """[K, N, N]: what each unit adds to W on the given device (neighbours as they are)."""
-        k, e, n = np.arange(len(units))[:, None], np.arange(self.n)[None, :], self.n
-        x = devices[:, None]
-        added = np.zeros((len(units), n, n), np.int64)
-        added[k, x, (x - e) % n] = self.below[units]
-        after = np.zeros_like(added)
-        after[k, e, (e - x) % n] = self.above[units]
-        added += after
-        added[k[:, 0], devices, 0] += 1
-        return added
-
     def _swap_deltas(self, a, b):
-        """Change of W for swapping a[i] and b[i]: [K, N, N]."""
-        da, db, n = self.device[a], self.device[b], self.n
-        delta = (self._added(a, db) - self._added(a, da) + self._added(b, da)
-                 - self._added(b, db))
+        """Change of W for swapping a[i] and b[i]: [K, N, N]. Each unit's part of W (class
+        docstring) leaves its device and is added on the other, the four parts of a swap
+        summed by one bincount over the [K, N, N] entries they touch (2N + 1 each)."""
+        da, db, n, k = self.device[a], self.device[b], self.n, len(a)
+        units = np.stack([a, a, b, b])  # [4, K]: added on the new device, taken off the old
+        devices = np.stack([db, da, da, db])
+        sign = np.array([1, -1, 1, -1])[:, None, None]
+        e, x = np.arange(n)[None, None, :], devices[:, :, None]
+        swap = np.arange(k)[None, :, None] * n * n
+        where = np.concatenate([
+            (swap + x * n + (x - e) % n).reshape(-1),  # u the later unit of a pair: on x
+            (swap + e * n + (e - x) % n).reshape(-1),  # u the earlier one: on its partner's
+            (swap[..., 0] + devices * n).reshape(-1)])  # u's own diagonal tile, step 0
+        weight = np.concatenate([(sign * self.below[units]).reshape(-1),
+                                 (sign * self.above[units]).reshape(-1),
+                                 np.broadcast_to(sign[:, :, 0], (4, k)).reshape(-1)])
+        delta = np.bincount(where, weights=weight, minlength=k * n * n)
+        delta = delta.astype(np.int64).reshape(k, n, n)
         # An adjacent pair was counted as if its partner stayed: correct the pair's own entry.
-        k = np.nonzero(self.adjacent[a, b])[0]
-        for x, y in ((da[k], db[k]), (db[k], da[k])):
-            delta[k, x, (x - y) % n] += 1
-            delta[k, x, 0] -= 1
+        pair = np.nonzero(self.adjacent[a, b])[0]
+        for x, y in ((da[pair], db[pair]), (db[pair], da[pair])):
+            delta[pair, x, (x - y) % n] += 1
+            delta[pair, x, 0] -= 1
         return delta
 
     def _move(self, unit, new):
