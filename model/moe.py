@@ -54,7 +54,8 @@ _ACTIVATIONS = {"silu": jax.nn.silu, "gelu_tanh": lambda x: jax.nn.gelu(x, appro
 class Experts(nnx.Module):
     """The router and E gated MLPs of one sparse layer. Parameters: router [D, E] (+ bias [E]),
     gate and up [E, D, F], down [E, F, D] (+ biases [E, F], [E, F], [E, D] with expert_bias),
-    each sharded over the whole mesh on its second axis (FSDP, as the dense MLP's)."""
+    each sharded over the whole mesh on its second axis (FSDP, as the dense MLP's), or with
+    the experts over whole mesh axes, E over those and the second axis over the rest."""
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         moe, d, f = cfg.moe, cfg.d_model, cfg.expert_mlp_dim
