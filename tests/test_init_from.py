@@ -100,6 +100,10 @@ def test_gpt_oss_with_its_experts_over_the_sequence_devices(corpus, tmp_path):
     first, reference = losses(rows)[1], single_device_loss(gpt_oss)
     assert abs(first - reference) < 1e-5 * abs(reference), (first, reference)
     assert "moe/share_max" in next(r for r in rows if r["step"] == 1)
+    evaluated = next(r for r in rows if "eval/loss" in r)  # each expert's share, per layer
+    shares = evaluated["moe/layer1/shares"]
+    assert len(shares) == 4 and abs(sum(shares) - 1) < 1e-6
+    assert max(shares) == evaluated["moe/layer1/share_max"]
 
 
 def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):

@@ -333,7 +333,7 @@ def _run(config, workdir, mesh, resolved, checkpointer, prepared, identity, sour
                 if not (first or step % config.log_every_steps == 0 or is_eval or is_save
                         or stopping):
                     continue
-                host = {k: float(v) for k, v in jax.device_get(metrics).items()}  # ends window
+                host = step_lib.host_metrics(jax.device_get(metrics), is_eval)  # ends window
                 now = time.perf_counter()
                 for flag in jax.device_get(skipped):
                     skipped_in_a_row = skipped_in_a_row + 1 if flag else 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -48,8 +49,9 @@ def loss_sums(graphdef, params, batch, mask_documents: bool):
 
 def moe_metrics(stats) -> dict:
     """The progress metrics of the expert layers from their statistics: each layer's largest
-    and smallest share of the routed pairs, the largest over layers, the balance and z losses
-    (means over layers), the share of pairs dropped by a capacity."""
+    and smallest share of the routed pairs and every expert's share (an array: host_metrics
+    keeps it at evaluations), the largest over layers, the balance and z losses (means over
+    layers), the share of pairs dropped by a capacity."""
     shares = stats["counts"] / jnp.sum(stats["counts"], axis=-1, keepdims=True)
     out = {"moe/share_max": jnp.max(shares), "moe/balance_loss": jnp.mean(stats["balance"]),
            "moe/z_loss": jnp.mean(stats["z"]),
@@ -57,7 +59,16 @@ def moe_metrics(stats) -> dict:
     for i in range(shares.shape[0]):
         out[f"moe/layer{i}/share_max"] = jnp.max(shares[i])
         out[f"moe/layer{i}/share_min"] = jnp.min(shares[i])
+        out[f"moe/layer{i}/shares"] = shares[i]
     return out
+
+
+def host_metrics(metrics, detailed: bool) -> dict:
+    """A step's metrics fetched from the devices -> plain numbers for the trackers; an array
+    (each expert's share of a layer's pairs) as a list, only when `detailed` (the run's
+    evaluations: E numbers a layer would swell every logged row)."""
+    return {k: float(v) if np.ndim(v) == 0 else [float(x) for x in np.ravel(v)]
+            for k, v in metrics.items() if detailed or np.ndim(v) == 0}
 
 
 def _over_micro_batches(stats):

@@ -135,14 +135,16 @@ class WandbTracker:
 
     def log(self, step, metrics):
         # Numbers only: the resolved attention's names are in the run's config (attention.*).
-        # A list (eval/loss_by_position) is a curve: drawn against its index, one per step.
+        # A list (eval/loss_by_position; moe/layerI/shares at evaluations) is a curve: drawn
+        # against its index (a position range, an expert), one per step.
         import wandb
         row = {k: _plain(v) for k, v in metrics.items() if not isinstance(v, (str, list))}
         for key, values in metrics.items():
             if isinstance(values, list):
                 row[key] = wandb.plot.line_series(
                     xs=list(range(len(values))), ys=[values], keys=[f"step {step}"],
-                    title=f"{key} at step {step}", xname="position range")
+                    title=f"{key} at step {step}",
+                    xname="expert" if key.endswith("/shares") else "position range")
         self._run.log(row, step=int(step))
 
     def event(self, step, message, fields):
