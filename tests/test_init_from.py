@@ -89,10 +89,10 @@ def test_first_step_loss_is_the_loaded_models(layout, gemma3_dir, gemma3_referen
 
 def test_gpt_oss_with_its_experts_over_the_sequence_devices(corpus, tmp_path):
     """GPT-OSS saved by transformers (4 experts with biases, clamped SwiGLU, sinks, q/k/v/o
-    biases, alternating windows): its experts come from config.json, split over the 4 devices
-    of the sequence (mesh.expert, a 2 x 4 mesh), and the first step's loss is the loaded
-    model's on one device."""
-    gpt_oss = (make_model_dir(str(tmp_path / "model"), corpus, case="gpt_oss_experts"), corpus,
+    biases, alternating windows), its experts in MXFP4 as the published checkpoints keep them:
+    the experts come from config.json, split over the 4 devices of the sequence (mesh.expert,
+    a 2 x 4 mesh), and the first step's loss is the loaded model's on one device."""
+    gpt_oss = (make_model_dir(str(tmp_path / "model"), corpus, case="gpt_oss_mxfp4"), corpus,
                str(tmp_path / "cache"))
     train_and_evaluate(run_config(gpt_oss, "striped", **{"mesh.expert": 4}),
                        str(tmp_path / "run"))
