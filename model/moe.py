@@ -69,6 +69,7 @@ class Experts(nnx.Module):
         axes = self.split.axes if self.split.whole else ()
         rest = tuple(a for a in ALL if a not in axes) or None
         spec = (axes, rest, None) if axes else (None, ALL, None)
+
         def param(shape, scale, spec):
             init = nnx.initializers.variance_scaling(scale, "fan_in", "normal", in_axis=-2,
                                                      out_axis=-1, batch_axis=(0,))
@@ -138,6 +139,12 @@ class ExpertSplit:
     def whole(self) -> bool:
         return self.groups is None
 
+    def all_to_all(self, x):
+        """x [X * n, ...] -> [X * n, ...]: block j to the group's device j, block j received
+        from device j (inside a shard_map over the mesh)."""
+        return jax.lax.all_to_all(x, self.axes, 0, 0, tiled=True,
+                                  axis_index_groups=self.groups)
+
     def position(self):
         """This device's place in its group (inside a shard_map over the mesh)."""
         return jax.lax.axis_index(self.axes) % self.size  # groups are neighbours
@@ -186,9 +193,7 @@ def exchange(run, xs, sizes, experts, split: ExpertSplit):
     p, d = xs.shape
     num_experts = sizes.shape[0]
     x_devices, local = split.size, num_experts // split.size
-    collective = dict(axis_name=split.axes, axis_index_groups=split.groups)
-    all_to_all = functools.partial(jax.lax.all_to_all, split_axis=0, concat_axis=0, tiled=True,
-                                   **collective)
+    all_to_all = split.all_to_all
 
     def ragged(rows, starts, sizes_out, sizes_in):
         # rows[starts[j]:][:sizes_out[j]] into device j's slot for this device; sizes_in[j]
@@ -249,10 +254,9 @@ def _ragged_send_forward(rows, starts, sizes_out, offsets, sizes_in, split, leng
 
 def _ragged_send_backward(split, length, residuals, dy):
     starts, sizes_out, offsets, sizes_in, n = residuals
-    swap = functools.partial(jax.lax.all_to_all, axis_name=split.axes, split_axis=0,
-                             concat_axis=0, tiled=True, axis_index_groups=split.groups)
     # Device j wrote its rows here from its offsets[me] and read them from its starts[me].
-    drows = ragged_send(dy, swap(offsets), sizes_in, swap(starts), sizes_out, split, n)
+    drows = ragged_send(dy, split.all_to_all(offsets), sizes_in, split.all_to_all(starts),
+                        sizes_out, split, n)
     return drows, None, None, None, None
 
 

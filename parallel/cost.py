@@ -151,11 +151,12 @@ def placement_tile_counts(order, segment_ids, num_shards: int, tile_q: int, tile
     seg = None if segment_ids is None else np.asarray(segment_ids)
     counts = np.zeros((num_shards, num_shards), np.int64)
     devices = np.arange(num_shards)
+    q_seg = None if seg is None else seg[order][None]  # every slot's, the queries of each plan
     # Every device's queries against one device's key block at a time (N plans, not N^2):
     # a query tile's plan depends only on its own positions and that block's keys.
     for e, k in enumerate(blocks):
-        segs = (None, None) if seg is None else (seg[order][None], seg[k][None])
-        _, plan = tile_plan(order, k, *segs, tile_q, tile_k, causal)
+        k_seg = None if seg is None else seg[k][None]
+        _, plan = tile_plan(order, k, q_seg, k_seg, tile_q, tile_k, causal)
         run = (plan[0] != SKIP).reshape(num_shards, -1).sum(axis=1)  # by query device
         counts[devices, (devices - e) % num_shards] = run  # device d meets block e on step d-e
     return counts

@@ -83,6 +83,8 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
     tokens = b * n
     mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk  # loss: chunk <= n
     offload = m.remat and m.remat_policy == "offload"
+    k, moe = _sparse_top_k(m), experts_of(m)  # top_k (0: no expert layer); X: expert_devices
+    x = moe.expert_devices
     return {
         # remat: every layer's input is kept; 'offload' keeps them in host memory
         # (host_offload_bytes) and HBM holds the one being copied back, and the next.
@@ -95,11 +97,10 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         # sorted by expert, their outputs and the float32 weighted outputs. Split over X
         # devices, a device's experts run in X slots of the b n k pairs (model/moe.py
         # exchange: dropless whatever the routing), so the F_e values and outputs are X times.
-        "experts": kept * tokens * k * (x * (6 * c * experts_of(m).width(m.mlp_dim) + c * d)
-                                        + d * (c + f32))
-        if (k := _sparse_top_k(m)) and (x := experts_of(m).expert_devices) else 0,
+        "experts": kept * tokens * k * (x * (6 * c * moe.width(m.mlp_dim) + c * d)
+                                        + d * (c + f32)),
         # One layer's exchange at a time: the slots sent, received, sorted and returned.
-        "expert_exchange": 4 * x * tokens * k * c * d if k and x > 1 else 0,
+        "expert_exchange": 4 * x * tokens * k * c * d if x > 1 else 0,
         "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
                                                 + 2 * f32 * dh),
         # remat_policy 'dots': every layer keeps its q, k, v, o, gate and up matmul outputs.
