@@ -10,6 +10,11 @@ r = N / u ring steps, h' = lcm(h, u) KV heads after ulysses repeats them (h when
 
 Compute. A tile is tq x tk (query, key) pairs; F = 4 b tq tk d H FLOPs for a forward tile over all
 H heads (QK^T and PV), 2F backward; a forward tile takes t = t0 + F / rate (t0: its fixed cost).
+How often t0 is paid is the kernel's (`TileGrid`, declared by each kernel): once a live tile
+(xla: a loop step over every row and head), once a live tile per row and head (Pallas GPU: a
+program per row, head and query tile), or once per row and head for every tile of a visited
+block pair, masked ones too (Pallas TPU: its grid walks the whole rectangle; a masked step moves
+no data but still costs its step). `step_seconds` applies it.
 Tile counts come from parallel.cost, the rule the kernels run, so skipping (causal, documents)
 and imbalance are counted, not assumed:
   ring       c_s = max over devices of tiles on step s, x t: devices wait at every hop
@@ -51,8 +56,18 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from parallel import cost
 from parallel.mask import Mask
+
+
+@dataclasses.dataclass(frozen=True)
+class TileGrid:
+    """How a kernel's grid pays a tile's fixed cost t0 (see the module docstring)."""
+
+    per_head: bool = False  # once per batch row and query head (a grid step each), not once
+    every_tile: bool = False  # on every tile of a block pair it visits, the masked ones too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +91,11 @@ class LayerShape:
         return self.seq_len // self.num_shards
 
     @property
+    def pair_tiles(self) -> int:
+        """Tiles in one block pair's rectangle (query block x key block)."""
+        return (self.block // self.tiles[0]) * (self.block // self.tiles[1])
+
+    @property
     def mask(self) -> Mask:
         return Mask(causal=True, window=self.window)
 
@@ -90,6 +110,7 @@ class Network:
     latency_s: float  # a: fixed cost of each ring step or collective
     hop_exposed: float = 0.0  # e: share of a hop's transfer that compute does not hide
     tile_overhead_s: float = 0.0  # t0: fixed cost of each forward tile (its loop step, slices)
+    grid: TileGrid = TileGrid()  # how the kernel pays t0
 
     def hop(self, compute_s: float, nbytes: float) -> float:
         """One ring step: `compute_s` of work while `nbytes` travel to the next device."""
@@ -126,6 +147,25 @@ def tile_seconds(x: LayerShape, net: Network, head_share: float = 1.0) -> float:
     large ones imbalanced: the tile 'auto' picks weighs the two (planner/recommend.py)."""
     flops = 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads * head_share
     return net.tile_overhead_s + flops / net.flops_per_s
+
+
+def step_seconds(x: LayerShape, net: Network, counts, pair_tiles: int,
+                 head_share: float = 1.0) -> np.ndarray:
+    """Forward seconds of each entry of a tile count array (tiles[r, d, s]: the live tiles of
+    the block pair a device computes on a step, from parallel.cost; `pair_tiles` tiles in that
+    pair's whole rectangle): the live tiles' FLOPs at the kernel's rate, and t0 as the kernel's
+    grid pays it (a pair with no live tile is skipped whole: parallel.strategies.base).
+
+    >>> x = LayerShape(1, 4096, 2, 1, 1, 8, 2, "zigzag", (512, 512), False)
+    >>> net = Network(1e9, 1e9, 1e9, 0.0, tile_overhead_s=1e-3, grid=TileGrid(every_tile=True))
+    >>> step_seconds(x, net, np.array([3, 0]), pair_tiles=16).round(4).tolist()
+    [0.0412, 0.0]
+    """
+    counts = np.asarray(counts, np.float64)
+    flops = 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads * head_share
+    grid_steps = np.where(counts > 0, pair_tiles, 0) if net.grid.every_tile else counts
+    per_step = x.rows * x.q_heads * head_share if net.grid.per_head else 1
+    return counts * (flops / net.flops_per_s) + grid_steps * per_step * net.tile_overhead_s
 
 
 def ring_seconds(steps, kv: float, dkv: float, net: Network):

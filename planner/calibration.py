@@ -12,10 +12,12 @@ A config file that carries measurements (configs/llama3_8b_v5p.py) holds, at mod
     MEASURED_SOURCE = "..."                    where the figures come from
     MEASURED_FIT = {layout: [seq_len, ...]}    the points the calibration is fitted to; every
                                                other point is held out, predicted, not fitted
+    MEASURED_TILES = {label: tile}             a strategy measured with its own attention tile
+                                               (the config's parallel.tile otherwise)
 
 `compare` predicts every point with a calibration; `fit` finds the calibration (the matmul and
-attention shares of peak, a ring step's fixed cost, the exposed share of a hop's transfer) that
-minimises the squared log error over the fitted points. scripts/calibrate.py prints both.
+attention shares of peak, a ring step's fixed cost, the exposed share of a hop's transfer, an
+attention tile's fixed cost) that minimises the squared log error over the fitted points. scripts/calibrate.py prints both.
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ from planner.flops import flops_per_token
 from planner.run import make_run
 from planner.switches import all_given, resolve_switches
 
-# What the fit may choose: (lower, upper) for each Calibration field it fits.
+# What the fit may choose: (lower, upper) for each Calibration field it fits, and the unit its
+# search steps in (fields of similar scale for Powell's method).
 BOUNDS = {"matmul_efficiency": (0.05, 1.0), "attention_efficiency": (0.05, 1.0),
-          "ring_step_s": (0.0, 500e-6), "hop_exposed": (0.0, 1.0)}
+          "ring_step_s": (0.0, 500e-6), "hop_exposed": (0.0, 1.0),
+          "tile_overhead_s": (0.0, 5e-6)}
+SCALE = {"ring_step_s": 1e-4, "tile_overhead_s": 1e-6}
+START = {"matmul_efficiency": 0.5, "attention_efficiency": 0.5, "ring_step_s": 20e-6,
+         "hop_exposed": 0.5, "tile_overhead_s": 0.3e-6}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +78,10 @@ def measurements(module: str) -> list[Measurement]:
     if not getattr(mod, "MEASURED", None):
         raise ValueError(f"configs/{module}.py has no MEASURED step times: choose a config "
                          f"that carries them (llama3_8b_v5p, llama2_7b_v5p)")
-    fit_at = getattr(mod, "MEASURED_FIT", {})
+    fit_at, tiles = getattr(mod, "MEASURED_FIT", {}), getattr(mod, "MEASURED_TILES", {})
     return [Measurement(module, mod.DEVICE, layout, seq_len, label, seconds,
-                        seq_len in fit_at.get(layout, ()), mod.MEASURED_SOURCE)
+                        seq_len in fit_at.get(layout, ()), mod.MEASURED_SOURCE,
+                        tile=tiles.get(label))
             for layout, by_length in mod.MEASURED.items()
             for seq_len, by_label in by_length.items()
             for label, seconds in by_label.items()]
@@ -159,27 +167,29 @@ def compare(points: list[Measurement], device: Device | None = None) -> list[dic
                  ratio=s / p.seconds) for p in points]
 
 
-def fit(points: list[Measurement], device: Device) -> Calibration:
+def fit(points: list[Measurement], device: Device,
+        names: tuple[str, ...] = tuple(BOUNDS)) -> Calibration:
     """The calibration of `device` that best predicts the fitted points (least squares of
-    log(predicted / measured), bounded by BOUNDS; Powell's method from the nominal model)."""
+    log(predicted / measured), bounded by BOUNDS; Powell's method from START): the fields
+    `names`, the others kept as the device has them."""
     from scipy import optimize
     chosen = [p for p in points if p.fitted]
-    names = list(BOUNDS)
+    names = list(names)
 
     def calibrated(x) -> Device:
         values = {n: float(np.clip(v, *BOUNDS[n])) for n, v in zip(names, x)}
         return dataclasses.replace(device, calibration=dataclasses.replace(
-            device.calibration, **values))  # the fields it does not fit (a tile's t0) kept
+            device.calibration, **values))
 
     def loss(x):
         dev = calibrated(x)
         return sum(math.log(predict(p, dev) / p.seconds) ** 2 for p in chosen)
 
-    start = [0.5, 0.5, 20e-6, 0.5]
-    scale = np.array([1.0, 1.0, 1e-4, 1.0])  # Powell steps in units of similar size
-    result = optimize.minimize(lambda z: loss(z * scale), np.array(start) / scale,
-                               method="Powell", bounds=[(lo / s, hi / s) for (lo, hi), s in
-                                                         zip(BOUNDS.values(), scale)],
+    scale = np.array([SCALE.get(n, 1.0) for n in names])
+    start = np.array([START[n] for n in names])
+    result = optimize.minimize(lambda z: loss(z * scale), start / scale,
+                               method="Powell", bounds=[(BOUNDS[n][0] / s, BOUNDS[n][1] / s)
+                                                        for n, s in zip(names, scale)],
                                options={"xtol": 1e-4, "ftol": 1e-6, "maxfev": 4000})
     return calibrated(result.x * scale).calibration
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from parallel import cost, strategy_cost
+from parallel.kernels import resolve_kernel
 from planner.devices import Device
 from planner.flops import experts_of, layer_windows, matmul_params, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
@@ -17,15 +18,16 @@ from planner.run import Run
 
 def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
     """The attention's rates on `device`: its calibrated kernel share of peak, links and
-    collectives, the ring step's fixed cost and exposed transfer, a tile's fixed cost; x
-    `efficiency` (1: as calibrated)."""
+    collectives, the ring step's fixed cost and exposed transfer, a tile's fixed cost and how
+    the platform's kernel pays it; x `efficiency` (1: as calibrated)."""
     cal = device.calibration
+    kernel = resolve_kernel("auto", device.platform)  # the kernel its calibration measured
     return strategy_cost.Network(
         flops_per_s=peak_flops(device.flops_key) * cal.attention_efficiency * efficiency,
         link_bytes_per_s=device.link_bytes_per_s * efficiency,
         collective_bytes_per_s=device.collective_rate * efficiency,
         latency_s=device.latency_s + cal.ring_step_s, hop_exposed=cal.hop_exposed,
-        tile_overhead_s=cal.tile_overhead_s)
+        tile_overhead_s=cal.tile_overhead_s, grid=kernel.grid)
 
 
 def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool, window=None):
@@ -59,12 +61,13 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.
     shape = layer_shape(m, run, layout, tiles, with_segments, window)
     counts = cost.step_tile_counts(layout, run.seq, run.block, tiles, documents, shape.mask)
     est = strategy_cost.estimate(shape, net, strategy, degree, documents, step_counts=counts)
-    tile_s = strategy_cost.tile_seconds(shape, net)
-    compute = [t * tile_s for t in counts.max(axis=1).mean(axis=0).tolist()]
+    critical = counts.max(axis=1).mean(axis=0)
+    compute = strategy_cost.step_seconds(shape, net, counts, shape.pair_tiles)
+    compute = compute.max(axis=1).mean(axis=0).tolist()
     kv = strategy_cost.block_bytes(shape, m.num_kv_heads)[1] / net.link_bytes_per_s
     kv = kv if run.seq > 1 else 0.0
     return {"tiles_per_side": run.block / math.sqrt(tiles[0] * tiles[1]),
-            "critical_path_tiles": sum(compute) / tile_s,
+            "critical_path_tiles": float(critical.sum()),
             "forward_s": est["forward_s"], "backward_s": est["backward_s"],
             "seconds": est["forward_s"] * (2 if m.remat else 1) + est["backward_s"],
             "hop_compute_s_min": min(compute), "hop_transfer_s": kv,

@@ -126,6 +126,21 @@ def test_a_tile_s_fixed_cost_is_paid_once_per_tile_and_never_divided_by_ulysses(
     assert sc.tile_seconds(SHAPE, slow, head_share=1 / 4) == 0.75
 
 
+def test_the_pallas_tpu_grid_pays_t0_per_row_and_head_on_every_tile_of_a_visited_pair():
+    """The ring layout on 2 devices, T = 4 tiles a side, rows 1 x heads 4, t0 = 0.5 s: step 0,
+    both diagonals (10 live tiles) walk all 16 tiles of their pair, 4 x 16 x 0.5 + 10 = 42 s;
+    step 1, device 1's full pair, 4 x 16 x 0.5 + 16 = 48 s (device 0's pair is all masked:
+    skipped whole). The xla kernel pays t0 once a live tile: 10 x 1.5 and 16 x 1.5."""
+    import dataclasses
+    shape = dataclasses.replace(SHAPE, seq_len=32, num_shards=2, layout="ring")
+    tpu = parallel.KERNELS["pallas_tpu"].grid
+    assert tpu == sc.TileGrid(per_head=True, every_tile=True)
+    assert parallel.KERNELS["xla"].grid == sc.TileGrid()
+    for grid, want in ((tpu, 42.0 + 48.0), (sc.TileGrid(), 1.5 * (10 + 16))):
+        net = dataclasses.replace(network(), tile_overhead_s=0.5, grid=grid)
+        assert sc.estimate(shape, net, "ring")["forward_s"] == pytest.approx(want)
+
+
 def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():
     """parallel.tile='auto' (the default): free tiles -> the smallest option (the most
     balanced), costly ones -> the largest (the fewest), and in between the option with the

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from parallel.mask import as_mask
+from parallel.strategy_cost import TileGrid
 
 
 class Kernel:
@@ -51,6 +52,9 @@ class Kernel:
     # these (parallel.spec.default_tile). Large tiles suit XLA and the TPU's big VMEM; a GPU
     # program keeps its tiles in registers and shared memory.
     max_tiles: tuple[int, int] = (512, 512)
+    # How its grid pays a tile's fixed cost, for the planner (parallel/strategy_cost.py): the
+    # default, once per live tile over every row and head (one loop step of einsums).
+    grid: TileGrid = TileGrid()
 
     def interpreted_on(self, platform: str) -> bool:
         """True where a Pallas kernel runs in interpret mode: a platform it is not fused on."""

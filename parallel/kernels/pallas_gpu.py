@@ -24,6 +24,7 @@ from jax.experimental.pallas import triton as pl_triton
 from parallel import cost
 from parallel.kernels.base import (InterpretableKernel, dscores, exponent_scale, logits,
                                    probabilities, softmax_fold, softmax_result, varying, visible)
+from parallel.strategy_cost import TileGrid
 
 F32 = jnp.float32
 # Triton's launch parameters per head_dim: (num_warps, num_stages), with the tiles of max_tiles
@@ -314,6 +315,7 @@ class PallasGpuKernel(InterpretableKernel):
     platforms = ("gpu", "cpu")
     fused_on = ("gpu",)
     max_tiles = (64, 64)  # measured on an H100: see LAUNCH above
+    grid = TileGrid(per_head=True)  # a program per (row, head, query tile); live key tiles only
 
 
 KERNEL = PallasGpuKernel(forward, backward)

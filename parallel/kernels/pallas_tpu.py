@@ -35,6 +35,7 @@ from parallel import cost
 from parallel.kernels.base import (InterpretableKernel, dscores, exponent_scale, logits,
                                    probabilities, softmax_fold, softmax_result, varying,
                                    visible_pairs)
+from parallel.strategy_cost import TileGrid
 
 F32 = jnp.float32
 LANES = 128  # on a TPU, tiles are multiples of the vector lane width (checked by check_tiles)
@@ -373,6 +374,9 @@ class PallasTpuKernel(InterpretableKernel):
     name = "pallas_tpu"
     platforms = ("tpu", "cpu")
     fused_on = ("tpu",)
+    # A grid step per (row, head, query tile, key tile) of the whole rectangle: key tiles past
+    # the causal prefix repeat the last one (no copy) but still take their step.
+    grid = TileGrid(per_head=True, every_tile=True)
 
     def check_tiles(self, tile_q, tile_k, interpret):
         if not interpret and (tile_q % LANES or tile_k % LANES):

@@ -117,9 +117,10 @@ class AllGather(base.Strategy):
         pass's compute but the last."""
         _, kv, dkv = strategy_cost.block_bytes(shape, shape.kv_heads)
         counts = strategy_cost.step_counts(shape, documents, given=step_counts)
-        tile_s, n = strategy_cost.tile_seconds(shape, net), shape.num_shards
-        work = counts.sum(axis=2).max(axis=1).mean() * tile_s
-        own = counts[:, :, 0].max(axis=1).mean() * tile_s
+        n = shape.num_shards
+        seconds = strategy_cost.step_seconds(shape, net, counts, shape.pair_tiles)
+        work = seconds.sum(axis=2).max(axis=1).mean()
+        own = seconds[:, :, 0].max(axis=1).mean()
         passes = key_passes(shape.block, shape.tiles[1], n)
         gather, piece = net.collective((n - 1) * kv), net.collective((n - 1) * dkv / passes)
         hidden = min(piece, 2 * work / passes) * (passes - 1)

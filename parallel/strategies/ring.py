@@ -185,7 +185,8 @@ class Ring(base.Strategy):
         their tiles follow; dK and dV of the halos go back after the backward's."""
         _, kv, dkv = strategy_cost.block_bytes(shape, shape.kv_heads)
         counts = strategy_cost.step_counts(shape, documents, given=step_counts)
-        steps = (counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net))
+        steps = strategy_cost.step_seconds(shape, net, counts, shape.pair_tiles)
+        steps = steps.max(axis=1).mean(axis=0)
         shifts = halo.plan(get_layout(shape.layout), shape.num_shards, shape.block, shape.mask,
                            shape.tiles[1])
         if shifts is not None:

@@ -199,7 +199,10 @@ class Ulysses(base.Strategy):
         share = (degree - 1) / degree
         counts = cost.group_tile_counts(shape.layout, shape.num_shards, degree, shape.block,
                                         shape.tiles, documents, shape.mask)
-        steps = counts.max(axis=1).mean(axis=0) * strategy_cost.tile_seconds(shape, net, 1 / degree)
+        side = degree * shape.block  # a group's block: the u devices' blocks, sorted
+        pair = (side // shape.tiles[0]) * (side // shape.tiles[1])
+        steps = strategy_cost.step_seconds(shape, net, counts, pair, 1 / degree)
+        steps = steps.max(axis=1).mean(axis=0)
         forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
         rows_f32 = 8 * shape.rows * shape.block * shape.q_heads  # lse and D
         a2a = [share * (q + kv), share * q, share * (2 * q + kv + rows_f32), share * (q + kv)]
