@@ -79,6 +79,11 @@ def measurements(module: str) -> list[Measurement]:
         raise ValueError(f"configs/{module}.py has no MEASURED step times: choose a config "
                          f"that carries them (llama3_8b_v5p, llama2_7b_v5p)")
     fit_at, tiles = getattr(mod, "MEASURED_FIT", {}), getattr(mod, "MEASURED_TILES", {})
+    labels = {label for by_length in mod.MEASURED.values() for by_label in by_length.values()
+              for label in by_label}
+    if stray := sorted(set(tiles) - labels):
+        raise ValueError(f"configs/{module}.py: MEASURED_TILES names {', '.join(stray)}, which "
+                         f"MEASURED does not measure: use its labels ({', '.join(sorted(labels))})")
     return [Measurement(module, mod.DEVICE, layout, seq_len, label, seconds,
                         seq_len in fit_at.get(layout, ()), mod.MEASURED_SOURCE,
                         tile=tiles.get(label))

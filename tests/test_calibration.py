@@ -82,3 +82,11 @@ def test_calibrate_names_a_config_without_measurements_in_one_line(name, words):
                             capture_output=True, text=True, timeout=120, cwd=root)
     assert result.returncode == 2 and result.stderr.startswith(f"error: {words}")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_tile_for_a_label_not_measured_is_a_one_line_error(monkeypatch):
+    import configs.llama2_7b_v5p as recipe
+    monkeypatch.setattr(recipe, "MEASURED_TILES", {"usp 4x4": 1024})
+    with pytest.raises(ValueError, match=r"MEASURED_TILES names usp 4x4, which MEASURED does "
+                                         r"not measure: use its labels \(allgather, ring"):
+        calibration.measurements("llama2_7b_v5p")
