@@ -68,7 +68,7 @@ class AllGather(base.Strategy):
             return acc, counts.at[s].set(count)
 
         if n_shards > 1:
-            acc, counts = lax.fori_loop(1, n_shards, body, (acc, counts))
+            acc, counts = lax.fori_loop(1, base.trip_count(n_shards), body, (acc, counts))
         out, lse = acc
         return base.from_heads(out).astype(q.dtype), lse, counts
 

@@ -31,6 +31,17 @@ from parallel.mesh import SEQ
 F32 = jnp.float32
 
 
+def trip_count(steps: int):
+    """A strategy loop's trip count as a traced value, for lax.fori_loop: the loop is then a
+    while loop rather than a scan. With a constant count, the TPU compile of a rematerialised
+    step held the all-gather forward's float32 output once per key block (a stacked
+    [N - 1, b, H, n, d] buffer: 3.75 GiB a chip for llama2-7b at 262,144 tokens on 16 chips,
+    BENCHMARKS.md); as a while loop it holds one. The optimization barrier keeps XLA from
+    folding the count back in: with a count of 1 (N = 2) it would inline the loop and lay out
+    buffers differently from every other N."""
+    return lax.optimization_barrier(jnp.int32(steps))
+
+
 @dataclasses.dataclass(frozen=True)
 class Strategy:
     """One way of moving keys and values to queries. The registry holds one instance of each;

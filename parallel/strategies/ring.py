@@ -72,15 +72,6 @@ class Hops:
         return jax.tree.unflatten(treedef, moved), inputs
 
 
-def _hidden(steps):
-    """A loop's trip count, hidden from XLA's constant folding.
-
-    With a visible trip count of 1 (N = 2) XLA inlines the loop and lays out buffers differently
-    from every other N; behind the barrier the program, and its memory, is the same for all N.
-    """
-    return lax.optimization_barrier(jnp.int32(steps))
-
-
 def ring_forward(spec, hops, qh, q_pos, q_seg, block, sinks=None):
     """The query block (head-major) against every block of the ring, starting with `block`
     (this device's key_block) and from `sinks` of qh's heads (base.empty_result):
@@ -96,7 +87,7 @@ def ring_forward(spec, hops, qh, q_pos, q_seg, block, sinks=None):
     counts = varying(jnp.zeros((hops.steps,), jnp.int32), spec.tiles)
     acc = base.empty_result(qh, spec.tiles, sinks)
     if hops.steps > 1:  # (one step: no loop to compile)
-        block, acc, counts = lax.fori_loop(0, _hidden(hops.steps - 1), body,
+        block, acc, counts = lax.fori_loop(0, base.trip_count(hops.steps - 1), body,
                                            (block, acc, counts))
     (out, lse), count = step(block, acc)  # the last step: nothing left to send
     return out, lse, counts.at[hops.steps - 1].set(count)
@@ -123,7 +114,7 @@ def ring_backward(spec, hops, qh, doh, lse, delta, q_pos, q_seg, block):
     zeros = varying((jnp.zeros(block[0].shape, jnp.float32),) * 2, spec.tiles)
     # `steps` identical steps: step 0 sends zeros as its 'pending' sums and the last step sends
     # K/V nobody reads, so the backward kernel is traced and compiled once, not twice.
-    _, dq, pending = lax.fori_loop(0, _hidden(hops.steps), body, (block, dq, zeros))
+    _, dq, pending = lax.fori_loop(0, base.trip_count(hops.steps), body, (block, dq, zeros))
     dk, dv = hops.send(pending)  # the sums of the block that started here, home
     return dq, dk, dv
 
