@@ -18,8 +18,7 @@ no data but still costs its step). `step_seconds` applies it.
 Tile counts come from parallel.cost, the rule the kernels run, so skipping (causal, documents)
 and imbalance are counted, not assumed:
   ring       c_s = max over devices of tiles on step s, x t: devices wait at every hop
-  allgather  w = max over devices of all its tiles x t: nothing to wait for once gathered;
-             c_0 = its own block's share
+  allgather  w = max over devices of all its tiles x t: nothing to wait for once gathered
   ulysses,   c'_s from the sorted groups (cost.group_tile_counts), x (t0 + F / (u rate)): a
   usp        tile spans H / u heads
 
@@ -38,8 +37,7 @@ ids (their int32 ids and int32 original positions travel with the block), dKV = 
   strategy   forward                                       backward
   ring       sum_{s<N-1} step(c_s, KV) + c_{N-1}            sum_{s<N-1} step(2 c_s, KV + dKV) +
                                                            step(2 c_{N-1}, KV) + dKV / link
-  allgather  max(c_0, AG) + w - c_0,                       AG + 2 w + RS, RS: (N-1) dKV
-             AG: (N-1) KV
+  allgather  AG + w, AG: (N-1) KV                          AG + 2 w + RS, RS: (N-1) dKV
   usp        A2A_in + the ring's forward over r groups     A2A_in' + the ring's backward + A2A_out'
              (blocks u n tokens x h'/u heads) + A2A_out
 
