@@ -17,7 +17,8 @@ A config file that carries measurements (configs/llama3_8b_v5p.py) holds, at mod
 
 `compare` predicts every point with a calibration; `fit` finds the calibration (the matmul and
 attention shares of peak, a ring step's fixed cost, the exposed share of a hop's transfer, an
-attention tile's fixed cost) that minimises the squared log error over the fitted points. scripts/calibrate.py prints both.
+attention tile's fixed cost) that minimises the squared log error over the fitted points.
+scripts/calibrate.py prints both.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Nominal vendor figures; where a figure is assumed, its note says so.
 
 Calibration (`Calibration`): the share of peak the matmuls and the attention kernel reach, a
 ring step's fixed cost, the share of its transfer that does not hide behind compute and an
-attention tile's fixed cost (paid as the platform's kernel declares: parallel/strategy_cost.py). Fitted to published step times (configs/*.py MEASURED, with their
-sources) by scripts/calibrate.py, whose output the constants below are copied from, or measured
-on the machine at hand by scripts/calibrate.py --measure, which writes
+attention tile's fixed cost (paid as the platform's kernel declares: parallel/strategy_cost.py).
+Fitted to published step times (configs/*.py MEASURED, with their sources) by
+scripts/calibrate.py, whose output the constants below are copied from, or measured on the
+machine at hand by scripts/calibrate.py --measure, which writes
 planner/calibrations/<device>.json (read here, at import); a device with neither keeps the
 nominal model (every share 1, perfect overlap, free tiles) and the planner says it is
 uncalibrated.
