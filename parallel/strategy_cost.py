@@ -91,7 +91,7 @@ class LayerShape:
     @property
     def pair_tiles(self) -> int:
         """Tiles in one block pair's rectangle (query block x key block)."""
-        return (self.block // self.tiles[0]) * (self.block // self.tiles[1])
+        return pair_tiles(self.block, self.tiles)
 
     @property
     def mask(self) -> Mask:
@@ -143,8 +143,17 @@ def tile_seconds(x: LayerShape, net: Network, head_share: float = 1.0) -> float:
     """A forward tile over all H heads (x `head_share` of them: ulysses' H / u): its fixed cost
     t0 and 4 b tq tk d H FLOPs at the kernel's rate. t0 is what makes small tiles slow and
     large ones imbalanced: the tile 'auto' picks weighs the two (planner/recommend.py)."""
-    flops = 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads * head_share
-    return net.tile_overhead_s + flops / net.flops_per_s
+    return net.tile_overhead_s + tile_flops(x, head_share) / net.flops_per_s
+
+
+def tile_flops(x: LayerShape, head_share: float = 1.0) -> float:
+    """F = 4 b tq tk d H: a forward tile's FLOPs over `head_share` of the H query heads."""
+    return 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads * head_share
+
+
+def pair_tiles(side: int, tiles: tuple[int, int]) -> int:
+    """Tiles in the rectangle of a block pair of `side` tokens each way."""
+    return (side // tiles[0]) * (side // tiles[1])
 
 
 def step_seconds(x: LayerShape, net: Network, counts, pair_tiles: int,
@@ -160,10 +169,10 @@ def step_seconds(x: LayerShape, net: Network, counts, pair_tiles: int,
     [0.0412, 0.0]
     """
     counts = np.asarray(counts, np.float64)
-    flops = 4 * x.rows * x.tiles[0] * x.tiles[1] * x.head_dim * x.q_heads * head_share
     grid_steps = np.where(counts > 0, pair_tiles, 0) if net.grid.every_tile else counts
     per_step = x.rows * x.q_heads * head_share if net.grid.per_head else 1
-    return counts * (flops / net.flops_per_s) + grid_steps * per_step * net.tile_overhead_s
+    return (counts * (tile_flops(x, head_share) / net.flops_per_s)
+            + grid_steps * per_step * net.tile_overhead_s)
 
 
 def ring_seconds(steps, kv: float, dkv: float, net: Network):

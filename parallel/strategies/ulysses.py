@@ -199,8 +199,7 @@ class Ulysses(base.Strategy):
         share = (degree - 1) / degree
         counts = cost.group_tile_counts(shape.layout, shape.num_shards, degree, shape.block,
                                         shape.tiles, documents, shape.mask)
-        side = degree * shape.block  # a group's block: the u devices' blocks, sorted
-        pair = (side // shape.tiles[0]) * (side // shape.tiles[1])
+        pair = strategy_cost.pair_tiles(degree * shape.block, shape.tiles)  # a group's blocks
         steps = strategy_cost.step_seconds(shape, net, counts, pair, 1 / degree)
         steps = steps.max(axis=1).mean(axis=0)
         forward, backward = strategy_cost.ring_seconds(steps.tolist(), kv, dkv, net)
