@@ -1,12 +1,12 @@
-"""Cross-entropy of the output projection, with or without the [B, S, V] logits.
+"""Cross-entropy of the output projection, without keeping the [B, S, V] logits for the backward.
 
     total = sum over tokens of weight * (logsumexp(x W) - (x W)[target])
 
-`plain_nll_sum` takes the logits the model returns ([B, S, V] float32: with a 32,000-word
-vocabulary and 49,152 tokens per device that is 6.3 GB, and autodiff keeps a second copy for the
-backward). `chunked_nll_sum` never makes them: each device walks its tokens `chunk` at a time,
-and since the loss is the last thing the forward computes, the gradient is computed right there,
-in the same pass (a custom VJP):
+Autodiff of the plain formula keeps the float32 logits from the forward to the backward (with a
+32,000-word vocabulary and 49,152 tokens per device that is 6.3 GB) and makes their gradient
+there. `nll_sum` computes the gradient where the logits are made: the loss is the last thing the
+forward computes, so each device walks its tokens `chunk` at a time (all of them at once with
+chunk 0) and, in the same pass (a custom VJP):
 
     per chunk:   logits = x_c W  [b, chunk, V] float32;  p = softmax(logits)
                  total += sum(weight (lse - logits[target]))
@@ -14,10 +14,13 @@ in the same pass (a custom VJP):
                  dx_c = dlogits W^T,   dW += x_c^T dlogits      (float32 accumulator)
     backward:    (g dx, g dW) for the incoming scalar cotangent g
 
-so the loss costs O(chunk x V) memory and no recomputation: three matmuls per chunk, as autodiff's
-forward + backward would. dW is summed on each device and reduced over devices once, at the end
-(psum_scatter onto W's FSDP shards along d_model). Matmuls run in the compute dtype, logits and the
-softmax in float32, as in the model's own head.
+so the loss costs O(chunk x V) memory, alive only while it runs, and no recomputation: three
+matmuls per chunk, as autodiff's forward + backward would. dW is summed on each device in
+float32 and reduced over devices once, at the end (psum_scatter onto W's FSDP shards along
+d_model). W enters in the compute dtype and its gradient leaves in it, as autodiff of the model's
+own bfloat16 head would: the FSDP gather moves half the bytes, and no float32 [D, V] outlives the
+loss (the llama2-7b step on a v5p-128 at 32k: 4.57 -> 4.04 GB a chip, BENCHMARKS.md). Logits and
+the softmax are float32, as in the model's own head.
 """
 
 from __future__ import annotations
@@ -31,19 +34,17 @@ from model.chunks import (ALL, TOKENS, check_chunk, join_local, split_local, spl
                           tokens_per_device)
 
 
-def plain_nll_sum(logits, targets, weights):
-    """sum(weights * cross-entropy) from logits [B, S, V] float32 and int targets [B, S]."""
-    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return jnp.sum((jax.nn.logsumexp(logits, axis=-1) - target_logit) * weights)
-
-
-def chunked_nll_sum(x, w, targets, weights, *, mesh, chunk: int, soft_cap: float = 0.0):
-    """The same sum as plain_nll_sum(logits(x, w), ...) from x [B, S, D] (after the final norm,
-    compute dtype, sharded P('data', 'seq')) and the head w [D, V], `chunk` tokens of a device at
-    a time; differentiable in x and w. `chunk` must divide the tokens per device. soft_cap c:
-    the logits are c tanh(x w / c) (the model's final_logit_soft_cap)."""
-    check_chunk(chunk, tokens_per_device(x, mesh), "loss chunk")
-    return _nll_sum(x, w, targets, weights, mesh, chunk, float(soft_cap))
+def nll_sum(x, w, targets, weights, *, mesh, chunk: int = 0, soft_cap: float = 0.0):
+    """sum(weights * cross-entropy) of the logits x w, from x [B, S, D] (after the final norm,
+    compute dtype, sharded P('data', 'seq')), the head w [D, V] and int targets, float weights
+    [B, S]; differentiable in x and w. chunk: tokens of a device at a time, a divisor of the
+    tokens per device (0: all of them in one piece). soft_cap c: the logits are c tanh(x w / c)
+    (the model's final_logit_soft_cap)."""
+    block = tokens_per_device(x, mesh)
+    chunk = chunk or block
+    check_chunk(chunk, block, "loss chunk")
+    # Cast outside the custom VJP: W's gather and dW's way back both in the compute dtype.
+    return _nll_sum(x, w.astype(x.dtype), targets, weights, mesh, chunk, float(soft_cap))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
@@ -78,8 +79,6 @@ def _over_chunks(x, w, targets, weights, mesh, chunk, soft_cap, with_grads: bool
     dtype = x.dtype
 
     def local(x, w, targets, weights):
-        w = w.astype(dtype)
-
         def step(carry, chunk_in):
             total, dw = carry
             xc, tc, wc = chunk_in  # [b, chunk, D], [b, chunk], [b, chunk]
@@ -123,7 +122,7 @@ def token_nll(x, w, targets, *, mesh, chunk: int = 0, soft_cap: float = 0.0):
     """Each token's cross-entropy, [B, S] float32 (layout order, sharded like x), from x
     [B, S, D] after the final norm and the head w [D, V]: for evaluation (no gradient), each
     device's tokens `chunk` at a time (0: all at once), so the logits never exist whole.
-    soft_cap as chunked_nll_sum's."""
+    soft_cap as nll_sum's."""
     block = tokens_per_device(x, mesh)
     chunk = chunk if splits(chunk, block) else block
     check_chunk(chunk, block, "loss chunk")
@@ -131,11 +130,10 @@ def token_nll(x, w, targets, *, mesh, chunk: int = 0, soft_cap: float = 0.0):
     def local(w, x, targets):
         def one(pieces):
             xc, tc = pieces
-            logits, _ = _capped(jnp.dot(xc, w.astype(xc.dtype),
-                                        preferred_element_type=jnp.float32), soft_cap)
+            logits, _ = _capped(jnp.dot(xc, w, preferred_element_type=jnp.float32), soft_cap)
             picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
             return jax.nn.logsumexp(logits, axis=-1) - picked
         return join_local(jax.lax.map(one, (split_local(x, chunk), split_local(targets, chunk))))
 
     return jax.shard_map(local, mesh=mesh, in_specs=(jax.P(), TOKENS, TOKENS),
-                         out_specs=TOKENS)(w, x, targets)
+                         out_specs=TOKENS)(w.astype(x.dtype), x, targets)

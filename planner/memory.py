@@ -81,7 +81,7 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
     d, heads, kv, dh, v = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size
     kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
     tokens = b * n
-    mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk  # loss: chunk <= n
+    mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk or n  # loss: 0 = n at once
     offload = m.remat and m.remat_policy == "offload"
     k, moe = _sparse_top_k(m), experts_of(m)  # top_k (0: no expert layer); X: expert_devices
     x = moe.expert_devices
@@ -109,14 +109,13 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "kv_ring_buffers": tokens * (4 * c * kv * dh + 4 * f32 * kv * dh + 2 * 4),
         "kernel_accumulators": tokens * f32 * (heads * dh + heads),
         "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
-        "final_norm": tokens * ((2 if not loss_chunk else 1) * c * d + f32),
+        "final_norm": tokens * (c * d + f32),
         # The embedding lookup's gathered token ids, every device's (model/embedding.py).
         "embedding_ids": 4 * tokens * run.devices if splits((v, d), run.devices) else 0,
-        # Whole: float32 [b, n, V] exp saved by logsumexp, then its gradient. Chunked: dx
-        # [b, n, d] saved, a float32 dW [d, V], and one chunk's logits, probabilities, one-hot
-        # and dlogits (4 float32 [b, k, V] + one in the compute dtype).
-        "logits": (2 * f32 * tokens * v if not loss_chunk
-                   else tokens * c * d + f32 * d * v + b * loss_chunk * v * (4 * f32 + c)),
+        # The loss makes its gradient with the logits (model/loss.py): dx [b, n, d] saved, a
+        # float32 dW [d, V], and one chunk's logits, probabilities, one-hot and dlogits
+        # (4 float32 [b, k, V] + one in the compute dtype), alive while the loss runs.
+        "logits": tokens * c * d + f32 * d * v + b * loss_chunk * v * (4 * f32 + c),
     }
 
 
@@ -134,10 +133,7 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
     chunked_mlp = _chunk(m.mlp_chunk, run.block)
     per_layer = (t["norms"] + t["attention_residuals"] + t["experts"]
                  + (0 if chunked_mlp else t["swiglu"]))
-    if m.loss_chunk:
-        loss = run.rows * run.block * dtype_bytes(m.dtype) * m.d_model  # dx
-    else:
-        loss = t["logits"] / 2  # the exp; the gradient comes later
+    loss = run.rows * run.block * dtype_bytes(m.dtype) * m.d_model  # dx (model/loss.py)
     return (t["block_inputs"] + t["dot_outputs"] + t["final_norm"] + t["embedding_ids"] + loss
             + (0 if m.remat else per_layer))
 

@@ -46,9 +46,9 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
                         f"{plan['tiles'][1]}]",
         "final_norm": "final RMSNorm saved values",
         "embedding_ids": "embedding lookup: every device's token ids (int32)",
-        "logits": (f"logits [{b}, {n:,}, {m.vocab_size}] fp32: saved exp + gradient"
-                   if not m.loss_chunk else
-                   f"loss in chunks of {m.loss_chunk:,}: dx, fp32 dW, one chunk's logits"),
+        "logits": (f"loss in chunks of {m.loss_chunk:,}: dx, fp32 dW, one chunk's logits"
+                   if m.loss_chunk else
+                   f"loss: dx, fp32 dW, logits [{b}, {n:,}, {m.vocab_size}] fp32 while it runs"),
     }
     s, f = plan["state_bytes"], plan["fit"]
 

@@ -25,7 +25,8 @@ def dominant_lines(plan: dict, m, run: Run) -> list[str]:
     lines = ["  largest: " + ", ".join(f"{name.replace('_', ' ')} {share:.0%}"
                                        for name, share in top)]
     block = run.block
-    advice = {"logits": (not m.loss_chunk, f"--config.model.loss_chunk={min(4096, block)}"),
+    advice = {"logits": (not m.loss_chunk and block > 1,
+                         f"--config.model.loss_chunk={min(4096, max(block // 4, 1))}"),
               "swiglu": (not m.mlp_chunk, f"--config.model.mlp_chunk={min(8192, block)}"),
               "norms": (not m.remat, "--config.model.remat=True"),
               "attention_residuals": (not m.remat, "--config.model.remat=True")}

@@ -1,5 +1,5 @@
-"""The memory-saving forms of the model compute what the plain one does: the chunked loss, the
-tiled MLP, the RMSNorm backward, blocks under one lax.scan, remat policies; and the chunked loss
+"""The memory-saving forms of the model compute what the plain one does: the loss (against
+float64), chunked or not, the tiled MLP, the RMSNorm backward, blocks under one lax.scan, remat policies; and the chunked loss
 really leaves the [B, S, V] logits out of the compiled program."""
 
 import dataclasses
@@ -134,6 +134,38 @@ def test_rms_norm_backward_matches_autodiff_and_keeps_only_x_and_its_rms(dtype):
     assert saved_bytes(lambda x, s: rms_norm(x, s, 1e-5, jnp.dtype(dtype))) == (
         15 * per_token + scale.nbytes)
     assert saved_bytes(lambda x, s: _reference_norm(x, s, 1e-5)) > 15 * per_token * 2
+
+
+@pytest.mark.parametrize("chunk,soft_cap", [(0, 0.0), (4, 5.0)])
+def test_the_loss_and_its_gradient_match_float64(chunk, soft_cap):
+    """nll_sum over a data 2 x seq 2 mesh against the cross-entropy and its gradient written
+    out in float64 numpy: dz = weight (softmax(z) - onehot) (x the soft cap's slope),
+    dx = dz W^T, dW = x^T dz."""
+    from model import loss as loss_lib
+    rng = np.random.default_rng(3)
+    b, s, d, v = 2, 16, 8, 24
+    x, w = rng.standard_normal((b, s, d)), rng.standard_normal((d, v))
+    targets, weights = rng.integers(0, v, (b, s)), rng.uniform(0, 2, (b, s))
+    raw = x @ w
+    z = soft_cap * np.tanh(raw / soft_cap) if soft_cap else raw
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    picked = np.take_along_axis(z, targets[..., None], -1)[..., 0]
+    want = np.sum(weights * (lse - picked))
+    dz = weights[..., None] * (np.exp(z - lse[..., None]) - np.eye(v)[targets])
+    if soft_cap:
+        dz = dz * (1 - np.tanh(raw / soft_cap) ** 2)
+    mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
+    f32 = lambda a: jnp.asarray(a, jnp.float32)
+    fn = jax.jit(jax.value_and_grad(lambda x, w: loss_lib.nll_sum(
+        x, w, jnp.asarray(targets), f32(weights), mesh=mesh, chunk=chunk, soft_cap=soft_cap),
+        argnums=(0, 1)))
+    with jax.set_mesh(mesh):
+        got, (dx, dw) = fn(jax.device_put(f32(x), jax.NamedSharding(mesh, jax.P("data", "seq"))),
+                           f32(w))
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    np.testing.assert_allclose(dx, dz @ w.T, atol=1e-5 * np.abs(dz @ w.T).max())
+    want_dw = np.einsum("bsd,bsv->dv", x, dz)
+    np.testing.assert_allclose(dw, want_dw, atol=1e-5 * np.abs(want_dw).max())
 
 
 def test_chunked_loss_leaves_the_logits_out_of_the_compiled_step():

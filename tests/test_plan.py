@@ -91,9 +91,10 @@ def test_activation_terms_by_hand():
         "kv_ring_buffers": bn * (4 * 2 * 2 * 16 + 16 * 2 * 16 + 8),  # K,V bf16, dK,dV fp32; x2
         "kernel_accumulators": bn * 4 * (4 * 16 + 4),  # fp32 dQ [b,n,H,Dh] and D [b,H,n]
         "tile_scratch": 3 * 4 * 2 * 4 * 32 * 32,  # 3 fp32 [b, H, tq, tk]
-        "final_norm": bn * (2 * 2 * 64 + 4),
+        "final_norm": bn * (2 * 64 + 4),  # bf16 input, fp32 1/rms (the loss keeps no output)
         "embedding_ids": 4 * bn * 4,  # int32 ids of the 4 devices' tokens, on each
-        "logits": 2 * 4 * bn * 512,  # fp32 [b, n, V] and its gradient
+        # loss_chunk 0: all n tokens at once: bf16 dx, fp32 dW [d, V], 4 fp32 + 1 bf16 [b, n, V]
+        "logits": bn * 2 * 64 + 4 * 64 * 512 + bn * 512 * (4 * 4 + 2),
     }
     no_remat = memory.activation_memory(dataclasses.replace(m, remat=False), tiny_run(config),
                                       (32, 32))

@@ -34,12 +34,9 @@ def loss_sums(graphdef, params, batch, mask_documents: bool):
     x, stats = net.hidden_and_stats(batch["inputs"], batch["positions"], segment_ids,
                                     batch.get("order"))
     targets, weights = batch["targets"], batch["weights"]
-    if net.cfg.loss_chunk:  # never makes the [B, S, V] logits (model/loss.py)
-        total = loss.chunked_nll_sum(x, net.head_weight(), targets, weights, mesh=net.mesh,
-                                     chunk=net.cfg.loss_chunk,
-                                     soft_cap=net.cfg.final_logit_soft_cap)
-    else:
-        total = loss.plain_nll_sum(net.logits(x), targets, weights)
+    # The gradient is made with the logits, which the backward never holds (model/loss.py).
+    total = loss.nll_sum(x, net.head_weight(), targets, weights, mesh=net.mesh,
+                         chunk=net.cfg.loss_chunk, soft_cap=net.cfg.final_logit_soft_cap)
     if stats is not None:
         moe = net.cfg.moe
         stats = dict(stats, penalty=moe.aux_loss_coef * jnp.mean(stats["balance"])
