@@ -113,9 +113,10 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         # The embedding lookup's gathered token ids, every device's (model/embedding.py).
         "embedding_ids": 4 * tokens * run.devices if splits((v, d), run.devices) else 0,
         # The loss makes its gradient with the logits (model/loss.py): dx [b, n, d] saved, a
-        # float32 dW [d, V], and one chunk's logits, probabilities, one-hot and dlogits
-        # (4 float32 [b, k, V] + one in the compute dtype), alive while the loss runs.
-        "logits": tokens * c * d + f32 * d * v + b * loss_chunk * v * (4 * f32 + c),
+        # float32 dW [d, V], and one chunk's float32 logits and its dlogits in the compute
+        # dtype (the softmax, one-hot and weighting fuse into the pass between them), alive
+        # while the loss runs.
+        "logits": tokens * c * d + f32 * d * v + b * loss_chunk * v * (f32 + c),
     }
 
 

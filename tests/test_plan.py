@@ -93,8 +93,8 @@ def test_activation_terms_by_hand():
         "tile_scratch": 3 * 4 * 2 * 4 * 32 * 32,  # 3 fp32 [b, H, tq, tk]
         "final_norm": bn * (2 * 64 + 4),  # bf16 input, fp32 1/rms (the loss keeps no output)
         "embedding_ids": 4 * bn * 4,  # int32 ids of the 4 devices' tokens, on each
-        # loss_chunk 0: all n tokens at once: bf16 dx, fp32 dW [d, V], 4 fp32 + 1 bf16 [b, n, V]
-        "logits": bn * 2 * 64 + 4 * 64 * 512 + bn * 512 * (4 * 4 + 2),
+        # loss_chunk 0: all n tokens at once: bf16 dx, fp32 dW [d, V], fp32 + bf16 [b, n, V]
+        "logits": bn * 2 * 64 + 4 * 64 * 512 + bn * 512 * (4 + 2),
     }
     no_remat = memory.activation_memory(dataclasses.replace(m, remat=False), tiny_run(config),
                                       (32, 32))
