@@ -1,6 +1,6 @@
 """The memory-saving forms of the model compute what the plain one does: the loss (against
-float64), chunked or not, the tiled MLP, the RMSNorm backward, blocks under one lax.scan, remat policies; and the chunked loss
-really leaves the [B, S, V] logits out of the compiled program."""
+float64), chunked or not, the tiled MLP, the RMSNorm backward, blocks under one lax.scan, remat
+policies; and the chunked loss really leaves the [B, S, V] logits out of the compiled program."""
 
 import dataclasses
 
