@@ -143,7 +143,8 @@ def get_config():
         config.model[switch] = config_dict.placeholder(object)  # 'auto' or a value of any type
         config.model[switch] = "auto"
     # remat: recompute each block in the backward pass (True | False)
-    # remat_policy: with remat, a block keeps 'nothing' | 'dots' (matmuls) | 'offload' (its
+    # remat_policy: with remat, a block keeps 'nothing' | 'attention' (its attention's output:
+    #   the backward does not rerun the attention forward) | 'dots' (matmuls) | 'offload' (its
     #   input, in host memory)
     # scan_layers: one lax.scan over stacked blocks: compile time flat in depth (True | False)
     # loss_chunk, mlp_chunk: per-token work a chunk of each device's tokens at a time (0 = all

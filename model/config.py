@@ -14,10 +14,14 @@ from parallel.strategies import BASELINE
 # What a rematerialised block saves for its backward (jax.checkpoint policies): 'nothing' (all of
 # it is recomputed: least memory) or 'dots' (the outputs of its projections and MLP matmuls are
 # kept, so the backward recomputes only the cheap elementwise work and the attention kernel), or
-# 'offload': as 'nothing', but each block's input is kept in host memory (memory kind
-# 'pinned_host') instead of HBM and copied back for the block's backward (TPU, GPU).
+# 'attention' (the attention's output and softmax statistics are kept, b n (H d + 4 H) bytes a
+# layer: the backward reruns the block's matmuls but not the attention forward, its tiles and
+# its K/V transfers, which at long context are most of a block's forward), or 'offload': as
+# 'nothing', but each block's input is kept in host memory (memory kind 'pinned_host') instead
+# of HBM and copied back for the block's backward (TPU, GPU).
 REMAT_POLICIES = {"nothing": "nothing_saveable",  # name -> jax.checkpoint_policies.<attribute>
                   "dots": "dots_with_no_batch_dims_saveable",
+                  "attention": "save_only_these_names",
                   "offload": "save_and_offload_only_these_names"}
 BLOCK_INPUT = "block_input"  # the checkpoint name of a block's input (what 'offload' moves)
 
@@ -237,6 +241,18 @@ class ModelConfig:
     @property
     def expert_mlp_dim(self) -> int:
         return self.moe.width(self.mlp_dim)
+
+    @property
+    def reruns_attention(self) -> bool:
+        """The backward runs each block's attention forward again (remat keeps no output of
+        it): its tiles and K/V transfers are paid twice."""
+        return self.remat and self.remat_policy != "attention"
+
+    @property
+    def reruns_matmuls(self) -> bool:
+        """The backward recomputes each block's projections and MLP (remat keeps no matmul
+        output: every policy but 'dots')."""
+        return self.remat and self.remat_policy != "dots"
 
     def layer_type(self, i: int) -> str:
         """Block i's attention: 'full_attention' or 'sliding_attention'."""

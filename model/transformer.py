@@ -11,6 +11,7 @@ from model.config import BLOCK_INPUT, FULL, REMAT_POLICIES, ModelConfig
 from model.embedding import sharded_lookup
 from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
 from model.moe import Experts
+from parallel import SAVED_BY_NAME
 
 
 class Block(nnx.Module):
@@ -60,6 +61,8 @@ def _remat_policy(name: str):
     if name == "offload":  # the named block input goes to host memory; nothing else is kept
         return policy(names_which_can_be_saved=[], names_which_can_be_offloaded=[BLOCK_INPUT],
                       offload_src="device", offload_dst="pinned_host")
+    if name == "attention":  # the attention's output and lse, as its custom VJP names them
+        return policy(*SAVED_BY_NAME)
     return policy
 
 

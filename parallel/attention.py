@@ -2,6 +2,8 @@
 
     attention(q, k, v, *, mesh, layout, ...)             exact attention, differentiable
     attention_with_stats(q, k, v, *, mesh, layout, ...)  (out, tiles[N, N], kv_tokens[N])
+    SAVED_BY_NAME                                        what a remat policy saves to keep the
+                                                         backward from rerunning the forward
 
 Data path: global [B, S, heads, d] arrays (seq in the layout's order) -> shard_map over the
 ('data', 'seq') mesh -> the strategy's per-device forward/backward -> the kernel on block pairs.
@@ -15,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, PartitionSpec as P
 
 from parallel.mesh import DATA, SEQ
@@ -26,6 +29,8 @@ _QKV = P(DATA, SEQ, None, None)
 _SEG = P(DATA, SEQ)
 _LSE = P(DATA, None, SEQ)  # [B, H, S] float32
 _COUNTS = P(DATA, SEQ, None)  # [data, N devices, N steps]
+# jax.checkpoint names of the forward's output and its float32 softmax statistics (lse)
+SAVED_BY_NAME = ("attention_out", "attention_lse")
 
 
 def _place(x, mesh: Mesh, spec: P):
@@ -79,6 +84,10 @@ def _attention(spec, q, k, v, seg, order, sinks):
 
 def _attention_fwd(spec, q, k, v, seg, order, sinks):
     out, lse, _ = _forward(spec, q, k, v, seg, order, sinks)
+    # Named for jax.checkpoint: a remat policy that saves these two (SAVED_BY_NAME) keeps the
+    # backward from running this forward again; every other residual is recomputable from q, k,
+    # v, which the block's projections remake cheaply.
+    out, lse = (checkpoint_name(x, name) for x, name in zip((out, lse), SAVED_BY_NAME))
     return out, (q, k, v, seg, order, sinks, out, lse)
 
 

@@ -103,6 +103,9 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "expert_exchange": 4 * x * tokens * k * c * d if x > 1 else 0,
         "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
                                                 + 2 * f32 * dh),
+        # remat_policy 'attention': every layer keeps its attention's output and float32 lse.
+        "attention_outputs": (m.num_layers * tokens * heads * (c * dh + f32)
+                              if m.remat and m.remat_policy == "attention" else 0),
         # remat_policy 'dots': every layer keeps its q, k, v, o, gate and up matmul outputs.
         "dot_outputs": (m.num_layers * tokens * c * (dh * (heads + 2 * kv) + d + 2 * m.mlp_dim)
                         if m.remat and m.remat_policy == "dots" else 0),
@@ -135,8 +138,8 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
     per_layer = (t["norms"] + t["attention_residuals"] + t["experts"]
                  + (0 if chunked_mlp else t["swiglu"]))
     loss = run.rows * run.block * dtype_bytes(m.dtype) * m.d_model  # dx (model/loss.py)
-    return (t["block_inputs"] + t["dot_outputs"] + t["final_norm"] + t["embedding_ids"] + loss
-            + (0 if m.remat else per_layer))
+    return (t["block_inputs"] + t["dot_outputs"] + t["attention_outputs"] + t["final_norm"]
+            + t["embedding_ids"] + loss + (0 if m.remat else per_layer))
 
 
 def _chunk(chunk: int, block: int) -> int:

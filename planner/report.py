@@ -39,6 +39,8 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
         "experts": f"expert layers: each token's top-k copies, hidden values, outputs ({every})",
         "expert_exchange": "expert exchange: one layer's pair slots sent, received, returned",
         "attention_residuals": f"attention residuals q, k, v, out, lse, RoPE ({every})",
+        "attention_outputs": (f"attention out, fp32 lse kept by remat_policy 'attention' "
+                              f"({m.num_layers} layers)"),
         "dot_outputs": f"matmul outputs kept by remat_policy 'dots' ({m.num_layers} layers)",
         "kv_ring_buffers": "KV ring buffers: K, V, fp32 dK, dV, x2 in flight",
         "kernel_accumulators": "kernel accumulators: fp32 dQ, D",

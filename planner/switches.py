@@ -19,6 +19,9 @@ Rules the search follows:
   - On XLA:CPU, remat without scan_layers saves almost nothing (its scheduler is not
     memory-aware and keeps every block's values: 10.22 -> 9.42 GB in BENCHMARKS.md), so where
     scan_layers is 'auto' remat comes with it there.
+  - remat_policy 'attention' (each layer's attention output and lse kept: the backward does not
+    run the attention forward again) costs b n H (d c + 4) bytes a layer and saves a forward's
+    tiles and transfers, so where remat is needed and that fits it is usually the fastest.
   - remat_policy 'offload' (block inputs in host memory; TPU and GPU only) is ranked after every
     other candidate that fits: its host transfers are not in the time model.
   - When nothing fits, the candidate with the least memory, and the run line says so.
@@ -58,7 +61,8 @@ def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
     mixed = MoEConfig.from_config(model_cfg.get("moe")).mixed(model_cfg["num_layers"])
     options = {
         "remat": [False, True],
-        "remat_policy": ["nothing", "dots"] + ([] if platform == "cpu" else ["offload"]),
+        "remat_policy": ["nothing", "attention", "dots"] + ([] if platform == "cpu"
+                                                             else ["offload"]),
         "scan_layers": [False] if mixed else [False, True],  # sparse and dense blocks: no stack
         **{name: [0] + [c for c in [largest_divisor(block, most)] if 0 < c < block]
            for name, most in CHUNKS.items()},

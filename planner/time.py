@@ -56,8 +56,9 @@ def document_efficiency(counts, documents, tiles) -> float:
 def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.Network,
                             with_segments: bool, documents=None, strategy: str = "ring",
                             degree: int = 1, window=None) -> dict:
-    """One layer's attention, forward (x2 with remat) and backward, on the critical path; with
-    documents [R, S] (segment ids of sample rows), the mean row's; window: a sliding layer's."""
+    """One layer's attention, forward (twice when remat reruns it) and backward, on the
+    critical path; with documents [R, S] (segment ids of sample rows), the mean row's; window:
+    a sliding layer's."""
     shape = layer_shape(m, run, layout, tiles, with_segments, window)
     counts = cost.step_tile_counts(layout, run.seq, run.block, tiles, documents, shape.mask)
     est = strategy_cost.estimate(shape, net, strategy, degree, documents, step_counts=counts)
@@ -69,7 +70,7 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.
     return {"tiles_per_side": run.block / math.sqrt(tiles[0] * tiles[1]),
             "critical_path_tiles": float(critical.sum()),
             "forward_s": est["forward_s"], "backward_s": est["backward_s"],
-            "seconds": est["forward_s"] * (2 if m.remat else 1) + est["backward_s"],
+            "seconds": est["forward_s"] * (2 if m.reruns_attention else 1) + est["backward_s"],
             "hop_compute_s_min": min(compute), "hop_transfer_s": kv,
             "comm_bound_forward_steps": sum(c < kv for c in compute[:-1]),
             "document_efficiency": (None if documents is None
@@ -79,15 +80,15 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.
 
 def dense_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> dict:
     """Matmuls outside attention overlapped with FSDP gathers/scatters: 6 P_mm FLOPs per token
-    (forward + backward), + 2 P_mm when remat recomputes the block's matmuls (policy
-    'nothing'; 'dots' keeps them), + 2 x the MLP's when mlp_chunk recomputes it chunk by chunk;
+    (forward + backward), + 2 P_mm when remat recomputes the block's matmuls (every policy but
+    'dots', which keeps them), + 2 x the MLP's when mlp_chunk recomputes it chunk by chunk;
     at the calibrated matmul share of peak. The traffic (2 all-gathers of the weights, 1
     reduce-scatter of the gradients) runs at the device's collective rate."""
     counts, p = param_counts(m), dtype_bytes(m.param_dtype)
     active = matmul_params(m)  # an expert layer's router and top_k experts
     dense_layers = m.num_layers - len(experts_of(m).sparse_layers(m.num_layers))
     dense_mlp = dense_layers * 3 * m.d_model * m.mlp_dim  # what mlp_chunk recomputes
-    per_token = (6 * active + (2 * active if m.remat and m.remat_policy == "nothing" else 0)
+    per_token = (6 * active + (2 * active if m.reruns_matmuls else 0)
                  + (2 * dense_mlp if _chunk(m.mlp_chunk, run.block) else 0))
     flops = per_token * run.rows * run.block
     rate = peak_flops(device.flops_key) * device.calibration.matmul_efficiency * efficiency

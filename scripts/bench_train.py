@@ -10,6 +10,8 @@ Usage:
       --tiles 128 256 512                     # every layout x tile beside what 'auto' picks
   python scripts/bench_train.py --config configs/moe_tiny.py --processes 4 --experts 1 2 4 \
       --layouts zigzag --masked-layouts --seq-lens 8192   # experts over 1, 2, 4 devices
+  python scripts/bench_train.py --layouts ring --masked-layouts --remat-policies nothing \
+      attention -- --config.model.remat=True --config.model.scan_layers=True  # what remat keeps
 
 Every kind (layout x tile x strategy x documents masked or not) is a real `train.py` run of the
 config (configs/default.py unless --config) on a data 1 x seq P mesh: P processes joined by
@@ -66,6 +68,9 @@ def parse_args(argv=None):
     p.add_argument("--experts", type=int, nargs="+", default=[1],
                    help="mesh.expert values, each a kind of its own (a config with model.moe: "
                         "the experts over 1, 2, .. of the processes)")
+    p.add_argument("--remat-policies", nargs="+", default=["auto"],
+                   help="model.remat_policy values, each a kind of its own ('auto': the "
+                        "config's; give model.remat=True after --)")
     p.add_argument("--steps", type=int, default=4, help="timed steps per run (after the first)")
     p.add_argument("--rounds", type=int, default=3, help="runs of every kind, interleaved")
     p.add_argument("--workdir", default="runs/bench_train", help="runs and the data cache")
@@ -83,19 +88,23 @@ def kinds_of(args) -> list[dict]:
     kinds = []
     for masked, layouts in ((False, args.layouts), (True, args.masked_layouts)):
         kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile,
-                       experts=experts)
+                       experts=experts, remat_policy=policy)
                   for strategy in args.strategies for layout in layouts if layout != "auto"
-                  for tile in args.tiles for experts in args.experts]
+                  for tile in args.tiles for experts in args.experts
+                  for policy in args.remat_policies]
         if "auto" in layouts:
             kinds += [dict(layout="auto", strategy="auto", masked=masked, tile="auto",
-                           experts=experts) for experts in args.experts]
+                           experts=experts, remat_policy=policy)
+                      for experts in args.experts for policy in args.remat_policies]
     return kinds
 
 
 def kind_name(kind: dict, seq_len: int) -> str:
     docs = "masked" if kind["masked"] else "unmasked"
     experts = f"-e{kind['experts']}" if kind.get("experts", 1) != 1 else ""
-    return f"S{seq_len}-{kind['layout']}-{kind['strategy']}-t{kind['tile']}-{docs}{experts}"
+    remat = f"-remat_{kind['remat_policy']}" if kind.get("remat_policy", "auto") != "auto" else ""
+    return (f"S{seq_len}-{kind['layout']}-{kind['strategy']}-t{kind['tile']}-{docs}{experts}"
+            f"{remat}")
 
 
 def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
@@ -110,6 +119,8 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
                  "data.mask_documents": kind["masked"], "mesh.expert": kind["experts"],
                  "data.cache_dir": os.path.join(args.workdir, "cache"),
                  "parallel.tile": kind["tile"]})
+    if kind["remat_policy"] != "auto":
+        sets["model.remat_policy"] = kind["remat_policy"]
     return ["train.py", "--config", args.config, "--workdir", workdir,
             *(f"--config.{k}={v}" for k, v in sets.items()), *args.overrides]
 
@@ -180,6 +191,10 @@ def measure(args) -> list[dict]:
     return summarize(results)
 
 
+# What two kinds must share for their tokens/s to be a ratio: the same steps of the same model
+SAME_WORK = ("seq_len", "masked", "experts", "remat_policy")
+
+
 def summarize(results: list[dict]) -> list[dict]:
     """Adds each kind's median tokens/s and "x ring": the median over (round, step) of its
     tokens/s over the ring layout's on the same step, the ring with the same tile (the layout
@@ -188,16 +203,37 @@ def summarize(results: list[dict]) -> list[dict]:
         r["median_tokens_per_sec"] = statistics.median(r["windows"])
     for r in results:
         ring = sorted((x for x in results if x["layout"] == "ring" and all(
-            x[k] == r[k] for k in ("seq_len", "masked", "experts")) and (r["layout"] == "auto" or (
+            x[k] == r[k] for k in SAME_WORK) and (r["layout"] == "auto" or (
                 x["tile"] == r["tile"] and x["strategy"] == r["strategy"]))),
             key=lambda x: -x["median_tokens_per_sec"])
         if not ring:
             r["x_ring"] = None
             continue
-        on_step = dict(zip(map(tuple, ring[0]["steps"]), ring[0]["windows"]))
-        r["x_ring"] = statistics.median(w / on_step[tuple(key)] for key, w
-                                        in zip(r["steps"], r["windows"]))
+        r["x_ring"] = step_ratio(r, ring[0])
     return results
+
+
+def step_ratio(kind: dict, base: dict) -> float:
+    """The median over (round, step) of kind's tokens/s over base's on the same step."""
+    on_step = dict(zip(map(tuple, base["steps"]), base["windows"]))
+    return statistics.median(w / on_step[tuple(key)] for key, w
+                             in zip(kind["steps"], kind["windows"]))
+
+
+def against_first_policy(results: list[dict], policies: list[str]) -> list[str]:
+    """One line per kind run with a later --remat-policies value: its step-by-step ratio to
+    the same kind with the first one."""
+    lines = []
+    for r in results:
+        if r["remat_policy"] == policies[0]:
+            continue
+        base = next(x for x in results if x["remat_policy"] == policies[0] and all(
+            x[k] == r[k] for k in ("seq_len", "masked", "experts", "layout", "strategy",
+                                   "tile")))
+        lines.append(f"remat_policy {r['remat_policy']} against {policies[0]} ({r['layout']} "
+                     f"{r['strategy']} tile {r['tile']}, {r['seq_len']:,}): "
+                     f"{step_ratio(r, base):.2f}x the tokens/s on the same steps")
+    return lines
 
 
 def print_table(results, args):
@@ -206,26 +242,30 @@ def print_table(results, args):
           f"{args.processes} processes pinned to one core each; medians of {args.rounds} x "
           f"{args.steps} steady-state steps; x ring: median of step-by-step ratios to ring")
     experts = args.experts != [1]  # a column only where expert degrees are compared
+    remat = args.remat_policies != ["auto"]  # likewise remat policies
     print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tile':>5} "
-          + (f"{'experts':>7} " if experts else "")
+          + (f"{'experts':>7} " if experts else "") + (f"{'remat':>9} " if remat else "")
           + f"{'tokens/s':>9} {'min':>7} {'max':>7} {'x ring':>7}  ran")
     for r in results:
         ratio = "-" if r["x_ring"] is None else f"{r['x_ring']:.2f}"
         print(f"{r['seq_len']:>7,} {'masked' if r['masked'] else 'unmasked':<9} "
               f"{r['layout']:<9} {r['strategy']:<10} {r['tile']:>5} "
-              + (f"{r['experts']:>7} " if experts else "") +
+              + (f"{r['experts']:>7} " if experts else "")
+              + (f"{r['remat_policy']:>9} " if remat else "") +
               f"{r['median_tokens_per_sec']:>9,.0f} {min(r['windows']):>7,.0f} "
               f"{max(r['windows']):>7,.0f} {ratio:>7}  {r['ran'] or ''}")
     for r in results:
         if r["layout"] == "auto":
             print(auto_against_fastest(r, results))
+    if remat:
+        print("\n".join(against_first_policy(results, args.remat_policies)))
 
 
 def auto_against_fastest(auto: dict, results: list[dict]) -> str:
     """One line: what 'auto' ran and its tokens/s against the fastest kind measured beside it
     (same length and documents), both medians of the same interleaved rounds."""
     rivals = [x for x in results if x["layout"] != "auto" and all(
-        x[k] == auto[k] for k in ("seq_len", "masked", "experts"))]
+        x[k] == auto[k] for k in SAME_WORK)]
     docs = "masked" if auto["masked"] else "unmasked"
     if not rivals:
         return f"auto ({auto['seq_len']:,} {docs}) ran {auto['ran']}: nothing measured beside it"

@@ -82,7 +82,8 @@ def test_tpu_kernel_tiles_too_small_for_a_tpu():
 @pytest.mark.parametrize("field,value,message", [
     ("loss_chunk", 48, "model.loss_chunk=48 does not divide the per-device block of 64 tokens"),
     ("mlp_chunk", -8, "model.mlp_chunk=-8 does not divide the per-device block of 64 tokens"),
-    ("remat_policy", "some", "model.remat_policy='some': choose one of nothing, dots, offload"),
+    ("remat_policy", "some", "model.remat_policy='some': choose one of nothing, dots, attention, "
+                     "offload"),
 ])
 def test_memory_switches_that_cannot_work(field, value, message):
     from training.validate import ConfigError, validate_config

@@ -87,7 +87,8 @@ def test_activation_terms_by_hand():
         "expert_exchange": 0,
         "attention_residuals": bn * (2 * 16 * (2 * 4 + 2 * 2)  # q, out (H); k, v (K); bf16
                                      + 4 * 4 + 8 * 16),  # fp32 lse; RoPE sin, cos for q and k
-        "dot_outputs": 0,  # remat_policy 'nothing'
+        "attention_outputs": 0,  # remat_policy 'nothing'
+        "dot_outputs": 0,
         "kv_ring_buffers": bn * (4 * 2 * 2 * 16 + 16 * 2 * 16 + 8),  # K,V bf16, dK,dV fp32; x2
         "kernel_accumulators": bn * 4 * (4 * 16 + 4),  # fp32 dQ [b,n,H,Dh] and D [b,H,n]
         "tile_scratch": 3 * 4 * 2 * 4 * 32 * 32,  # 3 fp32 [b, H, tq, tk]
@@ -103,7 +104,7 @@ def test_activation_terms_by_hand():
 
 @pytest.mark.parametrize("remat,chunks,policy", [(False, 0, "nothing"), (True, 0, "nothing"),
                                                  (False, 32, "nothing"), (True, 64, "nothing"),
-                                                 (True, 32, "dots")])
+                                                 (True, 32, "dots"), (True, 0, "attention")])
 def test_saved_activations_match_jax_saved_residuals(remat, chunks, policy):
     """What JAX's autodiff saves for the backward = the analytic saved terms (within 1%)."""
     from jax._src.ad_checkpoint import saved_residuals
@@ -123,6 +124,42 @@ def test_saved_activations_match_jax_saved_residuals(remat, chunks, policy):
             and not ("reshape" in src and "Attention" in src and a.ndim == 3)]
     jax_bytes = sum(np.prod(a.shape) * a.dtype.itemsize for a in acts) / run.devices
     assert jax_bytes == pytest.approx(memory.saved_activation_bytes(m, run, (32, 32)), rel=0.01)
+
+
+def test_remat_policy_attention_keeps_the_backward_from_rerunning_the_attention_forward():
+    """The time model's rule (ModelConfig.reruns_attention): the gradient's program runs the
+    attention's shard_mapped forward once a layer with remat_policy 'attention', as without
+    remat, and once more a layer with 'nothing'."""
+    from training import step as step_lib
+
+    def attention_passes(**switches):
+        config, m = tiny_model(**switches)
+        run = tiny_run(config)
+        mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
+        state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_resolved(config))
+        loss = lambda p, b: step_lib.token_loss_sums(graphdef, p, b, True)[0]
+        with jax.set_mesh(mesh):
+            jaxpr = jax.make_jaxpr(jax.grad(loss))(state["params"], aot.abstract_batch(config,
+                                                                                      mesh))
+        return shard_maps(jaxpr.jaxpr), m
+
+    def shard_maps(jaxpr):  # each use of a shared sub-program counted (printing shows it once)
+        found = 0
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "shard_map":
+                found += 1
+                continue
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else [value]:
+                    sub = getattr(sub, "jaxpr", sub)
+                    found += shard_maps(sub) if hasattr(sub, "eqns") else 0
+        return found
+
+    plain, m = attention_passes()
+    kept, m_kept = attention_passes(remat=True, remat_policy="attention")
+    rerun, m_rerun = attention_passes(remat=True, remat_policy="nothing")
+    assert kept == plain and rerun == plain + m.num_layers
+    assert not m_kept.reruns_attention and m_rerun.reruns_attention and m_kept.reruns_matmuls
 
 
 # Critical path, N = 4 shards, T = 4 tiles per side (hand counts: T(T+1)/2 = 10, T^2 = 16).
@@ -198,7 +235,7 @@ def test_auto_memory_switches_turn_on_what_fits_and_no_more():
     """The fastest candidate whose analytic total is at most 75% of the device (the rule of
     planner/switches.py), checked against every candidate it weighed; a given value wins."""
     tight = million_token_run(3.2)  # 24 GiB shared by 8 fake devices, as on this machine
-    assert tight.switches == model.MemorySwitches(remat=True, remat_policy="nothing",
+    assert tight.switches == model.MemorySwitches(remat=True, remat_policy="attention",
                                                   scan_layers=True, loss_chunk=4096,
                                                   mlp_chunk=8192)
     assert tight.bytes_per_device <= 0.75 * 3.2e9
@@ -219,8 +256,8 @@ def test_auto_memory_switches_turn_on_what_fits_and_no_more():
 
 @pytest.mark.parametrize("field,value,message", [
     ("remat", "yes", "model.remat='yes': use True, False or 'auto'"),
-    ("remat_policy", "all", "model.remat_policy='all': choose one of nothing, dots, offload, "
-                            "or 'auto'"),
+    ("remat_policy", "all", "model.remat_policy='all': choose one of nothing, dots, attention, "
+                            "offload, or 'auto'"),
     ("mlp_chunk", "half", "model.mlp_chunk='half': use a number of tokens per device (0: all at "
                          "once) or 'auto'")])
 def test_a_memory_switch_of_the_wrong_kind_is_one_line(field, value, message):
