@@ -150,7 +150,7 @@ def test_a_config_file_mistake_is_one_line(text, argv, message, tmp_path, capsys
 
 
 @pytest.mark.parametrize("command", [  # train.py and bench_window.py parse as plan.py does
-    ["scripts/plan.py"], ["scripts/bench_train.py"],
+    ["scripts/plan.py"], ["scripts/bench_train.py"], ["scripts/bench_bound.py"],
     ["scripts/bench_extension.py", "--workdir", "/tmp/never", "--out", "/tmp/never/x.png",
      "--json", "/tmp/never/x.json"]])
 def test_a_missing_config_file_is_one_line_in_every_entry_point(command):
