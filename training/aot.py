@@ -118,7 +118,6 @@ def compile_train_step(config, run: Run, resolved, devices=None):
     optimized HLO)."""
     import time
     import jax
-    import parallel
     from training import step as step_lib
 
     from training.validate import ConfigError
@@ -128,15 +127,9 @@ def compile_train_step(config, run: Run, resolved, devices=None):
     except ValueError as e:
         raise ConfigError(str(e)) from None
     state, graphdef, tx, schedule = abstract_train_state(config, mesh, resolved)
-    train_step = step_lib.make_train_step(
-        graphdef, tx, schedule, mask_documents=config.data.mask_documents,
-        grad_accum_steps=config.optim.grad_accum_steps,
-        skip_nonfinite=config.optim.skip_nonfinite)
-    shardings = jax.tree.map(lambda x: x.sharding, state)
+    jitted = step_lib.jit_train_step(config, graphdef, tx, schedule, state,
+                                     mesh.devices.flat[0].platform)
     with jax.set_mesh(mesh):
-        jitted = jax.jit(train_step, donate_argnums=0, out_shardings=(shardings, None),
-                         compiler_options=parallel.compiler_options(
-                             mesh.devices.flat[0].platform))
         step_start = time.perf_counter()
         lowered = jitted.lower(state, abstract_batch(config, mesh))
         try:

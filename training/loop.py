@@ -206,16 +206,11 @@ def _restore(config, checkpointer, state, identity, model_cfg):
 
 def _compile_steps(config, graphdef, tx, schedule, state):
     """The jitted train step (donates the state, keeps every array's sharding) and eval step."""
-    mask_docs = config.data.mask_documents
-    shardings = jax.tree.map(lambda x: x.sharding, state)
-    options = parallel.compiler_options(jax.devices()[0].platform)
-    train_step = jax.jit(
-        step_lib.make_train_step(graphdef, tx, schedule, mask_documents=mask_docs,
-                                 grad_accum_steps=config.optim.grad_accum_steps,
-                                 skip_nonfinite=config.optim.skip_nonfinite),
-        donate_argnums=0, out_shardings=(shardings, None), compiler_options=options)
-    eval_step = jax.jit(step_lib.make_eval_step(graphdef, mask_documents=mask_docs),
-                        compiler_options=options)
+    platform = jax.devices()[0].platform
+    train_step = step_lib.jit_train_step(config, graphdef, tx, schedule, state, platform)
+    eval_step = jax.jit(step_lib.make_eval_step(graphdef,
+                                                mask_documents=config.data.mask_documents),
+                        compiler_options=parallel.compiler_options(platform))
     return train_step, eval_step
 
 

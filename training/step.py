@@ -13,6 +13,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+import parallel
 from model import loss
 
 
@@ -82,6 +83,19 @@ def _micro_batches(batch, count: int):
         b = x.shape[0]
         return jnp.swapaxes(x.reshape(b // count, count, *x.shape[1:]), 0, 1)
     return jax.tree.map(split, batch)
+
+
+def jit_train_step(config, graphdef, tx, schedule, state, platform: str):
+    """The config's train step as every caller runs it (training, the compile check, the step's
+    timing): the state donated, each array of it keeping its sharding, and the options the
+    platform's compiler needs (parallel.compiler_options). state may be abstract."""
+    train_step = make_train_step(graphdef, tx, schedule,
+                                 mask_documents=config.data.mask_documents,
+                                 grad_accum_steps=config.optim.grad_accum_steps,
+                                 skip_nonfinite=config.optim.skip_nonfinite)
+    return jax.jit(train_step, donate_argnums=0,
+                   out_shardings=(jax.tree.map(lambda x: x.sharding, state), None),
+                   compiler_options=parallel.compiler_options(platform))
 
 
 def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_steps: int = 1,

@@ -48,7 +48,6 @@ def measure_split(config, tokens: int, tile: int, repeats: int = 3) -> StepSplit
     rounds over the document lengths, medians, after one untimed step (the compile)."""
     import jax
 
-    import parallel
     from planner import resolve_run
     from planner.run import make_run
     from training import step as step_lib
@@ -59,13 +58,14 @@ def measure_split(config, tokens: int, tile: int, repeats: int = 3) -> StepSplit
     config.seq_len, config.global_batch_size = tokens, 1
     config.mesh.data, config.mesh.seq = 1, 1
     config.data.mask_documents = True
+    config.optim.grad_accum_steps = 1  # the one row is the step
     config.parallel.layout, config.parallel.strategy, config.parallel.tile = "ring", "ring", tile
     run = make_run(config, 1)
     resolved = resolve_run(config, (1, 1), jax.devices()[0].platform, jax.devices()[0].device_kind)
     mesh = run_mesh(run)
     state, graphdef, tx, schedule, _ = create_train_state(config, mesh, resolved)
-    train_step = step_lib.make_train_step(graphdef, tx, schedule, mask_documents=True,
-                                          skip_nonfinite=config.optim.skip_nonfinite)
+    step = step_lib.jit_train_step(config, graphdef, tx, schedule, state,
+                                   mesh.devices.flat[0].platform)
     lengths = [tokens >> k for k in range(tokens.bit_length()) if tokens >> k >= tile
                and tokens % (tokens >> k) == 0]
     segments = document_rows(tokens, lengths)
@@ -84,9 +84,6 @@ def measure_split(config, tokens: int, tile: int, repeats: int = 3) -> StepSplit
     batches = [batch(seg) for seg in segments]
     seconds = [[] for _ in lengths]
     with jax.set_mesh(mesh):
-        step = jax.jit(train_step, donate_argnums=0,
-                       out_shardings=(jax.tree.map(lambda x: x.sharding, state), None),
-                       compiler_options=parallel.compiler_options(mesh.devices.flat[0].platform))
         state, metrics = step(state, batches[0])
         jax.block_until_ready(metrics)
         for _ in range(repeats):
