@@ -228,8 +228,8 @@ def against_first_policy(results: list[dict], policies: list[str]) -> list[str]:
         if r["remat_policy"] == policies[0]:
             continue
         base = next(x for x in results if x["remat_policy"] == policies[0] and all(
-            x[k] == r[k] for k in ("seq_len", "masked", "experts", "layout", "strategy",
-                                   "tile")))
+            x[k] == r[k] for k in ("layout", "strategy", "tile", *SAME_WORK)
+            if k != "remat_policy"))
         lines.append(f"remat_policy {r['remat_policy']} against {policies[0]} ({r['layout']} "
                      f"{r['strategy']} tile {r['tile']}, {r['seq_len']:,}): "
                      f"{step_ratio(r, base):.2f}x the tokens/s on the same steps")

@@ -102,23 +102,30 @@ def test_activation_terms_by_hand():
     assert no_remat["block_inputs"] == 0 and no_remat["swiglu"] == 2 * acts["swiglu"]
 
 
+def traced_loss(config):
+    """(loss(params, batch), params, batch, mesh): the summed token loss of the config's model,
+    its parameters and a batch abstract on the config's mesh of fake devices (to trace)."""
+    from training import step as step_lib
+    run = tiny_run(config)
+    mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
+    state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_resolved(config))
+    loss = lambda params, batch: step_lib.token_loss_sums(graphdef, params, batch, True)[0]
+    return loss, state["params"], aot.abstract_batch(config, mesh), mesh
+
+
 @pytest.mark.parametrize("remat,chunks,policy", [(False, 0, "nothing"), (True, 0, "nothing"),
                                                  (False, 32, "nothing"), (True, 64, "nothing"),
                                                  (True, 32, "dots"), (True, 0, "attention")])
 def test_saved_activations_match_jax_saved_residuals(remat, chunks, policy):
     """What JAX's autodiff saves for the backward = the analytic saved terms (within 1%)."""
     from jax._src.ad_checkpoint import saved_residuals
-    from training import step as step_lib
 
     config, m = tiny_model(dtype="bfloat16", remat=remat, loss_chunk=chunks, mlp_chunk=chunks,
                            remat_policy=policy)
     run = tiny_run(config)
-    mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
-    state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_resolved(config))
-    batch = aot.abstract_batch(config, mesh)
-    loss = lambda params, batch: step_lib.token_loss_sums(graphdef, params, batch, True)[0]
+    loss, params, batch, mesh = traced_loss(config)
     with jax.set_mesh(mesh):
-        residuals = saved_residuals(loss, state["params"], batch)
+        residuals = saved_residuals(loss, params, batch)
     # Activations only (weights are 2-D), less the attention output's reshape (same buffer).
     acts = [a for a, src in residuals if a.ndim >= 3
             and not ("reshape" in src and "Attention" in src and a.ndim == 3)]
@@ -130,17 +137,11 @@ def test_remat_policy_attention_keeps_the_backward_from_rerunning_the_attention_
     """The time model's rule (ModelConfig.reruns_attention): the gradient's program runs the
     attention's shard_mapped forward once a layer with remat_policy 'attention', as without
     remat, and once more a layer with 'nothing'."""
-    from training import step as step_lib
-
     def attention_passes(**switches):
         config, m = tiny_model(**switches)
-        run = tiny_run(config)
-        mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
-        state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_resolved(config))
-        loss = lambda p, b: step_lib.token_loss_sums(graphdef, p, b, True)[0]
+        loss, params, batch, mesh = traced_loss(config)
         with jax.set_mesh(mesh):
-            jaxpr = jax.make_jaxpr(jax.grad(loss))(state["params"], aot.abstract_batch(config,
-                                                                                      mesh))
+            jaxpr = jax.make_jaxpr(jax.grad(loss))(params, batch)
         return shard_maps(jaxpr.jaxpr), m
 
     def shard_maps(jaxpr):  # each use of a shared sub-program counted (printing shows it once)
