@@ -21,6 +21,7 @@ import threading
 import time
 
 import storage
+from storage.run_dir import RunDir
 from checkpoints.manager import CheckpointError
 
 HEARTBEAT_EVERY_S = 60.0
@@ -34,7 +35,7 @@ class WorkdirBusy(CheckpointError):
 class WorkdirLock:
     def __init__(self, workdir: str):
         self.workdir = workdir
-        self.location = storage.join(workdir, "LOCK")
+        self.location = RunDir(workdir).lock
         self.token = secrets.token_hex(8)
         self._record = {"host": socket.gethostname(), "pid": os.getpid(),
                         "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "token": self.token}

@@ -37,6 +37,7 @@ import orbax.checkpoint as ocp
 from absl import logging as absl_logging
 
 import storage
+from storage.run_dir import RunDir
 
 # How a failed read is told apart: tensorstore's status codes begin its messages.
 DAMAGE_MARKS = ("NOT_FOUND:", "DATA_LOSS:", "OUT_OF_RANGE:", "Error decoding", "checksum")
@@ -225,8 +226,8 @@ def abstract_like(tree):
 def _move_step(directory: str, step: int) -> str:
     """Moves step `step` to damaged_checkpoints/STEP-TIME beside `directory` (process 0; the
     others wait); returns the new place."""
-    parent = directory.rstrip("/").rsplit("/", 1)[0]
-    target = storage.join(parent, "damaged_checkpoints", f"{step}-{int(time.time())}")
+    run = RunDir(directory.rstrip("/").rsplit("/", 1)[0])  # the checkpoints' run directory
+    target = storage.join(run.damaged_checkpoints, f"{step}-{int(time.time())}")
     if jax.process_index() == 0:
         storage.move(storage.join(directory, str(step)), target)
     if jax.process_count() > 1:

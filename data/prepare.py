@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 import storage
+from storage.run_dir import RunDir
 from configs import setting
 from data.batches import BatchSpec, batch_rows
 from data.errors import DataError
@@ -36,7 +37,7 @@ def barrier(name: str):
 def cache_location(config, workdir: str) -> str:
     """Where the run's tokenizer and token cache live: data.cache_dir, else WORKDIR/cache (a
     local directory, or gs://...)."""
-    return config.data.cache_dir or storage.join(workdir, "cache")
+    return config.data.cache_dir or RunDir(workdir).cache
 
 
 def prepare_data(config, workdir: str, num_seq_shards: int, choice):

@@ -54,10 +54,11 @@ def main(argv=None):
                                + " --xla_cpu_multi_thread_eigen=false").strip()
     use_fake_devices(1)
     from data import sample_segment_ids
+    from storage.run_dir import RunDir
     from training.step_split import layout_bound, measure_split
 
     config.seq_len, config.global_batch_size = args.seq_len, 1
-    config.data.cache_dir = os.path.join(args.workdir, "cache")
+    config.data.cache_dir = RunDir(args.workdir).cache
     tokens = args.seq_len // args.processes
     split = measure_split(config, tokens, args.tile, args.repeats)
     print(f"train step of {os.path.relpath(args.config, ROOT)} on one device pinned to core {args.core}, {tokens:,} "

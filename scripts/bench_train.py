@@ -46,6 +46,7 @@ import statistics
 import sys
 
 from launch_local import launch  # scripts/launch_local.py
+from storage.run_dir import RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,7 +118,7 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
     sets.update({"mesh.data": 1, "mesh.seq": args.processes,
                  "parallel.layout": kind["layout"], "parallel.strategy": kind["strategy"],
                  "data.mask_documents": kind["masked"], "mesh.expert": kind["experts"],
-                 "data.cache_dir": os.path.join(args.workdir, "cache"),
+                 "data.cache_dir": RunDir(args.workdir).cache,
                  "parallel.tile": kind["tile"]})
     if kind["remat_policy"] != "auto":
         sets["model.remat_policy"] = kind["remat_policy"]
@@ -139,7 +140,7 @@ def read_run(workdir: str, shards: int) -> dict:
     """The run's steady-state windows (tokens/s of each step after the first) and its loss per
     step, from metrics.jsonl."""
     windows, steps, losses, ran = [], [], {}, None
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    with open(RunDir(workdir).metrics) as f:
         for line in f:
             row = json.loads(line)
             if ran is None and "attention/layout" in row:  # what the run resolved to
@@ -166,7 +167,7 @@ def run_kind(args, kind: dict, seq_len: int, round_index: int) -> dict:
         tail = "\n".join(output.getvalue().splitlines()[-15:])
         sys.exit(f"{tail}\nbench_train: {kind_name(kind, seq_len)} failed (exit {code}); "
                  f"its output ends above")
-    shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
+    shutil.rmtree(RunDir(workdir).checkpoints, ignore_errors=True)
     return read_run(workdir, args.processes)
 
 

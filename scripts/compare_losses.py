@@ -17,6 +17,8 @@ import json
 import os
 import sys
 
+from storage.run_dir import RunDir
+
 KEYS = ("train/loss", "eval/loss")
 
 
@@ -27,7 +29,7 @@ def fail(message: str):
 
 def read_losses(workdir: str, keys=KEYS) -> dict[int, dict[str, float]]:
     """{step: {key: value}} for `keys`; a resumed run's later line for a step wins."""
-    path = os.path.join(workdir, "metrics.jsonl")
+    path = RunDir(workdir).metrics
     if not os.path.isfile(path):
         fail(f"no {path}: pass the --workdir of a train.py run")
     steps: dict[int, dict[str, float]] = {}

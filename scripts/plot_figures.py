@@ -37,6 +37,7 @@ import sys
 
 from bench_documents import kernel_counts, stdlib_rows  # scripts/bench_documents.py
 from compare_losses import read_losses  # scripts/compare_losses.py
+from storage.run_dir import RunDir
 
 LAYOUTS = ("ring", "striped", "zigzag", "balanced")
 
@@ -213,7 +214,7 @@ def plot_losses(args):
 # ---------------------------------------------------------------- loss by position
 
 def plot_positions(args):
-    with open(os.path.join(args.workdirs[0], "metrics.jsonl")) as f:
+    with open(RunDir(args.workdirs[0]).metrics) as f:
         rows = [r for r in map(json.loads, f) if "eval/loss_by_position" in r]
     if not rows:
         fail(f"{args.workdirs[0]}/metrics.jsonl has no eval/loss_by_position: train with "
@@ -245,7 +246,7 @@ def check_inputs(args):
     if args.figure == "throughput" and not os.path.isfile(args.json):
         fail(f"no file {args.json}: give scripts/bench_train.py's --json output")
     for workdir in getattr(args, "workdirs", []):
-        if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
+        if not os.path.isfile(RunDir(workdir).metrics):
             fail(f"no {workdir}/metrics.jsonl: give train.py workdirs")
 
 

@@ -25,7 +25,7 @@ import copy
 import dataclasses
 import os
 
-import storage
+from storage.run_dir import RunDir
 from configs import setting
 from model.config import AUTO, ModelConfig, MoEConfig
 from training.validate import ConfigError
@@ -211,7 +211,7 @@ def initial_params(source: Source, cfg, abstract_params, mesh):
     from checkpoints import Checkpointer
     placed = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
         x.shape, x.dtype, sharding=jax.NamedSharding(mesh, x.sharding.spec)), abstract_params)
-    checkpointer = Checkpointer(storage.join(source.path, "checkpoints"), read_only=True)
+    checkpointer = Checkpointer(RunDir(source.path).checkpoints, read_only=True)
     try:
         return checkpointer.restore_params(source.step, placed)
     finally:

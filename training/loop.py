@@ -21,7 +21,7 @@ from flax import nnx
 import data
 import model
 import parallel
-import storage
+from storage.run_dir import RunDir
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
 from configs import setting
 from planner import flops, memory
@@ -136,7 +136,7 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     lock = WorkdirLock(workdir)
     _take(lock)  # the first write to the workdir
     try:
-        checkpointer = Checkpointer(storage.join(workdir, "checkpoints"),
+        checkpointer = Checkpointer(RunDir(workdir).checkpoints,
                                     keep=config.checkpoint_keep, log=say)
         try:
             # Refuse a changed run before its data is built (a changed corpus would train a

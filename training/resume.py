@@ -34,6 +34,7 @@ from importlib import metadata
 
 import data
 import storage
+from storage.run_dir import RunDir
 from checkpoints import CheckpointError
 from checkpoints.manager import short_error
 from configs import setting
@@ -136,7 +137,7 @@ def saved_tokenizer_file(meta: dict, config, workdir: str) -> str:
                              f"with this version, or set data.tokenizer_path when training")
     candidates = [storage.resolve(recorded, workdir)]
     if os.path.isabs(recorded):  # written before paths were relative: the run may have moved
-        candidates.append(storage.join(workdir, "cache", os.path.basename(recorded)))
+        candidates.append(storage.join(RunDir(workdir).cache, os.path.basename(recorded)))
     for location in candidates:
         if storage.is_remote(location):
             local = storage.mirror(location)

@@ -20,6 +20,7 @@ from flax import nnx
 import data
 import parallel
 import storage
+from storage.run_dir import RunDir
 from checkpoints import Checkpointer
 from model import hf
 from parallel.strategies import BASELINE
@@ -36,7 +37,7 @@ class RunError(ValueError):
 
 def saved_steps(workdir: str) -> list[int]:
     """The run's complete checkpoints, oldest first ([] when it has none)."""
-    directory = storage.join(workdir, "checkpoints")
+    directory = RunDir(workdir).checkpoints
     if not storage.path(directory).is_dir():
         return []
     checkpointer = Checkpointer(directory, read_only=True)
@@ -49,7 +50,7 @@ def saved_steps(workdir: str) -> list[int]:
 def saved_meta(workdir: str, step=None) -> tuple[int, dict]:
     """(step, the record saved with it) of a run's checkpoint: the latest, or `step`. RunError
     when the workdir has no checkpoints or not that one."""
-    directory = storage.join(workdir, "checkpoints")
+    directory = RunDir(workdir).checkpoints
     if not storage.path(directory).is_dir():
         raise RunError(f"no checkpoints in {workdir!r}: train first (python train.py "
                        f"--workdir {workdir} ...) or point at a run's workdir")
@@ -69,16 +70,12 @@ def checkpointed_run(workdir: str) -> str:
     """The workdir whose checkpoints stand for `workdir`: itself, or for a staged run's workdir
     (training/stages.py: WORKDIR/stage1, stage2, ...) its last stage that holds checkpoints,
     the model the whole run ended with."""
-    if storage.path(storage.join(workdir, "checkpoints")).is_dir():
+    run = RunDir(workdir)
+    if storage.path(run.checkpoints).is_dir():
         return workdir
-    from training.stages import stage_dir, stage_index
-    top = storage.path(workdir)
-    indices = sorted(i for i in map(stage_index, (p.name for p in
-                                                   (top.iterdir() if top.is_dir() else ())))
-                     if i is not None)
-    for index in reversed(indices):
-        if saved_steps(stage_dir(workdir, index)):
-            return stage_dir(workdir, index)
+    for index in reversed(run.stage_indices()):
+        if saved_steps(run.stage(index).root):
+            return run.stage(index).root
     return workdir  # saved_meta says there is nothing to read
 
 
@@ -105,7 +102,7 @@ def load_run(workdir: str, step, devices: int, tile=None, layout: str | None = N
     # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
     config.parallel.strategy, config.parallel.ulysses_degree = BASELINE, 0
     state, graphdef = _abstract_model(config, devices)
-    checkpointer = Checkpointer(storage.join(workdir, "checkpoints"), read_only=True)
+    checkpointer = Checkpointer(RunDir(workdir).checkpoints, read_only=True)
     try:
         params = checkpointer.restore_params(step, state["params"])
     finally:

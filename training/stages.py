@@ -28,23 +28,11 @@ import ast
 import copy
 import dataclasses
 
-import storage
+from storage.run_dir import RunDir
 from training.trackers import say
 from training.validate import ConfigError, moved_field_error
 
 _NOT_STAGED = ("stages", "init_from", "num_train_steps")  # what a stage sets otherwise, or never
-_DIR_PREFIX = "stage"  # stage K trains in WORKDIR/stageK
-
-
-def stage_dir(workdir: str, index: int) -> str:
-    """WORKDIR/stageK, where stage K (1-based) of a staged run trains."""
-    return storage.join(workdir, f"{_DIR_PREFIX}{index}")
-
-
-def stage_index(name: str) -> int | None:
-    """K for a directory named stageK, else None."""
-    number = name[len(_DIR_PREFIX):]
-    return int(number) if name.startswith(_DIR_PREFIX) and number.isdigit() else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,14 +82,14 @@ def plan(config, workdir: str) -> list[tuple[Stage, object]]:
             if i > 1:
                 stage_config.init_from = ""  # set once the stage before has finished
             if not config.data.cache_dir:  # one tokenizer and token cache for every stage
-                stage_config.data.cache_dir = storage.join(workdir, "cache")
+                stage_config.data.cache_dir = RunDir(workdir).cache
             if config.stop_at_step:  # one time axis: stop_at_step counts the steps of all stages
                 stop = config.stop_at_step - offset
                 stage_config.stop_at_step = stop if 0 < stop <= entry["steps"] else 0
             for name, value in fields.items():
                 _set(stage_config, name, value, i)
         out.append((Stage(i, len(entries), str(dict(entry).get("name") or f"stage {i}"),
-                          stage_dir(workdir, i), workdir, offset, total,
+                          RunDir(workdir).stage(i).root, workdir, offset, total,
                           tuple(fields)), stage_config))
         offset += entry["steps"]
     return out

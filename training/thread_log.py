@@ -31,11 +31,10 @@ import tempfile
 import threading
 import time
 
-import storage
+from storage.run_dir import RunDir
 
 LIBRARIES = ("orbax", "tensorstore")  # whose threads' reports are kept
 LIMIT = 1 << 20  # characters kept at most (one failure repeats itself; the first are enough)
-FILE_NAME = "errors.log"
 
 
 class ThreadLog:
@@ -66,10 +65,9 @@ class ThreadLog:
         text = self._take()
         if not text:
             return None
-        folder = storage.mirror(workdir) if storage.is_remote(workdir) else workdir
         header = f"# background errors of a ringstripe run, {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-        for path in (os.path.join(folder, FILE_NAME),
-                     os.path.join(tempfile.gettempdir(), f"ringstripe-{os.getpid()}-{FILE_NAME}")):
+        fallback = f"ringstripe-{os.getpid()}-{os.path.basename(RunDir(workdir).errors_log)}"
+        for path in (RunDir(workdir).errors_log, os.path.join(tempfile.gettempdir(), fallback)):
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "a") as f:

@@ -14,6 +14,7 @@ import sys
 import time
 
 import storage
+from storage.run_dir import RunDir
 from configs import setting
 from parallel import get_strategy
 
@@ -125,7 +126,7 @@ class WandbTracker:
         where = (dict(resume_from=f"{run_id}?_step={resumed_step}")
                  if resumed_step and mode == "online" else dict(id=run_id, resume="allow"))
         # wandb writes its files as they come, so they stay on this machine with a bucket run.
-        directory = storage.mirror(workdir) if storage.is_remote(workdir) else workdir
+        directory = RunDir(workdir).local
         os.makedirs(directory, exist_ok=True)
         self._run = wandb.init(
             project=config.wandb_project, group=group, name=name,
@@ -241,7 +242,7 @@ def make_trackers(config, workdir: str, mesh_shape, resolved, is_main: bool,
     workdir = stage.top if stage else workdir
     trackers = [Console(stage.total if stage else config.num_train_steps)]
     if config.tracker in ("jsonl", "wandb"):
-        trackers.append(JsonlTracker(storage.join(workdir, "metrics.jsonl"),
+        trackers.append(JsonlTracker(RunDir(workdir).metrics,
                                      resumed_step + offset))
     if config.tracker == "wandb":
         trackers.append(WandbTracker(config, workdir, mesh_shape, resolved, run_id,
