@@ -61,6 +61,25 @@ class MemorySwitches:
         return ", ".join(parts) or "no memory switches"
 
 
+# What a checkpoint's weights fix, marked on the fields below (the one list of them: resume,
+# init_from and the stages read weight_fields): SHAPE, the parameters' shapes or their tree (a
+# checkpoint made with other values cannot be restored); FUNCTION, what the same parameters
+# compute (a source's weights were trained for its values: init_from takes them with the
+# weights). TRAINING: how the weights are trained, the source's unless set.
+SHAPE, FUNCTION, TRAINING = "shape", "function", "training"
+
+
+def _fixed(kind: str, default=dataclasses.MISSING):
+    return dataclasses.field(default=default, metadata={"fixed_by_weights": kind})
+
+
+def weight_fields(cls, *kinds: str) -> tuple[str, ...]:
+    """The fields of dataclass `cls` (ModelConfig, MoEConfig) marked with one of `kinds`, in
+    their order: weight_fields(ModelConfig, SHAPE) -> ('vocab_size', 'd_model', ...)."""
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.metadata.get("fixed_by_weights") in kinds)
+
+
 ROUTERS = ("softmax_topk", "topk_softmax")  # Qwen3-MoE and Mixtral; GPT-OSS
 
 
@@ -69,32 +88,29 @@ class MoEConfig:
     """The mixture-of-experts layers (`model.moe` of a run config; model/moe.py). The default, no
     experts, leaves every block's MLP dense: today's models and checkpoints unchanged."""
 
-    num_experts: int = 0  # experts per sparse layer; 0 = no sparse layers
-    top_k: int = 2  # experts each token is sent to
-    expert_mlp_dim: int = 0  # each expert's gated-MLP hidden width; 0 = model.mlp_dim
+    num_experts: int = _fixed(SHAPE, 0)  # experts per sparse layer; 0 = no sparse layers
+    top_k: int = _fixed(FUNCTION, 2)  # experts each token is sent to
+    expert_mlp_dim: int = _fixed(SHAPE, 0)  # each expert's gated-MLP hidden width; 0 = mlp_dim
     # 'softmax_topk': softmax over every expert's logit, then the k largest (Qwen3-MoE,
     # Mixtral); 'topk_softmax': the k largest logits, then a softmax over those k (GPT-OSS).
-    router: str = "softmax_topk"
-    norm_topk_prob: bool = True  # softmax_topk: the k weights renormalised to sum to 1
-    capacity_factor: float = 0.0  # 0: dropless; c: an expert takes at most c T k / E tokens
-    aux_loss_coef: float = 0.0  # weight of the load-balancing loss added to the training loss
-    z_loss_coef: float = 0.0  # weight of the router z-loss (mean squared logsumexp of logits)
-    decoder_sparse_step: int = 1  # layer i sparse when (i + 1) % this == 0 (Qwen3-MoE's name)
-    mlp_only_layers: tuple[int, ...] = ()  # layers kept dense whatever decoder_sparse_step says
-    expert_bias: bool = False  # biases on the router and the experts' matmuls (GPT-OSS)
-    swiglu_limit: float = 0.0  # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
+    router: str = _fixed(FUNCTION, "softmax_topk")
+    norm_topk_prob: bool = _fixed(FUNCTION, True)  # softmax_topk: the k weights sum to 1
+    capacity_factor: float = _fixed(TRAINING, 0.0)  # 0: dropless; c: at most c T k / E tokens
+    aux_loss_coef: float = _fixed(TRAINING, 0.0)  # weight of the load-balancing loss
+    z_loss_coef: float = _fixed(TRAINING, 0.0)  # weight of the router z-loss
+    # layer i sparse when (i + 1) % this == 0 (Qwen3-MoE's name)
+    decoder_sparse_step: int = _fixed(SHAPE, 1)
+    # layers kept dense whatever decoder_sparse_step says
+    mlp_only_layers: tuple[int, ...] = _fixed(SHAPE, ())
+    expert_bias: bool = _fixed(SHAPE, False)  # biases on the router and the experts' matmuls
+    # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
+    swiglu_limit: float = _fixed(FUNCTION, 0.0)
     # How the run splits the experts, set by ModelConfig.from_config, not model.moe settings:
     # the devices they are split over (the run's mesh.expert; model/moe.py expert_split), and
     # whether the tokens travel by ragged all-to-alls (the platform has them: TPU and GPU).
     expert_devices: int = 1
     ragged_exchange: bool = False
     DERIVED = ("expert_devices", "ragged_exchange")
-
-    # What the weights fix (a checkpoint's config.json holds them; init_from takes them from
-    # its source), and what only training reads (the source's unless set).
-    ARCHITECTURE = ("num_experts", "top_k", "expert_mlp_dim", "router", "norm_topk_prob",
-                    "decoder_sparse_step", "mlp_only_layers", "expert_bias", "swiglu_limit")
-    TRAINING = ("aux_loss_coef", "z_loss_coef", "capacity_factor")
 
     @classmethod
     def from_config(cls, section) -> "MoEConfig":
@@ -150,20 +166,21 @@ MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    vocab_size: int
-    d_model: int
-    num_layers: int
-    num_heads: int  # query heads
-    num_kv_heads: int  # key/value heads (GQA when fewer than num_heads; 1 = MQA)
-    head_dim: int
-    mlp_dim: int  # gated MLP hidden width
+    vocab_size: int = _fixed(SHAPE)
+    d_model: int = _fixed(SHAPE)
+    num_layers: int = _fixed(SHAPE)
+    num_heads: int = _fixed(SHAPE)  # query heads
+    num_kv_heads: int = _fixed(SHAPE)  # key/value heads (GQA when fewer than num_heads; 1 = MQA)
+    head_dim: int = _fixed(SHAPE)
+    mlp_dim: int = _fixed(SHAPE)  # gated MLP hidden width
     rope_theta: float = 10_000.0
     rope_scaling: RopeScaling = RopeScaling()  # model/rope.py: none, linear, llama3, yarn
     norm_eps: float = 1e-5
-    tie_embeddings: bool = False  # output projection = embedding matrix transposed
+    tie_embeddings: bool = _fixed(SHAPE, False)  # output projection = embedding transposed
     remat: bool = False  # recompute each block in the backward pass (saves activations)
     remat_policy: str = "nothing"  # with remat, what a block keeps: REMAT_POLICIES
-    scan_layers: bool = False  # blocks stacked and run by one lax.scan (compile time flat in L)
+    # blocks stacked and run by one lax.scan (compile time flat in L): one tree of parameters
+    scan_layers: bool = _fixed(SHAPE, False)
     loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
     mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
     dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
@@ -174,20 +191,25 @@ class ModelConfig:
     attention: AttentionChoice | None = None
     # Attention per layer (Hugging Face's names and meanings). The defaults leave a Llama model
     # as it was: every layer full causal attention, no caps, no sinks, no norms on q and k.
-    layer_types: tuple[str, ...] = ()  # per block, LAYER_TYPES; () = all 'full_attention'
+    # per block, LAYER_TYPES; () = all 'full_attention'
+    layer_types: tuple[str, ...] = _fixed(FUNCTION, ())
     sliding_window: int = 0  # keys a sliding layer's query sees, itself included
     rope_local_theta: float = 0.0  # RoPE base of sliding layers (no scaling); 0 = as full ones
-    qk_norm: bool = False  # RMSNorm over head_dim of each query and key head (Qwen3, Gemma 3)
-    attn_logit_soft_cap: float = 0.0  # scores c tanh(s / c) (Gemma 2); 0 = none
-    final_logit_soft_cap: float = 0.0  # output logits c tanh(z / c) (Gemma 2); 0 = none
-    attention_sinks: bool = False  # a learned logit per head in its softmax (GPT-OSS)
-    attention_bias: bool = False  # biases on the q, k, v and o projections (GPT-OSS)
-    query_scale: float = 0.0  # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
+    # RMSNorm over head_dim of each query and key head (Qwen3, Gemma 3)
+    qk_norm: bool = _fixed(SHAPE, False)
+    attn_logit_soft_cap: float = _fixed(FUNCTION, 0.0)  # scores c tanh(s / c) (Gemma 2); 0 = none
+    # output logits c tanh(z / c) (Gemma 2); 0 = none
+    final_logit_soft_cap: float = _fixed(FUNCTION, 0.0)
+    # a learned logit per head in its softmax (GPT-OSS)
+    attention_sinks: bool = _fixed(SHAPE, False)
+    attention_bias: bool = _fixed(SHAPE, False)  # biases on the q, k, v and o projections (GPT-OSS)
+    # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
+    query_scale: float = _fixed(FUNCTION, 0.0)
     # Gemma's block: a GELU (tanh) gated MLP, norms after attention and the MLP as well as
     # before, the embedding multiplied by sqrt(d_model).
-    mlp_activation: str = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU)
-    sandwich_norms: bool = False
-    embed_scale: bool = False
+    mlp_activation: str = _fixed(FUNCTION, "silu")  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU)
+    sandwich_norms: bool = _fixed(SHAPE, False)
+    embed_scale: bool = _fixed(FUNCTION, False)
     moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (none by default)
 
     @classmethod
@@ -287,3 +309,20 @@ class ModelConfig:
     @property
     def weights_dtype(self):
         return jnp.dtype(self.param_dtype)
+
+
+def parameter_fields() -> tuple[str, ...]:
+    """Every `model.*` field that fixes the parameters' shapes or tree, dotted as a config
+    names it ('qk_norm', 'moe.num_experts'): a checkpoint made with other values of any of them
+    cannot be restored (training/resume.py refuses it in one line)."""
+    return weight_fields(ModelConfig, SHAPE) + tuple(
+        f"moe.{name}" for name in weight_fields(MoEConfig, SHAPE))
+
+
+def field_default(name: str):
+    """The default of `model.*` field `name` (dotted, 'moe.num_experts'): what a model built
+    from a record that lacks the field (saved before it existed) was built with."""
+    cls, *sections, field = (ModelConfig, *name.split("."))
+    for section in sections:
+        cls = {f.name: f.default for f in dataclasses.fields(cls)}[section].__class__
+    return {f.name: f.default for f in dataclasses.fields(cls)}[field]

@@ -29,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from model.config import FULL, SLIDING, ModelConfig, MoEConfig
+from model.config import (FULL, FUNCTION, SHAPE, SLIDING, ModelConfig, MoEConfig,
+                          weight_fields)
 from model.moe import GPT_OSS_ALPHA
 
 # Our parameter path (inside a block) -> the tensor's name inside model.layers.i.
@@ -275,7 +276,7 @@ def _moe_options(moe, mlp_dim: int) -> dict:
         else moe or MoEConfig()
     if not moe.num_experts:
         return {}
-    out = {k: getattr(moe, k) for k in MoEConfig.ARCHITECTURE}
+    out = {k: getattr(moe, k) for k in weight_fields(MoEConfig, SHAPE, FUNCTION)}
     out["expert_mlp_dim"] = moe.width(mlp_dim)
     if out["router"] == "topk_softmax":
         out["norm_topk_prob"] = True  # a softmax over the k: the flag means nothing there

@@ -142,6 +142,8 @@ def test_tokenizer_vocabulary_not_matching_model(tmp_path, trained, cache):
     ("--config.model.d_model=128", ["model.d_model=64", "model.d_model=128"]),
     # stacked blocks are another parameter tree: a scanned run cannot continue an unrolled one
     ("--config.model.scan_layers=True", ["model.scan_layers=False", "model.scan_layers=True"]),
+    # a norm's weights of each query and key head: parameters the checkpoint does not have
+    ("--config.model.qk_norm=True", ["model.qk_norm=False", "model.qk_norm=True"]),
 ])
 def test_incompatible_checkpoint_is_refused_and_kept(tmp_path, trained, cache, override,
                                                      fragments):

@@ -106,3 +106,33 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     assert "kernel-xla" in tags
     config.wandb_group = "my-sweep"
     assert names_of(config, (2, 2))[0] == "my-sweep"
+
+
+def test_a_checkpoint_whose_parameters_have_other_shapes_is_refused_naming_the_field():
+    """resume.check_compatible over model.parameter_fields (experts' fields too): equal values
+    pass (a JSON list as its tuple), another value of any is refused in one line naming it,
+    and a field the record lacks (saved before it existed) counts as its default."""
+    from checkpoints import CheckpointError
+    from training import resume
+    cfg = model.ModelConfig(**SIZES, qk_norm=True, moe=model.config.MoEConfig(
+        num_experts=4, mlp_only_layers=(1,)))
+    fields = {**SIZES, "qk_norm": True, "moe": {"num_experts": 4, "mlp_only_layers": [1]}}
+
+    def record(**changed):
+        model_fields = {**fields, "moe": dict(fields["moe"])}
+        for name, value in changed.items():
+            section, _, field = name.rpartition("__")
+            (model_fields[section] if section else model_fields)[field] = value
+        return {"config": {"model": model_fields, "parallel": {"layout": "ring"}}}
+
+    resume.check_compatible("ckpt", 7, record(), cfg)
+    for name, value in (("qk_norm", False), ("d_model", 64), ("moe__num_experts", 8),
+                        ("moe__mlp_only_layers", [0]), ("scan_layers", True)):
+        dotted = name.replace("__", ".")
+        with pytest.raises(CheckpointError, match=rf"step 7 in ckpt has model\.{dotted}="):
+            resume.check_compatible("ckpt", 7, record(**{name: value}), cfg)
+    older = record()
+    del older["config"]["model"]["qk_norm"]
+    with pytest.raises(CheckpointError, match="model.qk_norm=False but this run has "
+                                              "model.qk_norm=True"):
+        resume.check_compatible("ckpt", 7, older, cfg)

@@ -27,15 +27,14 @@ import os
 
 from storage.run_dir import RunDir
 from configs import setting
-from model.config import AUTO, ModelConfig, MoEConfig
+from model.config import (AUTO, FUNCTION, SHAPE, TRAINING, ModelConfig, MoEConfig,
+                          weight_fields)
 from training.validate import ConfigError
 
-SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                "mlp_dim", "tie_embeddings",
-                # what the weights were trained to compute: the layers' kinds and their options
-                "layer_types", "qk_norm", "attention_sinks", "attn_logit_soft_cap",
-                "final_logit_soft_cap", "query_scale", "mlp_activation", "sandwich_norms",
-                "embed_scale", "attention_bias")
+# What the source's weights fix (their shapes, and what they were trained to compute:
+# model/config.py marks them); scan_layers is how a run stacked them, not the model (resolve).
+SHAPE_FIELDS = tuple(name for name in weight_fields(ModelConfig, SHAPE, FUNCTION)
+                     if name != "scan_layers")
 # The source's unless set explicitly: what a context extension changes.
 CHOSEN_FIELDS = ("rope_theta", "rope_scaling", "norm_eps", "rope_local_theta", "sliding_window")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in
@@ -129,14 +128,15 @@ def resolve(config, workdir: str, explicit=()) -> tuple[object, Source | None]:
 def _take_experts(config, moe, explicit: set, source) -> None:
     """config.model.moe from the source's (a MoEConfig from config.json, a run's dict; None:
     a model without experts, whose default is no experts): its architecture as the shape, its
-    training settings (MoEConfig.TRAINING) unless set explicitly."""
+    training settings (TRAINING) unless set explicitly."""
     moe = dataclasses.asdict(moe) if dataclasses.is_dataclass(moe) else dict(moe or {})
     moe = moe if moe.get("num_experts") else {"num_experts": 0}  # a dense source: no experts
-    for name in MoEConfig.ARCHITECTURE + MoEConfig.TRAINING:
+    architecture = weight_fields(MoEConfig, SHAPE, FUNCTION)
+    for name in architecture + weight_fields(MoEConfig, TRAINING):
         if name not in moe:
             continue
         if f"model.moe.{name}" in explicit:
-            if name in MoEConfig.ARCHITECTURE and _same(config.model.moe[name]) != _same(moe[name]):
+            if name in architecture and _same(config.model.moe[name]) != _same(moe[name]):
                 raise ConfigError(f"model.moe.{name}={config.model.moe[name]} contradicts "
                                   f"{source} ({name} {moe[name]}): drop "
                                   f"--config.model.moe.{name}, whose value the checkpoint fixes")

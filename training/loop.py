@@ -27,8 +27,9 @@ from configs import setting
 from planner import flops, memory
 from training import (init_from, position_loss, resume, stages, state as state_lib,
                       step as step_lib, trackers)
-from training.resolved import (announce_resolved, mesh_shape_of, resolve_here,
-                               resolve_on_documents)
+from training.resolved import (announce_resolved, as_checkpoint_ran, mesh_shape_of,
+                               resolve_here, resolve_on_documents)
+from training.saved_run import saved_meta, saved_steps
 from training.trackers import say
 from training.validate import ConfigError, validate_config
 
@@ -133,16 +134,16 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     # Every 'auto' filled, nothing built or written yet (documents masked: one a row until the
     # corpus is read, below).
     resolved = resolve_here(config, mesh)
+    # Refuse a changed run before anything is written or its data built (a changed corpus
+    # would train a new tokenizer first); the tokenizer itself is compared on restore.
+    identity = resume.run_identity(config)  # the corpus's fingerprint stats its files
+    latest = _check_against_latest(config, workdir, identity, resolved)
     lock = WorkdirLock(workdir)
     _take(lock)  # the first write to the workdir
     try:
         checkpointer = Checkpointer(RunDir(workdir).checkpoints,
                                     keep=config.checkpoint_keep, log=say)
         try:
-            # Refuse a changed run before its data is built (a changed corpus would train a
-            # new tokenizer first); the tokenizer itself is compared on restore.
-            identity = resume.run_identity(config)  # the corpus's fingerprint stats its files
-            latest = _check_against_latest(config, checkpointer, identity)
             prepared = data.prepare_data(config, workdir, mesh_shape[1],
                                          resolved.attention)  # data errors
             resolved, prepared = resolve_on_documents(config, mesh, resolved, prepared)
@@ -172,11 +173,12 @@ def _take(lock) -> None:
         raise refusal
 
 
-def _check_against_latest(config, checkpointer, identity):
-    """The newest checkpoint's run against this one, and stop_at_step after its step (a
-    checkpoint that does not read is left to the restore, which tells damage from trouble;
+def _check_against_latest(config, workdir, identity, resolved):
+    """The newest checkpoint's run and parameters against this one (`resolved` with the memory
+    switches the checkpoint ran with), and stop_at_step after its step, read without writing
+    (a checkpoint that does not read is left to the restore, which tells damage from trouble;
     falling back to an older one only moves the start earlier). Its record, or None."""
-    steps = checkpointer.steps()
+    steps = saved_steps(workdir)
     if not steps:
         return None
     if config.stop_at_step and config.stop_at_step <= steps[-1]:
@@ -184,17 +186,19 @@ def _check_against_latest(config, checkpointer, identity):
                           f"which this run resumes from: raise it, or set "
                           f"--config.stop_at_step=0")
     try:
-        meta = checkpointer.read_meta(steps[-1])
+        _, meta = saved_meta(workdir, steps[-1])
     except Exception:  # noqa: BLE001
         return None
-    resume.check_same_run(config, checkpointer.directory, steps[-1], meta, identity)
+    directory = RunDir(workdir).checkpoints
+    resume.check_compatible(directory, steps[-1], meta, as_checkpoint_ran(resolved, meta).model)
+    resume.check_same_run(config, directory, steps[-1], meta, identity)
     return meta
 
 
 def _restore(config, checkpointer, state, identity, model_cfg):
     """(start step, state, progress): the latest good checkpoint, or a fresh start."""
     def check(step, meta):
-        resume.check_compatible(config, checkpointer.directory, step, meta, model_cfg)
+        resume.check_compatible(checkpointer.directory, step, meta, model_cfg)
         resume.check_same_run(config, checkpointer.directory, step, meta, identity)
 
     restored = checkpointer.restore_latest(abstract_like(state), check, log=say)

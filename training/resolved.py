@@ -47,11 +47,17 @@ def mesh_shape_of(mesh) -> tuple[int, int]:
 def announce_resolved(config, resolved, latest):
     """What 'auto' resolved to, in one line; a resume keeps the memory switches its checkpoint
     (`latest`, its record) was trained with, whatever this host would pick, and says so."""
-    ran = resume.saved_config(latest).model if latest else {}  # a checkpoint's, 'auto' filled
-    kept = resolved.keeping({k: ran[k] for k in model.MemorySwitches.fields() if k in ran})
+    kept = as_checkpoint_ran(resolved, latest)
     if kept is not resolved:
         say(f"ringstripe: memory switches as the checkpoint was trained with: "
             f"{kept.switches.label()} (auto would pick {resolved.switches.label()} here)")
     elif resolved.line():
         say(f"ringstripe: {resolved.line()}")
     return kept
+
+
+def as_checkpoint_ran(resolved, latest):
+    """`resolved` with the memory switches it left 'auto' set as the checkpoint whose record is
+    `latest` ran with (None: a start, `resolved` itself)."""
+    ran = resume.saved_config(latest).model if latest else {}  # a checkpoint's, 'auto' filled
+    return resolved.keeping({k: ran[k] for k in model.MemorySwitches.fields() if k in ran})

@@ -38,12 +38,8 @@ from storage.run_dir import RunDir
 from checkpoints import CheckpointError
 from checkpoints.manager import short_error
 from configs import setting
+from model.config import field_default, parameter_fields
 from training.validate import RENAMED_FIELDS, ConfigError
-
-# Fields that fix the shapes of the parameters: a checkpoint with other values cannot be restored.
-SHAPE_FIELDS = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                "mlp_dim", "tie_embeddings", "scan_layers")  # scan_layers: stacked blocks
-
 
 @dataclasses.dataclass
 class Progress:
@@ -197,18 +193,32 @@ def saved_config(meta: dict):
     return config
 
 
-def check_compatible(config, directory: str, step: int, meta: dict, model_cfg=None) -> None:
-    """Raises CheckpointError when the checkpoint's model shapes differ from this run's
-    (model_cfg: its resolved model.ModelConfig; else the config's own values)."""
+def check_compatible(directory: str, step: int, meta: dict, model_cfg) -> None:
+    """Raises CheckpointError when the checkpoint's parameters were made with another value of
+    a field that shapes them (model.parameter_fields: qk_norm, moe.num_experts, scan_layers,
+    ...) than this run's resolved model.ModelConfig `model_cfg` has. A field the record lacks
+    (saved before it existed) counts as its default, which that model was built with."""
     saved = saved_config(meta).model
-    for field in SHAPE_FIELDS:
-        # scan_layers may be missing from a user config
-        ours = getattr(model_cfg, field) if model_cfg else config.model.get(field, False)
-        if field in saved and saved[field] != ours:
+    for name in parameter_fields():
+        theirs, ours = saved.to_dict(), model_cfg
+        for part in name.split("."):
+            theirs = theirs.get(part, _ABSENT) if isinstance(theirs, dict) else _ABSENT
+            ours = getattr(ours, part)
+        theirs = _comparable(field_default(name) if theirs is _ABSENT else theirs)
+        ours = _comparable(ours)
+        if theirs != ours:
             raise CheckpointError(
-                f"the checkpoint at step {step} in {directory} has model.{field}={saved[field]} "
-                f"but this run has model.{field}={ours}: use another --workdir, "
-                f"or set --config.model.{field}={saved[field]} to continue that run")
+                f"the checkpoint at step {step} in {directory} has model.{name}={theirs} "
+                f"but this run has model.{name}={ours}: use another --workdir, "
+                f"or set --config.model.{name}={theirs} to continue that run")
+
+
+_ABSENT = object()
+
+
+def _comparable(value):
+    """A config value as it compares: a list (JSON, ml_collections) as the tuple it stands for."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def check_inputs(config, workdir: str) -> None:
