@@ -120,17 +120,6 @@ class Network:
         return self.latency_s + nbytes / self.collective_bytes_per_s
 
 
-def options(num_shards: int, q_heads: int) -> list[tuple[str, int]]:
-    """(strategy, Ulysses degree) pairs that run on this mesh and head count, from each
-    registered strategy's own `degrees`, by degree (registry order within one).
-
-    Example: options(4, 4) -> [('ring', 1), ('allgather', 1), ('usp', 2), ('ulysses', 4)]."""
-    from parallel.strategies import STRATEGIES
-    found = [(name, u) for name, strategy in STRATEGIES.items()
-             for u in strategy.degrees(num_shards, q_heads)]
-    return sorted(found, key=lambda option: option[1])
-
-
 def block_bytes(x: LayerShape, heads_kv: int):
     """(Q, KV, dKV) bytes of one device's block with `heads_kv` KV heads; KV includes the int32
     segment ids and int32 original positions that travel with it when documents are masked."""
@@ -192,13 +181,3 @@ def step_counts(x: LayerShape, documents=None, given=None):
     if given is not None:
         return given
     return cost.step_tile_counts(x.layout, x.num_shards, x.block, x.tiles, documents, x.mask)
-
-
-def estimate(x: LayerShape, net: Network, strategy: str, degree: int = 1,
-             documents=None, step_counts=None) -> dict:
-    """Seconds (forward, backward), bytes sent and buffer bytes of `strategy` for one layer;
-    documents: segment ids [R, S] of sample rows (None: one causal document per row);
-    step_counts: cost.step_tile_counts of these, when the caller has them already."""
-    from parallel.strategies import get_strategy
-    row = get_strategy(strategy).cost(x, net, degree, documents, step_counts)
-    return {"strategy": strategy, "degree": degree, **row}

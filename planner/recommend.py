@@ -18,7 +18,7 @@ import dataclasses
 
 import model
 import parallel
-from parallel import strategy_cost
+from parallel import strategies
 from planner import memory, time
 from parallel.choice import AUTO, tile_options
 from parallel.layouts import fitting_layouts
@@ -31,10 +31,10 @@ from planner.run import Run, make_run
 
 def strategy_rows(m, run: Run, tiles, device: Device, efficiency: float, mask_documents: bool,
                   model_flops: float, documents, memory_total: float, ring_buffers: float):
-    """step_time for every (strategy, degree) of parallel.strategy_cost.options on the run's
+    """step_time for every (strategy, degree) of parallel.strategies.options on the run's
     layout, each with its memory verdict (None where the device's memory is unknown)."""
     rows = []
-    for strategy, degree in strategy_cost.options(run.seq, m.num_heads):
+    for strategy, degree in strategies.options(run.seq, m.num_heads):
         t = time.step_time(m, run, tiles, run.layout, device, efficiency, mask_documents,
                            model_flops, documents, strategy, degree)
         total = memory_total - ring_buffers + t["attention_layer"]["buffer_bytes"]

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from parallel import cost, strategy_cost
+from parallel import cost, strategies, strategy_cost
 from parallel.kernels import resolve_kernel
 from planner.devices import Device
 from planner.flops import experts_of, layer_windows, matmul_params, peak_flops
@@ -61,7 +61,7 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.
     a sliding layer's."""
     shape = layer_shape(m, run, layout, tiles, with_segments, window)
     counts = cost.step_tile_counts(layout, run.seq, run.block, tiles, documents, shape.mask)
-    est = strategy_cost.estimate(shape, net, strategy, degree, documents, step_counts=counts)
+    est = strategies.estimate(shape, net, strategy, degree, documents, step_counts=counts)
     critical = counts.max(axis=1).mean(axis=0)
     compute = strategy_cost.step_seconds(shape, net, counts, shape.pair_tiles)
     compute = compute.max(axis=1).mean(axis=0).tolist()

@@ -15,7 +15,7 @@ which prices every layer by its kind.
 from __future__ import annotations
 
 import parallel
-from parallel import cost, strategy_cost
+from parallel import cost, strategies, strategy_cost
 from parallel.mask import Mask
 from parallel.strategies import BASELINE, get_strategy
 from planner import recommend
@@ -65,7 +65,7 @@ def _layer(config, run, tiles, layout, priced, window) -> dict:
         tiles=tuple(tiles), window=window)
     unit = strategy_cost.Network(flops_per_s=1.0, link_bytes_per_s=1.0,
                                  collective_bytes_per_s=1.0, latency_s=0.0)
-    est = strategy_cost.estimate(shape, unit, priced["strategy"], priced["degree"])
+    est = strategies.estimate(shape, unit, priced["strategy"], priced["degree"])
     strategy = get_strategy(priced["strategy"]).configured(run.seq, m.num_heads,
                                                            ulysses_degree=priced["degree"])
     received = strategy.kv_tokens_received(parallel.get_layout(layout), run.seq, run.block,

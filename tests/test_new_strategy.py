@@ -7,7 +7,7 @@ import pytest
 
 import parallel
 from configs import default
-from parallel import strategy_cost
+from parallel import strategies
 from parallel.strategies import STRATEGIES, ring
 from planner import resolve_run
 from planner.recommend import strategy_table
@@ -43,7 +43,7 @@ def test_it_runs_exactly(registered):
 
 
 def test_the_planner_prices_it_and_auto_picks_it(registered):
-    assert (registered, 1) in strategy_cost.options(4, 4)
+    assert (registered, 1) in strategies.options(4, 4)
     config = default.get_config()
     config.parallel.strategy = registered
     validate_config(config, 4, 1)
@@ -63,5 +63,5 @@ def test_without_the_line_it_is_unknown():
     assert HalfPriceRing.name not in STRATEGIES
     with pytest.raises(ValueError, match="unknown attention strategy 'half_price_ring'"):
         parallel.get_strategy(HalfPriceRing.name)
-    assert all(name != HalfPriceRing.name for name, _ in strategy_cost.options(4, 4))
+    assert all(name != HalfPriceRing.name for name, _ in strategies.options(4, 4))
     np.testing.assert_equal(len(STRATEGIES), 4)

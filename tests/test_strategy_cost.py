@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from parallel import strategy_cost as sc
+from parallel import strategies, strategy_cost as sc
 import parallel
 from planner import resolve_run
 from planner.recommend import recommend
@@ -23,9 +23,9 @@ def network(link=1e30, collective=1e30, latency=0.0):
 
 
 def test_options_follow_the_mesh_and_heads():
-    assert sc.options(4, 4) == [("ring", 1), ("allgather", 1), ("usp", 2), ("ulysses", 4)]
-    assert sc.options(8, 4) == [("ring", 1), ("allgather", 1), ("usp", 2), ("usp", 4)]
-    assert sc.options(1, 4) == [("ring", 1), ("allgather", 1)]
+    assert strategies.options(4, 4) == [("ring", 1), ("allgather", 1), ("usp", 2), ("ulysses", 4)]
+    assert strategies.options(8, 4) == [("ring", 1), ("allgather", 1), ("usp", 2), ("usp", 4)]
+    assert strategies.options(1, 4) == [("ring", 1), ("allgather", 1)]
 
 
 def test_free_network_leaves_the_tile_counts():
@@ -33,11 +33,11 @@ def test_free_network_leaves_the_tile_counts():
     allgather the same work without waiting (the busiest device: 40 tiles); ulysses the whole
     sequence's triangle (T = 16, 136 tiles), each tile over H / 4 heads: a quarter of a
     full-head tile's FLOPs."""
-    ring = sc.estimate(SHAPE, network(), "ring")
+    ring = strategies.estimate(SHAPE, network(), "ring")
     assert ring["forward_s"] == 4 * 10 and ring["backward_s"] == 2 * 4 * 10
-    gather = sc.estimate(SHAPE, network(), "allgather")
+    gather = strategies.estimate(SHAPE, network(), "allgather")
     assert gather["forward_s"] == 40 and gather["backward_s"] == 80
-    ulysses = sc.estimate(SHAPE, network(), "ulysses", 4)
+    ulysses = strategies.estimate(SHAPE, network(), "ulysses", 4)
     assert ulysses["forward_s"] == 136 / 4 and ulysses["backward_s"] == 2 * 136 / 4
 
 
@@ -46,10 +46,10 @@ def test_transfers_and_latency_are_charged_where_they_cannot_overlap():
     ulysses pays four all-to-alls of (u - 1) / u of its q, k, v, out on top of its compute."""
     b, n, h, d, p = 1, 16, 2, 2, 2
     kv = 2 * b * n * h * d * p  # 256 bytes
-    slow = sc.estimate(SHAPE, network(link=kv / 100.0, latency=1.0), "ring")
+    slow = strategies.estimate(SHAPE, network(link=kv / 100.0, latency=1.0), "ring")
     assert slow["forward_s"] == pytest.approx(3 * 101 + 10)
     q = b * n * 4 * d * p
-    ulysses = sc.estimate(SHAPE, network(collective=1.0), "ulysses", 4)
+    ulysses = strategies.estimate(SHAPE, network(collective=1.0), "ulysses", 4)
     kv4 = 2 * b * n * 4 * d * p  # KV heads repeated from 2 to lcm(2, 4) = 4
     assert ulysses["forward_s"] == pytest.approx(136 / 4 + 0.75 * (q + kv4) + 0.75 * q)
 
@@ -60,7 +60,7 @@ def test_allgather_buffers_grow_with_the_sequence_the_rings_do_not():
     def buffers(strategy, shards, degree=1):
         shape = sc.LayerShape(rows=1, seq_len=16 * shards, num_shards=shards, q_heads=8,
                               kv_heads=8, head_dim=2, itemsize=2, layout="ring", tiles=(4, 4))
-        return sc.estimate(shape, network(), strategy, degree)["buffer_bytes"]
+        return strategies.estimate(shape, network(), strategy, degree)["buffer_bytes"]
     assert buffers("allgather", 8) == 2 * buffers("allgather", 4)
     assert buffers("ring", 8) == buffers("ring", 4)
     assert buffers("usp", 8, 2) == buffers("usp", 4, 2)
@@ -89,7 +89,7 @@ def test_auto_resolves_to_a_registered_strategy_with_a_reason():
     config.parallel.layout, config.parallel.tile = "striped", 32  # the strategy left 'auto'
     choice = resolve_run(config, (1, 4), "cpu", "cpu").attention
     assert choice.strategy in parallel.STRATEGIES
-    assert (choice.strategy, choice.ulysses_degree) in sc.options(4, config.model.num_heads)
+    assert (choice.strategy, choice.ulysses_degree) in strategies.options(4, config.model.num_heads)
     assert choice.why.startswith(f"auto strategy -> striped attention ({choice.strategy}")
     assert choice.kernel == "xla" and choice.tiles == (32, 32)
     config.parallel.strategy, config.parallel.ulysses_degree = "usp", 2
@@ -138,7 +138,7 @@ def test_the_pallas_tpu_grid_pays_t0_per_row_and_head_on_every_tile_of_a_visited
     assert parallel.KERNELS["xla"].grid == sc.TileGrid()
     for grid, want in ((tpu, 42.0 + 48.0), (sc.TileGrid(), 1.5 * (10 + 16))):
         net = dataclasses.replace(network(), tile_overhead_s=0.5, grid=grid)
-        assert sc.estimate(shape, net, "ring")["forward_s"] == pytest.approx(want)
+        assert strategies.estimate(shape, net, "ring")["forward_s"] == pytest.approx(want)
 
 
 def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():

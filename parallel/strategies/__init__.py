@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from parallel.strategies import allgather, ring, ulysses, usp
 from parallel.strategies.base import Strategy
+from parallel.strategy_cost import LayerShape, Network
 
 STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY
                                    for m in (ring, allgather, ulysses, usp)}
@@ -37,3 +38,23 @@ def get_strategy(name: str) -> Strategy:
     except (KeyError, TypeError):
         raise ValueError(f"unknown attention strategy {name!r}: choose one of "
                          f"{', '.join(STRATEGIES)}") from None
+
+
+def options(num_shards: int, q_heads: int) -> list[tuple[str, int]]:
+    """(strategy, Ulysses degree) pairs that run on this mesh and head count, from each
+    registered strategy's own `degrees`, by degree (registry order within one).
+
+    Example: options(4, 4) -> [('ring', 1), ('allgather', 1), ('usp', 2), ('ulysses', 4)]."""
+    found = [(name, u) for name, strategy in STRATEGIES.items()
+             for u in strategy.degrees(num_shards, q_heads)]
+    return sorted(found, key=lambda option: option[1])
+
+
+def estimate(x: LayerShape, net: Network, strategy: str, degree: int = 1,
+             documents=None, step_counts=None) -> dict:
+    """Seconds (forward, backward), bytes sent and buffer bytes of `strategy` for one layer
+    (its own cost, parallel/strategy_cost.py's terms); documents: segment ids [R, S] of sample
+    rows (None: one causal document per row); step_counts: cost.step_tile_counts of these,
+    when the caller has them already."""
+    row = get_strategy(strategy).cost(x, net, degree, documents, step_counts)
+    return {"strategy": strategy, "degree": degree, **row}
