@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from parallel.strategies import parse_label
-from planner import recommend, time
+from planner import recommend, step_time
 from planner.attention import choice_from_config
 from planner.devices import DEVICES, Calibration, Device
 from planner.flops import flops_per_token
@@ -149,7 +149,7 @@ def predict(point: Measurement, device: Device) -> float:
     switches = _switches(point, config, run, choice)
     m = recommend.run_model(config, choice, switches)
     model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
-    return time.step_time(m, run, choice.tiles, point.layout, device, 1.0,
+    return step_time.step_time(m, run, choice.tiles, point.layout, device, 1.0,
                           bool(config.data.mask_documents), model_flops, None,
                           choice.strategy, choice.ulysses_degree)["step_s"]
 

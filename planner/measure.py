@@ -105,7 +105,7 @@ def fit_tiles(rows: list[dict]) -> tuple[float, float]:
 def time_matmuls(d_model: int, mlp_dim: int, tokens: int, repeats: int = 5) -> dict:
     """Median seconds of a jitted forward + backward of two chained matmuls, [tokens, d_model] x
     [d_model, mlp_dim] x [mlp_dim, d_model] (an MLP without its gate): 6 FLOPs per token and
-    parameter, as the planner counts the dense layers (planner/time.py)."""
+    parameter, as the planner counts the dense layers (planner/step_time.py)."""
     import jax
     import jax.numpy as jnp
     keys = jax.random.split(jax.random.PRNGKey(0), 3)

@@ -8,7 +8,7 @@ import ast
 import dataclasses
 
 import parallel
-from planner import memory, recommend, time
+from planner import memory, recommend, step_time
 from planner.attention import configured_tiles
 from planner.devices import DEVICES, Device, on_host
 from planner.documents import describe_documents, sample_documents
@@ -50,7 +50,7 @@ def analytic_plan(config, device: Device, run: Run, resolved, efficiency: float 
     model_flops = (flops_per_token(m, run.seq_len, segment_ids=documents)
                    * run.tokens_per_step)  # as the loop's MFU counts them
     masked = bool(config.data.mask_documents)
-    times = {layout: time.step_time(m, run, layout_tiles(config, choice, layout, run.block,
+    times = {layout: step_time.step_time(m, run, layout_tiles(config, choice, layout, run.block,
                                                          device.platform),
                                     layout, device, efficiency, masked, model_flops, documents)
              for layout in _layouts_for(run)}

@@ -1,6 +1,6 @@
 """The attention a run should use where its config leaves it 'auto': every (strategy, degree)
 the registered strategies offer on this mesh and head count, times every tile the kernel may
-run (parallel.choice.tile_options), each priced as a whole step (planner/time.py: the critical
+run (parallel.choice.tile_options), each priced as a whole step (planner/step_time.py: the critical
 path in tiles, each tile's fixed cost and FLOPs, the hops) with its memory (the plan's total
 with the ring's K/V buffers swapped for the strategy's), and the fastest whose total fits.
 Small tiles balance the devices' work; each tile costs a fixed t0 besides its FLOPs, so large
@@ -19,7 +19,7 @@ import dataclasses
 import model
 import parallel
 from parallel import strategies
-from planner import memory, time
+from planner import memory, step_time
 from parallel.choice import AUTO, tile_options
 from parallel.layouts import fitting_layouts
 from parallel.strategies import BASELINE
@@ -35,7 +35,7 @@ def strategy_rows(m, run: Run, tiles, device: Device, efficiency: float, mask_do
     layout, each with its memory verdict (None where the device's memory is unknown)."""
     rows = []
     for strategy, degree in strategies.options(run.seq, m.num_heads):
-        t = time.step_time(m, run, tiles, run.layout, device, efficiency, mask_documents,
+        t = step_time.step_time(m, run, tiles, run.layout, device, efficiency, mask_documents,
                            model_flops, documents, strategy, degree)
         total = memory_total - ring_buffers + t["attention_layer"]["buffer_bytes"]
         rows.append(dict(t, memory=memory.fit(total, device) if device.memory_bytes else None))

@@ -6,8 +6,8 @@
   and, where the config file carries MEASURED step times (configs/llama3_8b_v5p.py: MaxText's),
   those beside the predictions with where they disagree.
 
-Formulas: each strategy's cost (parallel/strategies/) plus planner/time.py's dense and optimizer
-terms.
+Formulas: each strategy's cost (parallel/strategies/) plus planner/step_time.py's dense and
+optimizer terms.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def format_time(plan: dict, m, run: Run, device) -> list[str]:
         how = "ragged" if m.moe.ragged_exchange else "padded slots"
         lines.append(f"  experts over {m.moe.expert_devices} devices: the all-to-alls ({how}) send "
                      f"{dense['expert_exchange_bytes'] / 1e6:,.1f} MB a device per micro-step "
-                     f"({dense['expert_exchange_s']:.3f} s, in dense s; planner/time.py "
+                     f"({dense['expert_exchange_s']:.3f} s, in dense s; planner/step_time.py "
                      "expert_exchange_bytes)")
     return lines
 

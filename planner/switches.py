@@ -1,6 +1,6 @@
 """The memory switches a run leaves 'auto' (model.remat, remat_policy, scan_layers, loss_chunk,
 mlp_chunk; configs/default.py), resolved once before anything is built: every combination of
-the values they may take, each priced by the planner (time: planner/time.py; memory: the
+the values they may take, each priced by the planner (time: planner/step_time.py; memory: the
 analytic total of planner/memory.py), and the fastest whose memory fits. A value the config
 gives is never searched.
 
@@ -34,7 +34,7 @@ import itertools
 
 from model.config import AUTO, MemorySwitches, ModelConfig, MoEConfig
 from parallel.layouts.base import largest_divisor
-from planner import memory, time
+from planner import memory, step_time
 from planner.devices import Device
 from planner.flops import flops_per_token
 from planner.run import Run
@@ -87,7 +87,7 @@ def price(config, run: Run, choice, device: Device, switches: MemorySwitches,
     m = ModelConfig.from_config(config.model, choice, switches)
     total = (sum(memory.state_memory(m, run).values())
              + sum(memory.activation_memory(m, run, choice.tiles).values()))
-    step = time.step_time(m, run, choice.tiles, choice.layout, device, 1.0,
+    step = step_time.step_time(m, run, choice.tiles, choice.layout, device, 1.0,
                           bool(config.data.mask_documents), model_flops, documents,
                           choice.strategy, choice.ulysses_degree)["step_s"]
     budget = AUTO_SHARE * device.memory_bytes

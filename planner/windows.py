@@ -8,7 +8,7 @@ and for the model's mix, beside full causal attention, and the planner's choice
 
 Tiles come from the rule the kernels run (parallel.cost: tiles outside a window are skipped
 like those past the causal edge); tokens received from each strategy's own count (the ring's
-halo exchange under a window: parallel/strategies/halo.py); step times from planner/time.py,
+halo exchange under a window: parallel/strategies/halo.py); step times from planner/step_time.py,
 which prices every layer by its kind.
 """
 

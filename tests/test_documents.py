@@ -16,7 +16,7 @@ import parallel
 from configs import tiny
 from data.document_lengths import document_lengths, packed_segment_ids, parse_length_spec
 from parallel import cost
-from planner import flops, time
+from planner import flops, step_time
 from planner.attention import choice_from_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,7 +102,7 @@ def test_layout_counts_are_the_kernels_per_row(layout):
             x, x, x, mesh=mesh, layout=layout, order=order, tile_q=tile, tile_k=tile,
             segment_ids=np.take_along_axis(seg[r:r + 1], order, 1))
         assert np.array_equal(counts[r], np.asarray(tiles))
-    steps = time.ring_step_tiles(layout, n, seq_len // n, (tile, tile), documents=seg)
+    steps = step_time.ring_step_tiles(layout, n, seq_len // n, (tile, tile), documents=seg)
     assert steps == pytest.approx(counts.max(axis=1).mean(axis=0))
 
 

@@ -194,13 +194,13 @@ def test_expert_groups_must_fit_the_mesh():
 
 
 def test_planner_prices_the_all_to_alls_the_compiler_emits():
-    """The planner's bytes of the expert exchange (planner/time.py) against the all-to-alls in
+    """The planner's bytes of the expert exchange (planner/step_time.py) against the all-to-alls in
     the compiled train step (configs/tiny.py with 4 experts over its 4 devices): the pair
     slots' all-to-alls, forward and backward, of every sparse layer."""
     import re
 
     from configs import tiny
-    from planner import time as planner_time
+    from planner import step_time as planner_time
     from planner.resolve import resolve_run
     from planner.run import make_run
     from training import aot

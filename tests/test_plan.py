@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from configs import paper_a100_256k, tiny
 from parallel import strategy_cost
-from planner import DEVICES, memory, plan, resolve_run, time
+from planner import DEVICES, memory, plan, resolve_run, step_time
 from planner.run import Run, make_run, process_block
 from training import aot
 
@@ -170,7 +170,7 @@ CRITICAL_PATHS = {"ring": [10, 16, 16, 16], "striped": [10, 10, 10, 10], "zigzag
 @pytest.mark.parametrize("layout", sorted(CRITICAL_PATHS))
 def test_critical_path_matches_the_kernels_tile_counts(layout):
     n, t, tile = 4, 4, 4
-    steps = time.ring_step_tiles(layout, n, t * tile, (tile, tile))
+    steps = step_time.ring_step_tiles(layout, n, t * tile, (tile, tile))
     assert steps == CRITICAL_PATHS[layout]
     assert sum(steps) == {"ring": 58, "striped": 40, "zigzag": 34}[layout]
     mesh = parallel.make_mesh(1, n, devices=jax.devices()[:n])
@@ -193,7 +193,7 @@ def test_ring_steps_overlap_transfer_with_compute():
         link = kv_bytes / link_seconds_per_kv
         net = strategy_cost.Network(flops_per_s=tile_flops, link_bytes_per_s=link,
                                     collective_bytes_per_s=link, latency_s=0.0)
-        return time.attention_layer_seconds(m, run, "striped", (1, 1), net,
+        return step_time.attention_layer_seconds(m, run, "striped", (1, 1), net,
                                             with_segments=False)
 
     fast = seconds(2.0)  # compute-bound: 10 tiles = 10 s forward, 20 s backward per step

@@ -144,11 +144,11 @@ def test_the_pallas_tpu_grid_pays_t0_per_row_and_head_on_every_tile_of_a_visited
 def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():
     """parallel.tile='auto' (the default): free tiles -> the smallest option (the most
     balanced), costly ones -> the largest (the fewest), and in between the option with the
-    least predicted step, checked against planner.time for every option."""
+    least predicted step, checked against planner.step_time for every option."""
     import dataclasses
 
     from parallel.choice import tile_options
-    from planner import recommend, time as planner_time
+    from planner import recommend, step_time as planner_time
     from planner.devices import DEVICES
     from planner.run import make_run
     config = default.get_config()
