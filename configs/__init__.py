@@ -1,22 +1,44 @@
-"""Run configs (one get_config() per file; configs/default.py is the embedded default), and
-`setting`: a config's field, or the default config's value where a config lacks it."""
+"""Run configs: one get_config() per file, returning an ml_collections.ConfigDict. configs/default.py
+is the embedded default and the one home of every field's default (run_config.build fills a
+config's missing fields from it); the other files start from it.
 
-import functools
+    config = load_file("configs/tiny.py")      # ConfigError, one line, for a file that fails
+
+ConfigError is the one-line error of any bad config, flag or config-dependent input.
+"""
+
+import importlib.util
+import os
+
+import ml_collections
 
 
-@functools.cache
-def _defaults():
-    from configs import default
-    return default.get_config()
+class ConfigError(ValueError):
+    """A user error in the config or flags; train.py prints it as one line and exits 2."""
 
 
-def setting(config, name: str):
-    """`config`'s field `name` ('optim.max_skipped_steps'), or configs/default.py's where the
-    config lacks it (a user's own config, one saved before the field existed): the one home of
-    every default, which no reader restates."""
-    node, fallback = config, _defaults()
-    *sections, field = name.split(".")
-    for section in sections:
-        node = node.get(section) if hasattr(node, "get") else None
-        fallback = fallback[section]
-    return node[field] if hasattr(node, "get") and field in node else fallback[field]
+def load_file(path: str, argument: str = "") -> ml_collections.ConfigDict:
+    """The ConfigDict that the config file at `path` builds (get_config(argument) when given);
+    ConfigError, one line, for a file that is missing, does not run, has no get_config() or
+    returns something else."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} does not exist: give a file such as "
+                          f"configs/tiny.py")
+    try:
+        spec = importlib.util.spec_from_file_location("_ringstripe_config_file", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        get_config = getattr(module, "get_config", None)
+        config = None if get_config is None else get_config(argument) if argument else \
+            get_config()
+    except Exception as e:  # whatever the file raises is the answer
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
+        raise ConfigError(f"config file {path} does not load: {type(e).__name__}: "
+                          f"{getattr(e, 'msg', None) or e}{where}: fix the file") from None
+    if get_config is None:
+        raise ConfigError(f"config file {path} defines no get_config(): it must return the "
+                          f"run's ml_collections.ConfigDict")
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(f"config file {path}: get_config() returned an object of type "
+                          f"{type(config).__name__}, not an ml_collections.ConfigDict")
+    return config

@@ -45,11 +45,10 @@ _ENDLESS = 1 << 40          # steps in an open-ended run: more than any run take
 def make_prefetcher(config_data, cache: TokenCache, mesh, spec: BatchSpec, start_step: int = 0):
     """The training batches of steps start_step, start_step+1, ... with the configured loader.
 
-    Reads config_data.loader ('thread' | 'grain', default 'thread') and config_data.grain_workers
-    (default 0). Both loaders give the same batches; either has next() and close().
+    Reads config_data.loader ('thread' | 'grain') and config_data.grain_workers (a
+    run_config.DataConfig's). Both loaders give the same batches; either has next() and close().
     """
-    loader = getattr(config_data, "loader", "thread") or "thread"
-    workers = getattr(config_data, "grain_workers", 0)
+    loader, workers = config_data.loader, config_data.grain_workers
     if loader == "thread":
         return Prefetcher(functools.partial(batch_rows, cache.train, spec), mesh, spec,
                           start_step=start_step)

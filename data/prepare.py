@@ -18,7 +18,6 @@ import numpy as np
 
 import storage
 from storage.run_dir import RunDir
-from configs import setting
 from data.batches import BatchSpec, batch_rows
 from data.errors import DataError
 from data.passkey import PasskeyMix
@@ -92,14 +91,14 @@ def _prepare(config, cache_dir: str, num_seq_shards: int, choice, kw: dict):
             f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} pieces but "
             f"model.vocab_size is {config.model.vocab_size}: "
             + ("its ids would index past the embedding: use the model's own tokenizer"
-               if config.get("init_from") else
+               if config.init_from else
                f"set --config.model.vocab_size={tokenizer.vocab_size} or use a matching "
                f"tokenizer"))
     cache = build_token_cache(tokenizer, config.data.source, cache_dir,
                               eval_fraction=config.data.eval_fraction,
                               max_bytes=config.data.max_bytes,
                               options=source_options(config.data),
-                              min_eval_tokens=config.global_batch_size * config.seq_len + 1,
+                              min_eval_tokens=config.tokens_per_step + 1,
                               **kw)
     if len(cache.train) < config.seq_len + 1:
         raise DataError(
@@ -123,13 +122,13 @@ def laid_out_for(spec: BatchSpec, choice) -> BatchSpec:
 
 def _passkey_mix(config, tokenizer) -> PasskeyMix | None:
     """The training rows' passkey examples (data/passkey.py), None without them."""
-    if not setting(config, "data.passkey_fraction"):
+    if not config.data.passkey_fraction:
         return None
     mix = PasskeyMix.build(tokenizer, config.data.passkey_fraction,
-                           setting(config, "data.passkey_min_len"),
-                           setting(config, "data.passkey_weight"),
-                           setting(config, "data.passkey_repeats"))
-    need = max(mix.shortest + 1, setting(config, "data.passkey_min_len"))
+                           config.data.passkey_min_len,
+                           config.data.passkey_weight,
+                           config.data.passkey_repeats)
+    need = max(mix.shortest + 1, config.data.passkey_min_len)
     if config.seq_len + 1 < need:
         raise DataError(f"seq_len={config.seq_len} is shorter than one passkey example "
                         f"({need} tokens with this tokenizer): raise seq_len or set "

@@ -52,10 +52,9 @@ class SourceOptions:
 
 
 def source_options(config_data) -> SourceOptions:
-    """SourceOptions from config.data; absent fields take their defaults."""
-    return SourceOptions(
-        tfds_data_dir=str(getattr(config_data, "tfds_data_dir", "") or ""),
-        tfds_text_field=str(getattr(config_data, "tfds_text_field", "") or "text"))
+    """SourceOptions from config.data (a run_config.DataConfig)."""
+    return SourceOptions(tfds_data_dir=config_data.tfds_data_dir,
+                         tfds_text_field=config_data.tfds_text_field)
 
 
 def iter_documents(source: str, options: SourceOptions | None = None) -> Iterator[str]:

@@ -114,20 +114,19 @@ def get_tokenizer(config_data, cache_dir: str, *, process_index: int = 0,
                   barrier: Callable[[], None] = lambda: None) -> Tokenizer:
     """The run's tokenizer: `config_data.tokenizer_path` if set, else one trained and cached.
 
-    Reads config_data.tokenizer_path ('' or absent: train), .source, .vocab_size,
-    .tokenizer_model_type ('bpe' or 'unigram', default 'bpe') and .max_bytes (the corpus budget,
+    Reads config_data (a run_config.DataConfig): tokenizer_path ('': train), source,
+    vocab_size, tokenizer_model_type ('bpe' or 'unigram') and max_bytes (the corpus budget,
     0 = all; training reads at most TOKENIZER_TRAIN_BYTES of it). The cached model lives at
     cache_dir/tokenizer-<hash>.model, the hash covering the source's files, vocab size, type and
     byte budget. Process 0 trains it when missing; every process waits
     at `barrier()` and then loads it, so cache_dir must be a filesystem all processes see.
     """
-    path = getattr(config_data, "tokenizer_path", "") or ""
-    if path:
-        return load_tokenizer(path)
+    if config_data.tokenizer_path:
+        return load_tokenizer(config_data.tokenizer_path)
     source = _required(config_data, "source")
     vocab_size = int(_required(config_data, "vocab_size"))
-    model_type = getattr(config_data, "tokenizer_model_type", "bpe")
-    max_bytes = int(getattr(config_data, "max_bytes", 0))
+    model_type = config_data.tokenizer_model_type
+    max_bytes = int(config_data.max_bytes)
     options = source_options(config_data)
     key = json.dumps([describe_source(source, options), vocab_size, model_type, max_bytes])
     path = os.path.join(cache_dir, f"tokenizer-{_short_hash(key)}.model")
@@ -239,7 +238,7 @@ def _vocab_path(model_path: str) -> str:
 
 
 def _required(config_data, name: str):
-    value = getattr(config_data, name, None)
+    value = getattr(config_data, name)
     if value is None or value == "":
         raise DataError(f"config.data.{name} is not set: set it in the config file")
     return value

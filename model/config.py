@@ -114,14 +114,17 @@ class MoEConfig:
 
     @classmethod
     def from_config(cls, section) -> "MoEConfig":
-        """From `model.moe` (a ConfigDict, dict or None; unknown fields are an error)."""
+        """From `model.moe` (a MoEConfig, a mapping or None; unknown fields are an error)."""
+        if isinstance(section, cls):
+            return section
         values = dict(section or {})
         allowed = [f.name for f in dataclasses.fields(cls) if f.name not in cls.DERIVED]
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise ValueError(f"model.moe.{unknown[0]} is not a mixture-of-experts setting: use "
                              f"{', '.join(allowed)} (experts over devices: mesh.expert)")
-        values["mlp_only_layers"] = tuple(values.get("mlp_only_layers", ()))
+        if "mlp_only_layers" in values:  # a list, from JSON
+            values["mlp_only_layers"] = tuple(values["mlp_only_layers"])
         return cls(**values)
 
     def __post_init__(self):
@@ -215,12 +218,15 @@ class ModelConfig:
     @classmethod
     def from_config(cls, model_cfg, attention=None, switches=None, expert_devices: int = 1,
                     ragged_exchange: bool = False) -> "ModelConfig":
-        """Builds from a run config's `model` section (unknown fields are ignored), the run's
-        resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles), its
+        """Builds from a run config's `model` section (a ModelConfig whose switches may be
+        'auto', or a mapping: a record, config.json's fields; unknown fields are ignored), the
+        run's resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles), its
         resolved memory switches (a MemorySwitches, which replaces the section's: they may be
         'auto' there), its mesh.expert and whether its platform has ragged all-to-alls.
         ValueError, one line, for a switch left 'auto' without them."""
         names = {f.name for f in dataclasses.fields(cls)} - {"attention"}
+        if isinstance(model_cfg, ModelConfig):
+            model_cfg = {name: getattr(model_cfg, name) for name in names}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
         if switches is not None:
             values.update(switches.record())
@@ -235,9 +241,9 @@ class ModelConfig:
         return cls(**values, attention=attention)
 
     def __post_init__(self):
-        # ml_collections and JSON give lists: a tuple keeps the config hashable (static in jit).
+        # JSON gives lists: a tuple keeps the config hashable (static in jit).
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        if self.scan_layers and self.moe.mixed(self.num_layers):
+        if self.scan_layers is True and self.moe.mixed(self.num_layers):  # not 'auto'
             raise ValueError("model.scan_layers stacks identical blocks, but model.moe makes "
                              f"layers {list(self.sparse_layers)} sparse and the others dense: "
                              "set model.scan_layers=False")

@@ -51,7 +51,10 @@ class RopeScaling:
 
     @classmethod
     def from_config(cls, section) -> "RopeScaling":
-        """From a config's model.rope_scaling (a mapping; None or absent: no scaling)."""
+        """From a config's model.rope_scaling (a RopeScaling, a mapping; None or absent: no
+        scaling)."""
+        if isinstance(section, cls):
+            return section
         if not section:
             return cls()
         names = {f.name for f in dataclasses.fields(cls)}

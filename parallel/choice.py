@@ -22,7 +22,7 @@ import math
 from parallel.kernels import resolve_kernel
 from parallel.layouts import get_layout, permutation
 from parallel.layouts.base import largest_divisor
-from parallel.strategies import get_strategy
+from parallel.strategies import configured, get_strategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +151,7 @@ def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int,
     lay, strat = get_layout(layout), get_strategy(strategy)
     kern = resolve_kernel(kernel, platform)
     lay.check_divisible(seq_len, num_shards)
-    degree = strat.configured(num_shards, q_heads, ulysses_degree=ulysses_degree or None).degree
+    degree = configured(strat, num_shards, q_heads, ulysses_degree=ulysses_degree or None).degree
     tq, tk = resolve_tiles(lay, kern, seq_len // num_shards, tile_q or None, tile_k or None)
     kern.check_tiles(tq, tk, kern.interpreted_on(platform))
     return AttentionChoice(layout=lay.name, strategy=strat.name, ulysses_degree=degree,

@@ -20,7 +20,7 @@ from parallel.kernels import Kernel, resolve_kernel
 from parallel.layouts import Layout, get_layout
 from parallel.mask import Mask, check_window
 from parallel.mesh import DATA, SEQ
-from parallel.strategies import Strategy, get_strategy
+from parallel.strategies import Strategy, configured, get_strategy
 
 
 
@@ -75,7 +75,7 @@ def make_spec(q, k, v, segment_ids, order, *, mesh, layout, strategy, kernel, ca
             f"batch {batch} is not divisible by the {mesh.shape[DATA]} 'data' shards: "
             f"use a batch that is a multiple of {mesh.shape[DATA]}")
     lay.check_divisible(seq_len, mesh.shape[SEQ])
-    strat = strat.configured(mesh.shape[SEQ], q.shape[2], ulysses_degree=ulysses_degree)
+    strat = configured(strat, mesh.shape[SEQ], q.shape[2], ulysses_degree=ulysses_degree)
     tile_q, tile_k = resolve_tiles(lay, kern, seq_len // mesh.shape[SEQ], tile_q, tile_k)
     if lay.data_dependent:
         _check_units(order, tile_q, tile_k)

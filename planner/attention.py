@@ -7,14 +7,7 @@ what it predicts fastest, and planner.resolve_run calls it once for a run).
 from __future__ import annotations
 
 import parallel
-from parallel.choice import parse_tile
 from planner.run import configured_layout
-
-
-def configured_tiles(config) -> tuple[int, int] | None:
-    """config.parallel.tile as (tile_q, tile_k); None where it is 'auto'. ValueError, one line,
-    for a value that is not a tile."""
-    return parse_tile(config.parallel.get("tile", parallel.choice.AUTO))
 
 
 def choice_from_config(config, num_shards: int, platform: str, strategy: str | None = None,
@@ -29,7 +22,7 @@ def choice_from_config(config, num_shards: int, platform: str, strategy: str | N
     if strategy is None and p.strategy == parallel.choice.AUTO:
         strategy, ulysses_degree = parallel.strategies.BASELINE, None
     degree = p.ulysses_degree if strategy is None else ulysses_degree
-    tile_q, tile_k = tiles or configured_tiles(config) or (0, 0)
+    tile_q, tile_k = tiles or config.parallel.tiles or (0, 0)
     return parallel.choose(layout=layout or configured_layout(config),
                            strategy=strategy or p.strategy, kernel=p.kernel,
                            tile_q=tile_q, tile_k=tile_k, seq_len=config.seq_len,

@@ -30,6 +30,8 @@ import math
 
 import numpy as np
 
+import run_config
+from configs import load_file
 from parallel.strategies import parse_label
 from planner import recommend, step_time
 from planner.attention import choice_from_config
@@ -122,22 +124,20 @@ def bench_measurements(path: str) -> list[Measurement]:
     return points
 
 
-def point_config(point: Measurement):
+def point_config(point: Measurement) -> run_config.RunConfig:
     """The run config of one measured point: the file's config (configs.<module>, or a file's
-    path), its MEASURED_SETUP, the point's setup, layout, length and tile."""
+    path: configs.ConfigError for one that does not load), its MEASURED_SETUP, the point's
+    setup, layout, length and tile."""
     if point.config.endswith(".py"):
-        from training.cli import config_file
-        config, setup = config_file(point.config), {}
+        config, setup = load_file(point.config), {}
     else:
         mod = importlib.import_module(f"configs.{point.config}")
         config, setup = mod.get_config(), getattr(mod, "MEASURED_SETUP", {})
-    for key, value in (*setup.items(), *point.setup):
-        section, _, name = key.rpartition(".")
-        (config[section] if section else config)[name] = value
-    config.parallel.layout, config.seq_len = point.layout, point.seq_len
+    updates = {**setup, **dict(point.setup), "parallel.layout": point.layout,
+               "seq_len": point.seq_len}
     if point.tile is not None:
-        config.parallel.tile = point.tile
-    return config
+        updates["parallel.tile"] = point.tile
+    return run_config.replace(run_config.build(config), updates)
 
 
 def predict(point: Measurement, device: Device) -> float:

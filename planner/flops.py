@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from model.config import MoEConfig
+
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {
     "tpu v4": 275e12,
@@ -71,19 +73,15 @@ def mlp_params(m, i: int, active: bool = True) -> int:
 
 
 def experts_of(m):
-    """The MoEConfig of a ModelConfig or of a config's `model` section (the default, no
-    experts, for one without)."""
-    from model.config import MoEConfig
-    moe = getattr(m, "moe", None)
-    return moe if isinstance(moe, MoEConfig) else MoEConfig.from_config(moe)
+    """The MoEConfig of a ModelConfig (or of a model section whose moe is a mapping)."""
+    return MoEConfig.from_config(m.moe)
 
 
 def layer_windows(m) -> dict:
     """{window or None: number of layers} of a model config (sliding layers' window; None for
     full attention)."""
-    types = tuple(getattr(m, "layer_types", ()) or ())
-    sliding = sum(t == "sliding_attention" for t in types)
-    window = getattr(m, "sliding_window", 0) or None
+    sliding = sum(t == "sliding_attention" for t in m.layer_types)
+    window = m.sliding_window or None
     out = {None: m.num_layers - sliding} if m.num_layers - sliding else {}
     if sliding:
         out[window] = sliding

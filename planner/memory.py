@@ -27,10 +27,10 @@ def param_counts(m) -> dict:
     matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
     vectors = (2 * m.num_layers + 1) * m.d_model + _expert_biases(m) + m.num_layers * (
-        2 * m.head_dim * getattr(m, "qk_norm", False)  # q and k norms
-        + 2 * m.d_model * getattr(m, "sandwich_norms", False)  # Gemma's norms after
-        + m.num_heads * getattr(m, "attention_sinks", False)
-        + getattr(m, "attention_bias", False) * (
+        2 * m.head_dim * m.qk_norm  # q and k norms
+        + 2 * m.d_model * m.sandwich_norms  # Gemma's norms after
+        + m.num_heads * m.attention_sinks
+        + m.attention_bias * (
             (m.num_heads + 2 * m.num_kv_heads) * m.head_dim + m.d_model))
     attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
     layer = attention + max(mlp_params(m, i, active=False) for i in range(m.num_layers))

@@ -9,7 +9,6 @@ import dataclasses
 
 import parallel
 from planner import memory, recommend, step_time
-from planner.attention import configured_tiles
 from planner.devices import DEVICES, Device, on_host
 from planner.documents import describe_documents, sample_documents
 from planner.flops import flops_per_token, peak_flops
@@ -28,7 +27,7 @@ def layout_tiles(config, choice, layout: str, block: int, platform: str):
     defaults."""
     if layout == choice.layout:
         return choice.tiles
-    given = configured_tiles(config)
+    given = config.parallel.tiles
     if given is None:
         chunk = parallel.get_layout(layout).contiguous_run(block)
         if chunk % choice.tile_q == 0 and chunk % choice.tile_k == 0:

@@ -23,7 +23,7 @@ from planner import memory, step_time
 from parallel.choice import AUTO, tile_options
 from parallel.layouts import fitting_layouts
 from parallel.strategies import BASELINE
-from planner.attention import choice_from_config, configured_tiles
+from planner.attention import choice_from_config
 from planner.devices import Device
 from planner.flops import flops_per_token
 from planner.run import Run, make_run
@@ -94,7 +94,7 @@ def left_open(config) -> tuple[str, ...]:
     p = config.parallel
     return tuple(what for what, auto in (("layout", p.layout == AUTO),
                                          ("strategy", p.strategy == AUTO),
-                                         ("tile", configured_tiles(config) is None)) if auto)
+                                         ("tile", config.parallel.tiles is None)) if auto)
 
 
 def attention_rows(config, run: Run, platform: str, device: Device, switches=None,
@@ -104,7 +104,7 @@ def attention_rows(config, run: Run, platform: str, device: Device, switches=Non
     p, seq = config.parallel, run.seq
     fixed = None if p.strategy == AUTO else choice_from_config(config, seq, platform,
                                                                 tiles=(0, 0))
-    given = configured_tiles(config)
+    given = config.parallel.tiles
     layouts = (fitting_layouts(run.seq_len, seq) if p.layout == AUTO else [p.layout])
     rows = []
     for layout in layouts:

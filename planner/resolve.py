@@ -19,7 +19,7 @@ import dataclasses
 
 import model
 import parallel
-from configs import setting
+import run_config
 from model.moe import RAGGED_PLATFORMS
 from planner import recommend
 from planner.attention import choice_from_config
@@ -98,6 +98,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     """The run `config` makes on a (data, seq) mesh of `device_kind` devices (jax's name; or
     `device`, one of the planner's, for a plan). ValueError, one line, for an attention that
     cannot run."""
+    config = run_config.typed(config)  # a config file's ConfigDict, or its RunConfig
     devices = mesh_shape[0] * mesh_shape[1]
     device = device or run_device(device_kind, devices)
     run = make_run(config, devices, tuple(mesh_shape))
@@ -111,7 +112,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     return ResolvedRun(
         mesh_shape=tuple(mesh_shape), attention=attention, switches=switches,
         model=model.ModelConfig.from_config(
-            config.model, attention, switches, expert_devices=setting(config, "mesh.expert"),
+            config.model, attention, switches, expert_devices=config.mesh.expert,
             ragged_exchange=platform in RAGGED_PLATFORMS),
         device=device.title, step_s=best["step_s"], bytes_per_device=best["total_bytes"],
         device_bytes=device.memory_bytes,

@@ -5,7 +5,9 @@ without the chunked ones."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
+import model
 from planner.devices import Device
 from planner.memory import activation_memory, fit, param_counts, state_memory
 from planner.run import Run
@@ -42,11 +44,16 @@ SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/<name>.py, each with set
 def _shapes(name: str, config, resolved):
     """A ModelConfig with the shapes and precision of configs/<name>.py and this run's memory
     options (tiles, chunks, remat policy, scan)."""
-    import importlib
-    import model
-    section = config.model.copy_and_resolve_references()
+    section = _Section({f.name: getattr(config.model, f.name)
+                        for f in dataclasses.fields(config.model)})
     importlib.import_module(f"configs.{name}").set_model(section)
     return model.ModelConfig.from_config(section, resolved.attention, resolved.switches)
+
+
+class _Section(dict):
+    """A model section that a config's set_model(model) writes as it writes a ConfigDict's."""
+
+    __getattr__, __setattr__ = dict.__getitem__, dict.__setitem__
 
 
 def size_rows(config, device: Device, run: Run, resolved) -> list[dict]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from model.config import AUTO, MemorySwitches, ModelConfig, MoEConfig
+from model.config import AUTO, MemorySwitches, ModelConfig
 from parallel.layouts.base import largest_divisor
 from planner import memory, step_time
 from planner.devices import Device
@@ -44,9 +44,9 @@ CHUNKS = {"loss_chunk": 4096, "mlp_chunk": 8192}  # the largest chunk of each tr
 
 
 def given(model_cfg) -> dict:
-    """The switches the config sets (not 'auto')."""
-    return {k: model_cfg[k] for k in MemorySwitches.fields()
-            if k in model_cfg and model_cfg[k] != AUTO}
+    """The switches the config's model section (a ModelConfig, switches maybe 'auto') sets."""
+    return {k: getattr(model_cfg, k) for k in MemorySwitches.fields()
+            if getattr(model_cfg, k) != AUTO}
 
 
 def all_given(model_cfg) -> MemorySwitches | None:
@@ -58,7 +58,7 @@ def all_given(model_cfg) -> MemorySwitches | None:
 def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
     """Every combination of the values the 'auto' switches may take (the given ones fixed)."""
     fixed = given(model_cfg)
-    mixed = MoEConfig.from_config(model_cfg.get("moe")).mixed(model_cfg["num_layers"])
+    mixed = model_cfg.moe.mixed(model_cfg.num_layers)
     options = {
         "remat": [False, True],
         "remat_policy": ["nothing", "attention", "dots"] + ([] if platform == "cpu"

@@ -15,9 +15,10 @@ which prices every layer by its kind.
 from __future__ import annotations
 
 import parallel
+import run_config
 from parallel import cost, strategies, strategy_cost
 from parallel.mask import Mask
-from parallel.strategies import BASELINE, get_strategy
+from parallel.strategies import BASELINE
 from planner import recommend
 from planner.flops import layer_windows
 from planner.resolve import resolve_run
@@ -31,11 +32,10 @@ def kind_table(config, device, devices: int) -> list[dict]:
     rows = []
     windows = layer_windows(config.model)
     for layout in parallel.LAYOUTS:
-        with config.unlocked():
-            config.parallel.layout = layout
+        config = run_config.replace(config, {"parallel.layout": layout})
         run = make_run(config, devices)
-        ring = config.copy_and_resolve_references()
-        ring.parallel.strategy = BASELINE  # the tiles 'auto' would take with this layout
+        # the tiles 'auto' would take with this layout
+        ring = run_config.replace(config, {"parallel.strategy": BASELINE})
         resolved = resolve_run(ring, (run.data, run.seq), device.platform, "", device=device)
         choice, switches = resolved.attention, resolved.switches
         table = recommend.strategy_table(config, run, choice, device, switches=switches)
@@ -66,8 +66,8 @@ def _layer(config, run, tiles, layout, priced, window) -> dict:
     unit = strategy_cost.Network(flops_per_s=1.0, link_bytes_per_s=1.0,
                                  collective_bytes_per_s=1.0, latency_s=0.0)
     est = strategies.estimate(shape, unit, priced["strategy"], priced["degree"])
-    strategy = get_strategy(priced["strategy"]).configured(run.seq, m.num_heads,
-                                                           ulysses_degree=priced["degree"])
+    strategy = strategies.configured(priced["strategy"], run.seq, m.num_heads,
+                                     ulysses_degree=priced["degree"])
     received = strategy.kv_tokens_received(parallel.get_layout(layout), run.seq, run.block,
                                            Mask(True, window), tiles[1], m.num_kv_heads)
     return {"critical_path_tiles": est["compute_s"] / strategy_cost.tile_seconds(shape, unit),

@@ -53,12 +53,14 @@ def main(argv=None):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + " --xla_cpu_multi_thread_eigen=false").strip()
     use_fake_devices(1)
+    import run_config
     from data import sample_segment_ids
     from storage.run_dir import RunDir
     from training.step_split import layout_bound, measure_split
 
-    config.seq_len, config.global_batch_size = args.seq_len, 1
-    config.data.cache_dir = RunDir(args.workdir).cache
+    config = run_config.replace(run_config.build(config), {
+        "seq_len": args.seq_len, "global_batch_size": 1,
+        "data.cache_dir": RunDir(args.workdir).cache})
     tokens = args.seq_len // args.processes
     split = measure_split(config, tokens, args.tile, args.repeats)
     print(f"train step of {os.path.relpath(args.config, ROOT)} on one device pinned to core {args.core}, {tokens:,} "

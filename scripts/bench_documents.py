@@ -54,11 +54,11 @@ def parse_args(argv=None):
 def stdlib_rows(seq_len: int, rows: int, workdir: str = STDLIB_WORKDIR):
     """Segment ids [rows, seq_len] of the default config's first training rows of the embedded
     corpus (natural order); the tokenizer and token cache are built in `workdir` once."""
+    import run_config
     from configs import default
     from data import sample_segment_ids
 
-    config = default.get_config()
-    config.seq_len = seq_len
+    config = run_config.replace(run_config.build(default.get_config()), {"seq_len": seq_len})
     return sample_segment_ids(config, workdir, rows)
 
 

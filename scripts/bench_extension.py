@@ -87,26 +87,22 @@ def picture(result: dict, path: str) -> None:
 def extend(method, rope, first, base, later, steps, args, say) -> str:
     """The arm of `method`: the recipe's later stages from the first's last checkpoint with its
     RoPE (or the recipe's own, when they are those); returns the last stage's workdir."""
+    import run_config
     from training import stages, train_and_evaluate
     from training.saved_run import saved_steps
-    configs = []
-    for (_, stage_config), n in zip(later, steps):
-        cfg = stage_config.copy_and_resolve_references()
-        cfg.model.rope_theta = rope["rope_theta"]
-        cfg.model.rope_scaling = type(cfg.model.rope_scaling)(
-            {**cfg.model.rope_scaling.to_dict(), **rope["rope_scaling"]})
-        cfg.num_train_steps = n
-        configs.append(cfg)
+    configs = [run_config.replace(stage_config, {
+        "model.rope_theta": rope["rope_theta"], "model.rope_scaling": rope["rope_scaling"],
+        "num_train_steps": n}) for (_, stage_config), n in zip(later, steps)]
     if method in args.reuse and all(
             stages.last_step(stage) == stage_config.num_train_steps == cfg.num_train_steps
-            and cfg.model.to_dict() == stage_config.model.to_dict()
+            and cfg.model == stage_config.model
             for (stage, stage_config), cfg in zip(later, configs)):
         say(f"{method}: the recipe's own stages (the same RoPE and steps)")
         return later[-1][0].workdir
     previous = f"run:{first.workdir}@{base}"
     for (stage, _), cfg in zip(later, configs):
         workdir = os.path.join(args.out, method, f"stage{stage.index}")
-        cfg.init_from = previous
+        cfg = run_config.replace(cfg, {"init_from": previous})
         if (saved_steps(workdir) or [None])[-1] == cfg.num_train_steps:
             say(f"{method}: {workdir} has its {cfg.num_train_steps} steps (an earlier study)")
         else:
@@ -137,7 +133,8 @@ def probe(workdir, lengths, args, config, say, dynamic=False) -> dict:
 def main(argv=None):
     args = parse_args(argv)
     from training.cli import config_file, start_reader
-    config = config_file(args.config)
+    import run_config
+    config = run_config.build(config_file(args.config))
     import jax
     start_reader()
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)

@@ -58,15 +58,13 @@ def one(overrides: dict, devices: int) -> None:
     """Child process: compile the train step of configs/default.py with the overrides."""
     from training.cli import use_fake_devices
     use_fake_devices(devices)
+    import run_config
     from configs import default
     from planner import resolve_run
     from planner.run import make_run
     from training.aot import compiled_memory
-    config = default.get_config()
-    config.cpu_devices = devices
-    for key, value in overrides.items():
-        section, _, name = key.rpartition(".")
-        (config[section] if section else config)[name] = value
+    config = run_config.replace(run_config.build(default.get_config()),
+                                {"cpu_devices": devices, **overrides})
     run = make_run(config, devices)
     resolved = resolve_run(config, (run.data, run.seq), "cpu", "cpu")
     figures = compiled_memory(config, run, resolved)

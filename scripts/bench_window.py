@@ -27,7 +27,8 @@ def main(argv):
     from planner import windows
     from planner.devices import DEVICES
     from planner.plan import module_constant
-    config = FLAGS.config
+    import run_config
+    config = run_config.build(FLAGS.config)
     filename = config_flags.get_config_filename(FLAGS["config"])
     name = FLAGS.device or module_constant(filename, "DEVICE") or "cpu"
     if name not in DEVICES:

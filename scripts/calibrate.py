@@ -54,6 +54,7 @@ def measure(args) -> None:
                                " --xla_cpu_multi_thread_eigen=false").strip()
     import jax
     import parallel
+    import run_config
     from configs import default
     from planner import measure as measured
     from planner.devices import DEVICES, calibration_file, device_for_kind
@@ -61,7 +62,7 @@ def measure(args) -> None:
     jax.config.update("jax_num_cpu_devices", 1)
     device = device_for_kind(jax.devices()[0].device_kind)
     key = next(k for k, d in DEVICES.items() if d.title == device.title)
-    m = default.get_config().model
+    m = run_config.build(default.get_config()).model
     shape = measured.Shape(m.num_heads, m.num_kv_heads, m.head_dim)
     result = measured.measure_calibration(shape, m.d_model, m.mlp_dim,
                                           peak_flops(device.flops_key))

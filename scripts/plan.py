@@ -97,8 +97,12 @@ def main(argv):
     del argv
     from planner import DEVICES
     from planner.run import device_count
+    import run_config
     from training.cli import fail, use_fake_devices
-    config = FLAGS.config
+    try:
+        config = run_config.build(FLAGS.config)
+    except run_config.ConfigError as e:
+        fail(str(e))
     filename = config_flags.get_config_filename(FLAGS["config"])
     device_name = FLAGS.device or _config_device(filename)
     if device_name not in DEVICES:
@@ -139,7 +143,8 @@ def main(argv):
         print("\n" + report.format_tpu_compiled(plan))
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:
-            json.dump(dict(plan, config=config.to_dict()), f, indent=1, default=float)
+            json.dump(dict(plan, config=run_config.to_dict(config)), f, indent=1,
+                      default=float)
     compiled = plan["compiled"]
     if tpu_slice is not None and not compiled["fits"]:  # the launcher's compile check stops here
         print(f"error: the train step needs {compiled['total'] / 1e9:.2f} GB per chip, a "

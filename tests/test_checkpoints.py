@@ -127,8 +127,9 @@ def test_parameters_alone_restore_as_in_the_whole_state(uninterrupted):
     from checkpoints import Checkpointer
     from configs import tiny
     from planner import resolve_run
+    from run_config import build
     from training.state import create_train_state
-    config = tiny.get_config()
+    config = build(tiny.get_config())
     mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
     resolved = resolve_run(config, (2, 2), "cpu", "cpu")
     state, *_ = create_train_state(config, mesh, resolved, abstract=True)

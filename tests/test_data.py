@@ -6,11 +6,11 @@ import json
 import os
 import shutil
 
-import ml_collections
 import numpy as np
 import pytest
 
 import data
+import run_config
 from tests.test_data_batches import spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,9 +135,9 @@ def test_tokenizer_vocab_too_small(corpus, tmp_path):
 
 
 def test_get_tokenizer_trains_once(corpus, tokenizer, tmp_path):
-    config = ml_collections.ConfigDict({"source": corpus, "vocab_size": VOCAB,
+    config = run_config.build({"data": {"source": corpus, "vocab_size": VOCAB,
                                         "tokenizer_path": "", "tokenizer_model_type": "bpe",
-                                        "max_bytes": 0})
+                                        "max_bytes": 0}}).data
     calls = []
     cache_dir = str(tmp_path / "cache")
     with pytest.raises(data.DataError, match="cannot read"):      # process 1 never trains
@@ -148,7 +148,7 @@ def test_get_tokenizer_trains_once(corpus, tokenizer, tmp_path):
     mtime = os.stat(first.path).st_mtime_ns
     second = data.get_tokenizer(config, cache_dir, process_index=1)
     assert second.path == first.path and os.stat(first.path).st_mtime_ns == mtime
-    config.tokenizer_path = tokenizer.path
+    config = run_config.replace(config, {"tokenizer_path": tokenizer.path})
     assert data.get_tokenizer(config, cache_dir).path == tokenizer.path
 
 

@@ -13,6 +13,7 @@ import pytest
 import data
 import model
 import parallel
+import run_config
 from configs import tiny
 from data.document_lengths import document_lengths, packed_segment_ids, parse_length_spec
 from parallel import cost
@@ -73,6 +74,7 @@ def test_sample_is_the_runs_first_rows_in_natural_order(tmp_path):
     workdir = str(tmp_path / "work")
     rows = 40  # enough that some fall on the short notes, whatever the files' lengths
     config.global_batch_size = rows
+    config = run_config.build(config)
     sample = data.sample_segment_ids(config, workdir, rows)
     choice = choice_from_config(config, 2, "cpu")
     tokenizer, cache, spec = data.prepare_data(config, workdir, 2, choice)

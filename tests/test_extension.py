@@ -1,9 +1,12 @@
 """training/extension.py: each context-extension method as RoPE fields the model accepts, and
 what each does to the frequencies (model/rope.py) against the formulas written out here."""
 
+import types
+
 import numpy as np
 import pytest
 
+import run_config
 from model.rope import RopeScaling, frequencies
 from training import extension
 
@@ -41,7 +44,8 @@ def test_dynamic_scaling_turns_a_longer_prompt_no_farther_than_training(scaling)
     """Stretched to 4x the trained length, the slowest pair turns over the prompt exactly as far
     as it turned over the trained length; the fastest pair is kept (linear slows every pair);
     nothing changes up to the trained length."""
-    model = {"rope_theta": 10_000.0, "head_dim": 32, "rope_scaling": scaling}
+    model = types.SimpleNamespace(rope_theta=10_000.0, head_dim=32,
+                                  rope_scaling=RopeScaling.from_config(scaling))
     assert extension.stretched(model, trained=512, length=512) == {}
     over = extension.stretched(model, trained=512, length=2048)
     before, factor_before = frequencies(32, 10_000.0, RopeScaling.from_config(scaling))
@@ -67,6 +71,7 @@ def test_a_stretched_run_is_the_same_model_with_the_stretched_rope():
     config.model.update(dict(d_model=32, num_heads=2, num_kv_heads=2, head_dim=16, mlp_dim=64,
                              num_layers=1, vocab_size=64))
     config.parallel.tile = 0
+    config = run_config.build(config)
     assert stretched_model(config, "the run's graph", 128) == (config, "the run's graph")
     stretched, graphdef = stretched_model(config, None, 512)
     assert config.model.rope_theta == 10_000.0  # the loaded run's config is left as it was

@@ -200,10 +200,11 @@ def test_a_changed_run_is_refused_before_anything_is_written(own_cache_run, over
 
 
 def test_what_defines_a_run_is_compared_and_a_named_change_accepted():
+    import run_config
     from configs import tiny
     from training import resume
-    config = tiny.get_config()
-    meta = {"config": config.to_dict(), "run": {"tokenizer": "aaaa", "data": "bbbb"}}
+    config = run_config.build(tiny.get_config())
+    meta = {"config": run_config.to_dict(config), "run": {"tokenizer": "aaaa", "data": "bbbb"}}
     identity = dict(resume.run_identity(config), tokenizer="aaaa", data="bbbb")
     resume.check_same_run(config, "d", 6, meta, identity)  # the same run
     for field, value in (("seed", 1), ("global_batch_size", 8), ("eval_fraction", 0.5),
@@ -211,9 +212,8 @@ def test_what_defines_a_run_is_compared_and_a_named_change_accepted():
         changed = dict(identity, **{field: value})
         with pytest.raises(CheckpointError, match=f"resume_accepts={field} "):
             resume.check_same_run(config, "d", 6, meta, changed)
-        config.resume_accepts = f"seq_len,{field}"
-        resume.check_same_run(config, "d", 6, meta, changed)
-        config.resume_accepts = ""
+        accepting = run_config.replace(config, {"resume_accepts": f"seq_len,{field}"})
+        resume.check_same_run(accepting, "d", 6, meta, changed)
 
 
 def test_consecutive_skipped_steps_stop_a_diverged_run(tmp_path):
@@ -259,6 +259,7 @@ def test_wandb_is_rewound_to_the_checkpoint_online_and_continued_offline(tmp_pat
     """wandb drops points below its last step: online, a resume rewinds the run (resume_from)."""
     import types
 
+    import run_config
     from configs import tiny
     from model import MemorySwitches
     from parallel import AttentionChoice
@@ -266,7 +267,7 @@ def test_wandb_is_rewound_to_the_checkpoint_online_and_continued_offline(tmp_pat
     calls = []
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(
         init=lambda **kw: calls.append(kw) or types.SimpleNamespace(finish=lambda: None)))
-    config = tiny.get_config()
+    config = run_config.build(tiny.get_config())
     resolved = types.SimpleNamespace(attention=AttentionChoice("striped", "ring", 1, "xla", 64, 64),
                                      switches=MemorySwitches())
     for mode, resumed in (("online", 12), ("online", 0), ("offline", 12)):

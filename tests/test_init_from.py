@@ -198,7 +198,8 @@ def test_the_command_line_amends_the_checkpoints_rope(model_dir, tmp_path):
     given = run_config(model_dir)
     given.model.rope_scaling.factor, given.model.rope_theta = 8.0, 50_000.0
     read = given.to_dict()
-    config, _ = init_from.resolve(given, str(tmp_path),
+    from run_config import build
+    config, _ = init_from.resolve(build(given), str(tmp_path),
                                   explicit={"model.rope_scaling.factor", "model.rope_theta"})
     assert given.to_dict() == read and config is not given  # the config as read: unchanged
     assert config.model.rope_scaling.rope_type == "linear"

@@ -12,6 +12,7 @@ import pytest
 
 import model
 import parallel
+import run_config
 from model import moe as moe_lib
 from model.config import MoEConfig
 from planner import memory
@@ -209,6 +210,7 @@ def test_planner_prices_the_all_to_alls_the_compiler_emits():
     for name, value in model.MemorySwitches().record().items():
         config.model[name] = value
     config.model.moe.num_experts, config.mesh.expert = 4, 4
+    config = run_config.build(config)
     resolved = resolve_run(config, (config.mesh.data, config.mesh.seq), "cpu", "cpu")
     run = make_run(config, 4)
     _, compiled = aot.compile_train_step(config, run, resolved)

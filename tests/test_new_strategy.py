@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import parallel
+import run_config
 from configs import default
 from parallel import strategies
 from parallel.strategies import STRATEGIES, ring
@@ -47,6 +48,7 @@ def test_the_planner_prices_it_and_auto_picks_it(registered):
     config = default.get_config()
     config.parallel.strategy = registered
     validate_config(config, 4, 1)
+    config = run_config.build(config)
     run = make_run(config, 4)
     resolved = resolve_run(config, (1, 4), "cpu", "cpu")
     choice = resolved.attention
@@ -55,7 +57,7 @@ def test_the_planner_prices_it_and_auto_picks_it(registered):
                                                      switches=resolved.switches)["rows"]}
     ring_layer, toy_layer = (rows[s]["attention_layer"] for s in ("ring", registered))
     assert toy_layer["seconds"] == pytest.approx(ring_layer["seconds"] / 2)
-    config.parallel.strategy = "auto"
+    config = run_config.replace(config, {"parallel.strategy": "auto"})
     assert resolve_run(config, (1, 4), "cpu", "cpu").attention.strategy == registered
 
 

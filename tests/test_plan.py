@@ -18,6 +18,7 @@ import pytest
 
 import model
 import parallel
+import run_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,6 +35,7 @@ def tiny_model(**overrides):
     config = tiny.get_config()
     for name, value in {**model.MemorySwitches().record(), **overrides}.items():
         config.model[name] = value
+    config = run_config.build(config)
     return config, tiny_resolved(config).model
 
 
@@ -71,7 +73,7 @@ def test_state_memory_by_hand():
     assert s["optimizer_state"] == 2 * params  # AdamW mu and nu
     assert s["gradients"] == params
     assert s["fsdp_gather"] == 2 * 36_864 * 4  # one layer's weights + gradient (> V d = 32,768)
-    config.optim.grad_accum_steps = 2
+    config = run_config.replace(config, {"optim.grad_accum_steps": 2})
     assert memory.state_memory(m, tiny_run(config))["gradients"] == 2 * params
 
 
@@ -206,7 +208,7 @@ def test_ring_steps_overlap_transfer_with_compute():
 
 
 def test_verdicts_for_the_paper_settings():
-    config = paper_a100_256k.get_config()
+    config = run_config.build(paper_a100_256k.get_config())
     run = make_run(config, 8)
     resolve = lambda device: resolve_run(config, (run.data, run.seq), device.platform, "",
                                          device=device)
@@ -228,6 +230,7 @@ def million_token_run(memory_gb: float, **given):
     config.seq_len, config.global_batch_size, config.mesh.seq = 1 << 20, 1, 8
     for name, value in given.items():
         config.model[name] = value
+    config = run_config.build(config)
     device = dataclasses.replace(DEVICES["cpu"], memory_bytes=memory_gb * 1e9)
     return resolve_run(config, (1, 8), "cpu", "", device=device)
 

@@ -109,7 +109,8 @@ def test_the_command_line_sets_every_stage_s_steps_or_one_stage_s_fields(tmp_pat
     config = _parse("--config.num_train_steps=20", "--config.stages.2.steps=5",
                     "--config.stages.2.optim.learning_rate=3e-4", "--config.stages.1.seq_len=512",
                     "--config.stages.2.data.mask_documents=false", "--config.seed=7")
-    planned = stages.plan(config, str(tmp_path))
+    from run_config import build
+    planned = stages.plan(build(config), str(tmp_path))
     assert [c.num_train_steps for _, c in planned] == [20, 5]
     assert [c.seq_len for _, c in planned] == [512, 8192]  # stage 2 sets its own
     assert [c.optim.learning_rate for _, c in planned] == [config.optim.learning_rate, 3e-4]
@@ -134,15 +135,14 @@ def test_a_checkpoint_from_before_parallel_tile_reads_with_its_tiles():
     resumes with the tiles it ran with; 0 x 0 stays the kernel's default. A layout left 'auto'
     reads as the one the run resolved."""
     from configs import tiny
-    from planner.attention import configured_tiles
     from training.resume import saved_config
     for old, now in (((64, 32), (64, 32)), ((0, 0), (0, 0))):
         saved = tiny.get_config().to_dict()
         del saved["parallel"]["tile"]
         saved["model"].update(tile_q=old[0], tile_k=old[1])
         config = saved_config({"config": saved, "memory_switches": {}})
-        assert configured_tiles(config) == now
-        assert "tile_q" not in config.model and "tile_k" not in config.model
+        assert config.parallel.tiles == now
+        assert not hasattr(config.model, "tile_q") and not hasattr(config.model, "tile_k")
     saved = tiny.get_config().to_dict()
     saved["parallel"]["layout"] = "auto"  # a reader lays out its prompts as the run did
     config = saved_config({"config": saved, "attention": {"layout": "zigzag"}})

@@ -4,6 +4,7 @@ per tile and the rest, and the bound that split puts on a layout's gain over the
 import numpy as np
 import pytest
 
+import run_config
 from configs import tiny
 from training.step_split import StepSplit, document_rows, layout_bound, measure_split
 
@@ -24,7 +25,7 @@ def test_the_split_is_a_line_through_the_timed_steps():
     """The real train step of configs/tiny.py on one device, rows of 128, 64 and 32-token
     documents with tiles of 32: causal tiles 10, 3 + 3, 1 x 4; the fit is their least-squares
     line (its residuals sum to zero)."""
-    split = measure_split(tiny.get_config(), tokens=128, tile=32, repeats=1)
+    split = measure_split(run_config.build(tiny.get_config()), tokens=128, tile=32, repeats=1)
     lengths, tiles, seconds = map(np.array, zip(*split.points))
     assert lengths.tolist() == [128, 64, 32] and tiles.tolist() == [10, 6, 4]
     assert (seconds > 0).all()

@@ -8,6 +8,7 @@ from flax import nnx
 
 import model
 import parallel
+import run_config
 from configs import tiny
 from planner import flops, resolve_run
 from training import optim, step as step_lib
@@ -82,6 +83,7 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     from training.trackers import wandb_names
 
     def names_of(config, mesh_shape):
+        config = run_config.build(config)
         choice = resolve_run(config, mesh_shape, "cpu", "cpu").attention
         return wandb_names(config, mesh_shape, choice)
 
@@ -101,7 +103,7 @@ def test_wandb_groups_put_the_layouts_of_one_comparison_side_by_side():
     assert names_of(config, (2, 2))[0] == "S256-ring-xla-2x2-nodocs"  # another comparison
     config.parallel.strategy = "auto"  # the group and tags name what 'auto' resolved to
     choice = resolve_run(config, (2, 2), "cpu", "cpu").attention
-    group, _, tags = wandb_names(config, (2, 2), choice)
+    group, _, tags = wandb_names(run_config.build(config), (2, 2), choice)
     assert "auto" not in group and f"strategy-{choice.strategy}" in tags
     assert "kernel-xla" in tags
     config.wandb_group = "my-sweep"
@@ -115,8 +117,8 @@ def test_a_checkpoint_whose_parameters_have_other_shapes_is_refused_naming_the_f
     from checkpoints import CheckpointError
     from training import resume
     cfg = model.ModelConfig(**SIZES, qk_norm=True, moe=model.config.MoEConfig(
-        num_experts=4, mlp_only_layers=(1,)))
-    fields = {**SIZES, "qk_norm": True, "moe": {"num_experts": 4, "mlp_only_layers": [1]}}
+        num_experts=4, decoder_sparse_step=2))
+    fields = {**SIZES, "qk_norm": True, "moe": {"num_experts": 4, "decoder_sparse_step": 2}}
 
     def record(**changed):
         model_fields = {**fields, "moe": dict(fields["moe"])}
@@ -127,7 +129,7 @@ def test_a_checkpoint_whose_parameters_have_other_shapes_is_refused_naming_the_f
 
     resume.check_compatible("ckpt", 7, record(), cfg)
     for name, value in (("qk_norm", False), ("d_model", 64), ("moe__num_experts", 8),
-                        ("moe__mlp_only_layers", [0]), ("scan_layers", True)):
+                        ("moe__mlp_only_layers", [1]), ("moe__decoder_sparse_step", 1)):
         dotted = name.replace("__", ".")
         with pytest.raises(CheckpointError, match=rf"step 7 in ckpt has model\.{dotted}="):
             resume.check_compatible("ckpt", 7, record(**{name: value}), cfg)

@@ -3,12 +3,14 @@ strategy the contiguous layouts receive a halo of about W keys per device instea
 N - 1 blocks (parallel/strategies/halo.py). Exactness of windows, sinks and soft caps in every
 layout, strategy and kernel is in test_attention, test_strategies and test_attention_pallas."""
 
+import dataclasses
 import re
 
 import numpy as np
 import pytest
 
 import parallel
+import run_config
 from parallel import cost
 from parallel.mask import Mask
 from parallel.strategies import halo
@@ -105,7 +107,7 @@ def test_the_planner_prices_local_and_global_layers(tmp_path):
     from planner.devices import DEVICES
     from tests.train_runs import ROOT, clean_env
 
-    config = gemma3_cpu.get_config()
+    config = run_config.build(gemma3_cpu.get_config())
     rows = windows.kind_table(config, DEVICES["cpu"], 4)
     ring = {r["layout"]: r for r in rows if r["strategy"] == "ring"}
     for layout, halo_keys in (("ring", 128), ("zigzag", 2 * 128)):
@@ -116,9 +118,7 @@ def test_the_planner_prices_local_and_global_layers(tmp_path):
     assert ring["striped"]["kinds"]["local (window 128)"]["kv_tokens"] == 3 * 256
     assert windows.recommended(rows) in rows
     m = config.model
-    with config.unlocked():
-        full = gemma3_cpu.get_config().model
-        full.layer_types = ()
+    full = dataclasses.replace(m, layer_types=())
     assert flops.flops_per_token(m, 1024) < flops.flops_per_token(full, 1024)
     out = subprocess.run([sys.executable, "scripts/bench_window.py",
                           "--config=configs/gemma3_cpu.py", f"--json={tmp_path / 'w.json'}"],

@@ -3,13 +3,17 @@ so that a config mistake reads the same in both, one line on stderr and exit 2."
 
 from __future__ import annotations
 
+import ast
+import copy
 import os
 import re
 import sys
 
 from absl import flags
 
-from training.validate import moved_field_error
+from configs import ConfigError, load_file
+from run_config import moved_field_error
+from training.stages import NOT_STAGED
 
 # --config.stages.K.FIELD=VALUE: one stage's field (training/stages.py), read here, not by absl.
 STAGE_FLAG = re.compile(r"--config\.stages\.(\d+)\.([A-Za-z_][\w.]*)=(.*)", re.DOTALL)
@@ -53,14 +57,79 @@ def parse_flags(argv, flag_values=flags.FLAGS):
 def _apply_to_stages(config, steps_given: bool, stage_flags) -> None:
     """A staged config takes --config.num_train_steps as every stage's length and
     --config.stages.K.FIELD=VALUE as stage K's field (training/stages.py)."""
-    from training import stages
-    from training.validate import ConfigError
     if not stage_flags and not (steps_given and config.get("stages")):
         return
     try:
-        stages.apply_command_line(config, steps_given, stage_flags)
+        apply_stage_flags(config, steps_given, stage_flags)
     except ConfigError as e:
         fail(str(e))
+
+
+def apply_stage_flags(config, steps_everywhere: bool, overrides) -> None:
+    """The command line's say over config.stages (a ConfigDict; training/stages.py runs them):
+    `--config.num_train_steps=N` (steps_everywhere) makes every stage N steps long, and each
+    `--config.stages.K.FIELD=VALUE` in `overrides`, as (K, FIELD, VALUE text), sets FIELD in
+    stage K (1-based, as the stages are named and numbered in WORKDIR/stageK), whether the
+    stage set it or not; a value is read as the config's field of that name is typed. Other
+    --config.FIELD flags change the config itself, so every stage that does not set FIELD."""
+    entries = [copy.deepcopy(dict(entry)) for entry in config.stages]
+    if not entries:
+        raise ConfigError("--config.stages.K.FIELD is given but the config has no stages")
+    if steps_everywhere:
+        for entry in entries:
+            entry["steps"] = config.num_train_steps
+    for number, name, text in overrides:
+        flag = f"--config.stages.{number}.{name}={text}"
+        if not 1 <= int(number) <= len(entries):
+            raise ConfigError(f"{flag}: the config has stages 1 to {len(entries)}")
+        entry = entries[int(number) - 1]
+        *sections, field = name.split(".")
+        for section in sections:
+            entry = entry.setdefault(section, {})
+        entry[field] = _typed(config, name, text, flag)
+    with config.unlocked():
+        config.stages = tuple(entries)
+
+
+def _typed(config, name: str, text: str, flag: str):
+    """`text` as a value of the config field `name` (steps: an int, name: a string)."""
+    current = {"steps": 1, "name": ""}.get(name)
+    if current is None:
+        found = _holder(config, name)
+        if found is None or name.split(".")[0] in NOT_STAGED:
+            raise ConfigError(f"{flag}: {name!r} is not a config field a stage can set: use "
+                              f"the names of the config file (seq_len, model.rope_theta, "
+                              f"optim.learning_rate, steps, ...)")
+        target, field = found
+        current = target[field]
+    if current == "auto":  # a field whose value may be of any kind (the memory switches)
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if isinstance(current, (int, float, str)):
+            return type(current)(text)
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ConfigError(f"{flag}: give a value of the field's type "
+                          f"({type(current).__name__})") from None
+
+
+
+
+def _holder(config, name: str):
+    """(the ConfigDict section that holds config field `name`, the field's own name), or None
+    where the config has no such field ('model.rope_theta' -> (config.model, 'rope_theta'))."""
+    section, _, field = name.rpartition(".")
+    target = config
+    for part in section.split(".") if section else ():
+        target = target.get(part) if hasattr(target, "get") else None
+    return (target, field) if hasattr(target, "get") and field in target else None
 
 
 def check_config_file(argv) -> None:
@@ -76,30 +145,13 @@ def check_config_file(argv) -> None:
 
 
 def config_file(path: str, argument: str = ""):
-    """The ConfigDict that the config file at `path` builds (get_config(argument) when given);
-    a file that is missing, does not run, has no get_config() or returns something else is one
-    line and exit 2."""
-    import importlib.util
-
-    import ml_collections
-    if not os.path.isfile(path):
-        fail(f"config file {path!r} does not exist: give a file such as configs/tiny.py")
+    """The ConfigDict that the config file at `path` builds (configs.load_file); a file that
+    is missing, does not run, has no get_config() or returns something else is one line and
+    exit 2."""
     try:
-        spec = importlib.util.spec_from_file_location("_ringstripe_config_file", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if not hasattr(module, "get_config"):
-            fail(f"config file {path} defines no get_config(): it must return the run's "
-                 f"ml_collections.ConfigDict")
-        config = module.get_config(argument) if argument else module.get_config()
-    except Exception as e:  # whatever the file raises is the answer
-        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
-        fail(f"config file {path} does not load: {type(e).__name__}: "
-             f"{getattr(e, 'msg', None) or e}{where}: fix the file")
-    if not isinstance(config, ml_collections.ConfigDict):
-        fail(f"config file {path}: get_config() returned an object of type "
-             f"{type(config).__name__}, not an ml_collections.ConfigDict")
-    return config
+        return load_file(path, argument)
+    except ConfigError as e:
+        fail(str(e))
 
 
 def use_fake_devices(count: int) -> None:

@@ -52,14 +52,15 @@ def rope(method: str, *, theta: float, head_dim: int, trained: int, factor: floa
 
 def stretched(model, *, trained: int, length: int) -> dict:
     """Overrides of config.model's RoPE fields that read `length` tokens with dynamic scaling
-    (a mapping with rope_theta, head_dim and rope_scaling); {} when length <= trained. A scaled
+    (`model`: a run config's model section, its rope_theta, head_dim and rope_scaling, a
+    model.rope.RopeScaling); {} when length <= trained. A scaled
     RoPE (linear, yarn, llama3) gets its factor times length / trained (YaRN's attention factor,
     when derived, follows it); plain RoPE its base raised as `theta` does for that ratio."""
     ratio = length / trained
     if ratio <= 1:
         return {}
-    scaling = model["rope_scaling"]
-    if scaling["rope_type"] == "default":
-        d = model["head_dim"]
-        return {"rope_theta": model["rope_theta"] * ratio ** (d / (d - 2))}
-    return {"rope_scaling": {"factor": scaling["factor"] * ratio}}
+    scaling = model.rope_scaling
+    if scaling.rope_type == "default":
+        d = model.head_dim
+        return {"rope_theta": model.rope_theta * ratio ** (d / (d - 2))}
+    return {"rope_scaling": {"factor": scaling.factor * ratio}}

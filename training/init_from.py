@@ -21,15 +21,23 @@ context extension changes exactly those.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 
-from storage.run_dir import RunDir
-from configs import setting
+import jax
+
+import data
+import model
+import run_config
+from checkpoints import Checkpointer
+from model import hf
 from model.config import (AUTO, FUNCTION, SHAPE, TRAINING, ModelConfig, MoEConfig,
                           weight_fields)
-from training.validate import ConfigError
+from model.rope import RopeScaling
+from run_config import ConfigError
+from storage.run_dir import RunDir
+from training.resume import saved_config, saved_tokenizer_file
+from training.saved_run import RunError, saved_meta, saved_steps
 
 # What the source's weights fix (their shapes, and what they were trained to compute:
 # model/config.py marks them); scan_layers is how a run stacked them, not the model (resolve).
@@ -71,86 +79,85 @@ def parse(spec: str) -> Source | None:
 
 
 def resolve(config, workdir: str, explicit=()) -> tuple[object, Source | None]:
-    """(the run's config, its source): a copy of `config` with the source's model settings
+    """(the run's config, its source): `config` (a RunConfig) with the source's model settings
     and tokenizer read in (model section, and data.tokenizer_path unless set), its files
-    checked; `config` itself, as it was read, without init_from. Writes nothing, and leaves
-    `config` as it was. `explicit`: the config fields given explicitly ('model.rope_theta',
-    ...), which win over the source's.
+    checked; `config` itself without init_from. Writes nothing. `explicit`: the config fields
+    given explicitly ('model.rope_theta', ...), which win over the source's.
 
     A run that already has checkpoints of its own takes those settings from its latest one
     instead: a resume needs neither the source's files nor their being unchanged."""
-    source = parse(setting(config, "init_from"))
+    source = parse(config.init_from)
     if source is None:
         return config, None
-    config = copy.deepcopy(config)  # its references (vocab_size) kept, as the source sets them
-    from training.saved_run import saved_steps
+    updates = {}
     if saved_steps(workdir):
         _, fields, tokenizer = _from_run(Source("run", workdir))
     elif source.kind == "hf":
         fields, tokenizer = _from_hf(source.path)
     else:
         source, fields, tokenizer = _from_run(source)
-        ours = setting(config, "model.scan_layers")
+        ours = config.model.scan_layers
         if ours == AUTO:  # the weights come stacked as the source stacked them
-            with config.unlocked():
-                config.model.scan_layers = fields["scan_layers"]
+            updates["model.scan_layers"] = fields["scan_layers"]
         elif fields["scan_layers"] != ours:
             raise ConfigError(f"init_from={source}: that run's layers are "
                               f"{'' if fields['scan_layers'] else 'not '}stacked: set "
                               f"--config.model.scan_layers={fields['scan_layers']}")
     explicit = set(explicit)
     fields = {**_DEFAULTS, **fields}  # a source from before a field existed: its default
-    with config.unlocked():
-        for name in SHAPE_FIELDS:
-            given = f"model.{name}" in explicit
-            if given and _same(config.model[name]) != _same(fields[name]):
-                raise ConfigError(f"model.{name}={config.model[name]} contradicts {source} "
-                                  f"({name} {fields[name]}): drop --config.model.{name}, whose "
-                                  f"value the checkpoint fixes")
-            config.model[name] = _same(fields[name])
-        for name in CHOSEN_FIELDS:
-            if f"model.{name}" in explicit:
-                continue
-            value = fields[name]
-            if name == "rope_scaling":  # parameters set one by one amend the source's rule
-                given = [e.split(".")[2] for e in explicit
-                         if e.startswith("model.rope_scaling.")]
-                value = {**dict(value), **{k: config.model.rope_scaling[k] for k in given}}
-            config.model[name] = value
-        _take_experts(config, fields.get("moe"), explicit, source)
-        if not config.data.tokenizer_path and tokenizer:
-            config.data.tokenizer_path = tokenizer
+    for name in SHAPE_FIELDS:
+        ours = getattr(config.model, name)
+        if f"model.{name}" in explicit and _same(ours) != _same(fields[name]):
+            raise ConfigError(f"model.{name}={ours} contradicts {source} ({name} "
+                              f"{fields[name]}): drop --config.model.{name}, whose value the "
+                              f"checkpoint fixes")
+        updates[f"model.{name}"] = _same(fields[name])
+    for name in CHOSEN_FIELDS:
+        if f"model.{name}" in explicit:
+            continue
+        value = fields[name]
+        if name == "rope_scaling":  # the source's rule; parameters set one by one amend it
+            given = [e.split(".")[2] for e in explicit if e.startswith("model.rope_scaling.")]
+            value = RopeScaling.from_config(
+                {**dict(value), **{k: getattr(config.model.rope_scaling, k) for k in given}})
+        updates[f"model.{name}"] = value
+    updates.update(_expert_fields(config, fields.get("moe"), explicit, source))
+    if not config.data.tokenizer_path and tokenizer:
+        updates["data.tokenizer_path"] = tokenizer
+    config = run_config.replace(config, updates)
     if source.kind == "hf" and not saved_steps(workdir):
         _check_hf_files(source.path, config)
     return config, source
 
 
-def _take_experts(config, moe, explicit: set, source) -> None:
-    """config.model.moe from the source's (a MoEConfig from config.json, a run's dict; None:
-    a model without experts, whose default is no experts): its architecture as the shape, its
-    training settings (TRAINING) unless set explicitly."""
+def _expert_fields(config, moe, explicit: set, source) -> dict:
+    """The model.moe.* updates from the source's experts (a MoEConfig from config.json, a
+    run's dict; None: a model without experts, whose default is no experts): its
+    architecture as the shape, its training settings (TRAINING) unless set explicitly."""
     moe = dataclasses.asdict(moe) if dataclasses.is_dataclass(moe) else dict(moe or {})
     moe = moe if moe.get("num_experts") else {"num_experts": 0}  # a dense source: no experts
     architecture = weight_fields(MoEConfig, SHAPE, FUNCTION)
+    updates = {}
     for name in architecture + weight_fields(MoEConfig, TRAINING):
         if name not in moe:
             continue
         if f"model.moe.{name}" in explicit:
-            if name in architecture and _same(config.model.moe[name]) != _same(moe[name]):
-                raise ConfigError(f"model.moe.{name}={config.model.moe[name]} contradicts "
-                                  f"{source} ({name} {moe[name]}): drop "
-                                  f"--config.model.moe.{name}, whose value the checkpoint fixes")
+            ours = getattr(config.model.moe, name)
+            if name in architecture and _same(ours) != _same(moe[name]):
+                raise ConfigError(f"model.moe.{name}={ours} contradicts {source} ({name} "
+                                  f"{moe[name]}): drop --config.model.moe.{name}, whose value "
+                                  f"the checkpoint fixes")
             continue
-        config.model.moe[name] = list(moe[name]) if isinstance(moe[name], tuple) else moe[name]
+        updates[f"model.moe.{name}"] = _same(moe[name])
+    return updates
 
 
 def _same(value):
-    """A config value as it compares: a list (JSON, ml_collections) as the tuple it stands for."""
+    """A config value as it compares: a list (JSON) as the tuple it stands for."""
     return tuple(value) if isinstance(value, list) else value
 
 
 def _from_hf(path: str) -> tuple[dict, str]:
-    from model import hf
     try:
         fields, _ = hf.read_config(path)
     except hf.HFError as e:
@@ -163,9 +170,6 @@ def _from_hf(path: str) -> tuple[dict, str]:
 def _check_hf_files(path: str, config) -> None:
     """The tensors against the (resolved) model config, and the tokenizer's vocabulary against
     the embedding: before a lock, a cache or a model is made."""
-    import data
-    import model
-    from model import hf
     cfg = model.ModelConfig.from_config(config.model, switches=model.MemorySwitches())  # shapes
     try:
         hf.open_weights(path, cfg)
@@ -184,18 +188,15 @@ def _check_hf_files(path: str, config) -> None:
 def _from_run(source: Source) -> tuple[Source, dict, str]:
     """(the source with its step, its model fields, its tokenizer file) from the run's
     checkpoint record; nothing in that run is written."""
-    from training.resume import saved_config, saved_tokenizer_file
-    from training.saved_run import RunError, saved_meta
     try:
         step, meta = saved_meta(source.path, source.step)
     except RunError as e:
         raise ConfigError(f"init_from={source}: {e}") from None
     saved = saved_config(meta)
-    fields = {name: saved.model[name] for name in SHAPE_FIELDS + CHOSEN_FIELDS
-              if name in saved.model and name != "rope_scaling"}
-    fields["rope_scaling"] = dict(saved.model.get("rope_scaling") or {"rope_type": "default"})
-    fields["scan_layers"] = saved.model.get("scan_layers", False)
-    fields["moe"] = dict(saved.model.get("moe") or {})
+    fields = {name: getattr(saved.model, name) for name in SHAPE_FIELDS + CHOSEN_FIELDS}
+    fields["rope_scaling"] = dataclasses.asdict(saved.model.rope_scaling)
+    fields["scan_layers"] = saved.model.scan_layers
+    fields["moe"] = saved.model.moe
     tokenizer = saved_tokenizer_file(meta, saved, source.path)
     return Source("run", source.path, step, meta), fields, tokenizer
 
@@ -205,10 +206,7 @@ def initial_params(source: Source, cfg, abstract_params, mesh):
     `abstract_params` (ShapeDtypeStructs): tensor by tensor for a Hugging Face directory, a
     partial restore (parameters only) for a run."""
     if source.kind == "hf":
-        from model import hf
         return hf.load_params(hf.open_weights(source.path, cfg), cfg, abstract_params, mesh)
-    import jax
-    from checkpoints import Checkpointer
     placed = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
         x.shape, x.dtype, sharding=jax.NamedSharding(mesh, x.sharding.spec)), abstract_params)
     checkpointer = Checkpointer(RunDir(source.path).checkpoints, read_only=True)

@@ -21,17 +21,18 @@ from flax import nnx
 import data
 import model
 import parallel
-from storage.run_dir import RunDir
+import run_config
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
-from configs import setting
 from planner import flops, memory
+from run_config import ConfigError
+from storage.run_dir import RunDir
 from training import (init_from, position_loss, resume, stages, state as state_lib,
                       step as step_lib, trackers)
 from training.resolved import (announce_resolved, as_checkpoint_ran, mesh_shape_of,
                                resolve_here, resolve_on_documents)
 from training.saved_run import saved_meta, saved_steps
 from training.trackers import say
-from training.validate import ConfigError, validate_config
+from training.validate import validate_config
 
 
 class NonFiniteError(RuntimeError):
@@ -39,7 +40,9 @@ class NonFiniteError(RuntimeError):
 
 
 def create_train_state(config, mesh, resolved=None):
-    """training.state.create_train_state, the run resolved here when not given."""
+    """training.state.create_train_state (config: a config file's ConfigDict or its
+    RunConfig), the run resolved here when not given."""
+    config = run_config.typed(config)
     resolved = resolved or resolve_here(config, mesh)
     return state_lib.create_train_state(config, mesh, resolved)
 
@@ -53,7 +56,7 @@ def model_flops_per_token(config, model_cfg, cache, spec) -> float:
 
 
 def _throughput(config, flops_per_token, mesh, steps: int, seconds: float, peak: float) -> dict:
-    tokens = steps * config.global_batch_size * config.seq_len
+    tokens = steps * config.tokens_per_step
     tokens_per_sec = tokens / seconds
     tflops = flops_per_token * tokens_per_sec / mesh.size / 1e12
     return {
@@ -96,7 +99,7 @@ def _check_finite(step: int, metrics: dict, config, checkpointer, skipped_in_a_r
     """Stops the run before a non-finite state can reach a checkpoint; with skip_nonfinite,
     once optim.max_skipped_steps steps in a row were skipped (the run has diverged)."""
     if config.optim.skip_nonfinite:
-        limit = setting(config, "optim.max_skipped_steps")
+        limit = config.optim.max_skipped_steps
         if skipped_in_a_row >= limit:
             kept = checkpointer.steps()
             raise NonFiniteError(
@@ -117,12 +120,14 @@ def _check_finite(step: int, metrics: dict, config, checkpointer, skipped_in_a_r
 
 def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     """Trains (or resumes) up to config.num_train_steps; returns the last logged metrics.
+    config: a config file's ConfigDict, or the RunConfig run_config.build makes of it.
     explicit: the config fields set on purpose (train.py: its --config.FIELD flags), which win
     over what config.init_from's source says (training/init_from.py). With config.stages,
     the stages one after the other (training/stages.py); `stage` is then the one this is."""
-    if stage is None and config.get("stages"):
+    config = run_config.typed(config)
+    if stage is None and config.stages:
         return stages.train_stages(config, workdir, explicit, train_and_evaluate)
-    # The source's model settings read into a copy; the config as read stays as it was.
+    # The source's model settings read in (init_from), the run's config complete.
     config, source = init_from.resolve(config, workdir, explicit)
     validate_config(config, jax.device_count(), jax.process_count(), jax.default_backend())
     resume.check_inputs(config, workdir)
@@ -228,7 +233,7 @@ def _eval_batches(config, cache, spec, mesh):
 def _position_eval(config, cache, mesh, choice, graphdef):
     """(the jitted per-position eval, its batch on the mesh) for config.eval_position_buckets,
     or None (off, or no held-out document of seq_len + 1 tokens: said once)."""
-    buckets = setting(config, "eval_position_buckets")
+    buckets = config.eval_position_buckets
     if not buckets:
         return None
     rows = position_loss.long_documents(cache.eval, cache.eos_id, config.seq_len,
@@ -254,7 +259,7 @@ def _announce(config, choice, mesh_shape, num_params: int, cache, model_cfg) -> 
     say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
         f"{count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
         f"{num_params:,} parameters{active}; {cache.num_tokens:,} tokens in the cache; "
-        f"{config.global_batch_size * config.seq_len:,} tokens per step")
+        f"{config.tokens_per_step:,} tokens per step")
 
 
 def _initial_state(config, mesh, resolved, checkpointer, identity, source):
@@ -306,7 +311,7 @@ def _run(config, workdir, mesh, resolved, checkpointer, prepared, identity, sour
             config, step, progress, mesh_shape, tokenizer_path, resolved, identity))
         track.persist()  # the rows up to this checkpoint outlive a kill
 
-    tokens_per_step = config.global_batch_size * config.seq_len
+    tokens_per_step = config.tokens_per_step
     prefetch = data.make_prefetcher(config.data, cache, mesh, spec, start_step=start_step)
     stop = StopRequest(checkpointer)
     last, window_start, window_steps = {}, None, 0

@@ -59,5 +59,7 @@ def announce_resolved(config, resolved, latest):
 def as_checkpoint_ran(resolved, latest):
     """`resolved` with the memory switches it left 'auto' set as the checkpoint whose record is
     `latest` ran with (None: a start, `resolved` itself)."""
-    ran = resume.saved_config(latest).model if latest else {}  # a checkpoint's, 'auto' filled
-    return resolved.keeping({k: ran[k] for k in model.MemorySwitches.fields() if k in ran})
+    if not latest:
+        return resolved
+    ran = resume.saved_config(latest).model  # the checkpoint's, 'auto' filled as it ran
+    return resolved.keeping({k: getattr(ran, k) for k in model.MemorySwitches.fields()})

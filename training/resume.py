@@ -37,9 +37,9 @@ import storage
 from storage.run_dir import RunDir
 from checkpoints import CheckpointError
 from checkpoints.manager import short_error
-from configs import setting
-from model.config import field_default, parameter_fields
-from training.validate import RENAMED_FIELDS, ConfigError
+import run_config
+from model.config import AUTO, MemorySwitches, field_default, parameter_fields
+from run_config import RENAMED_FIELDS, ConfigError
 
 @dataclasses.dataclass
 class Progress:
@@ -71,12 +71,13 @@ def data_fingerprint(config) -> str:
     """Changes when the corpus's files (or TFDS split), the byte budget or the share of
     passkey examples change."""
     description = data.describe_source(config.data.source, data.source_options(config.data))
-    passkeys = setting(config, "data.passkey_fraction")
+    passkeys = config.data.passkey_fraction
     # Fields at their defaults stay out of it: older runs keep their fingerprint.
-    examples = {name: config.data.get(name) for name, default in
-                (("passkey_min_len", 0), ("passkey_weight", 1.0), ("passkey_repeats", 0.0))
-                if config.data.get(name, default) != default}
-    key = json.dumps([description, setting(config, "data.max_bytes")]
+    default = run_config.defaults()["data"]
+    examples = {name: getattr(config.data, name) for name in
+                ("passkey_min_len", "passkey_weight", "passkey_repeats")
+                if getattr(config.data, name) != default[name]}
+    key = json.dumps([description, config.data.max_bytes]
                      + ([passkeys] if passkeys else []) + ([examples] if examples else []))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
@@ -93,7 +94,7 @@ def check_same_run(config, directory: str, step: int, meta: dict, identity: dict
     """Raises CheckpointError naming the first field of RUN_FIELDS whose value differs from the
     checkpoint's, unless config.resume_accepts lists it. Fields a checkpoint lacks (written
     before they were recorded) are not compared."""
-    accepted = {name.strip() for name in setting(config, "resume_accepts").split(",")}
+    accepted = config.resume_accepted
     for name, (where, field) in RUN_FIELDS.items():
         saved = meta
         for key in where:
@@ -152,7 +153,7 @@ def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
     resolved: the run's planner.ResolvedRun (what 'auto' resolved to: strategy, degree,
     kernel, tiles, memory switches); identity: run_identity's fingerprints."""
     identity = identity or {}
-    return {"config": config.to_dict(), "data": {"seed": config.seed, "step": int(step)},
+    return {"config": run_config.to_dict(config), "data": {"seed": config.seed, "step": int(step)},
             "tokenizer_path": tokenizer_path,
             "run": {k: identity[k] for k in ("tokenizer", "data") if k in identity},
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
@@ -163,34 +164,29 @@ def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
             "memory_switches": resolved.switches.record() if resolved is not None else {}}
 
 
-def saved_config(meta: dict):
+def saved_config(meta: dict) -> run_config.RunConfig:
     """The run config a checkpoint was written with, its renamed and moved fields under their
     new names (a checkpoint from before a rename still samples and resumes; model.tile_q and
-    tile_k make parallel.tile), and its memory switches and layout as the run resolved them
-    where it left them 'auto' (scan_layers decides how its weights are stacked; the layout,
-    how a reader lays out its prompts)."""
-    import ml_collections
-    from model.config import AUTO, MemorySwitches
-    config = ml_collections.ConfigDict(meta["config"])
+    tile_k make parallel.tile), fields it predates at their defaults, and its memory switches
+    and layout as the run resolved them where it left them 'auto' (scan_layers decides how its
+    weights are stacked; the layout, how a reader lays out its prompts)."""
+    values = run_config.plain(meta["config"])
+    model, parallel = dict(values.get("model", {})), dict(values.get("parallel", {}))
     for old, new in RENAMED_FIELDS.items():
         (section, field), (_, field_now) = old.split("."), new.split(".")
-        if field in config.get(section, {}):
-            values = dict(config[section])
-            values[field_now] = values.pop(field)
-            config[section] = ml_collections.ConfigDict(values)
-    model, parallel = config.model.to_dict(), config.parallel.to_dict()
+        named = {"model": model, "parallel": parallel}.get(section, {})
+        if field in named:
+            named[field_now] = named.pop(field)
     if "tile_q" in model:  # moved into parallel.tile: the tiles the run ran with, or 0
         tiles = (model.pop("tile_q"), model.pop("tile_k", 0))
-        parallel["tile"] = list(tiles) if any(tiles) else 0
+        parallel["tile"] = tuple(tiles) if any(tiles) else 0
     recorded = meta.get("attention")
     if parallel.get("layout") == AUTO and isinstance(recorded, dict):
         parallel["layout"] = recorded["layout"]  # what the run resolved 'auto' to
     ran = {**MemorySwitches().record(), **meta.get("memory_switches", {})}
-    model.update({k: v for k, v in ran.items() if model.get(k) == AUTO})
-    # Fields of any kind ('auto' or a value), as configs/default.py makes them.
-    config.model = ml_collections.ConfigDict(model, type_safe=False)
-    config.parallel = ml_collections.ConfigDict(parallel, type_safe=False)
-    return config
+    switches = {k: v for k, v in ran.items() if model.get(k, AUTO) == AUTO}
+    return run_config.build({**values, "model": {**model, **switches}, "parallel": parallel},
+                            strict=False)
 
 
 def check_compatible(directory: str, step: int, meta: dict, model_cfg) -> None:
@@ -198,14 +194,15 @@ def check_compatible(directory: str, step: int, meta: dict, model_cfg) -> None:
     a field that shapes them (model.parameter_fields: qk_norm, moe.num_experts, scan_layers,
     ...) than this run's resolved model.ModelConfig `model_cfg` has. A field the record lacks
     (saved before it existed) counts as its default, which that model was built with."""
-    saved = saved_config(meta).model
+    recorded = run_config.plain(meta["config"]).get("model", {})  # to tell the fields it lacks
+    saved = saved_config(meta).model  # 'auto' as the run resolved it
     for name in parameter_fields():
-        theirs, ours = saved.to_dict(), model_cfg
+        theirs = recorded
         for part in name.split("."):
             theirs = theirs.get(part, _ABSENT) if isinstance(theirs, dict) else _ABSENT
-            ours = getattr(ours, part)
-        theirs = _comparable(field_default(name) if theirs is _ABSENT else theirs)
-        ours = _comparable(ours)
+        theirs = _comparable(field_default(name) if theirs is _ABSENT else
+                             run_config.field_value(saved, name))
+        ours = _comparable(run_config.field_value(model_cfg, name))
         if theirs != ours:
             raise CheckpointError(
                 f"the checkpoint at step {step} in {directory} has model.{name}={theirs} "

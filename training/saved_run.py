@@ -19,13 +19,13 @@ from flax import nnx
 
 import data
 import parallel
+import run_config
 import storage
 from storage.run_dir import RunDir
 from checkpoints import Checkpointer
 from model import hf
 from parallel.strategies import BASELINE
 from planner import resolve_run
-from planner.attention import configured_tiles
 from training import extension
 from training.resume import saved_config, saved_tokenizer_file
 from training.state import create_train_state
@@ -91,16 +91,18 @@ def load_run(workdir: str, step, devices: int, tile=None, layout: str | None = N
         workdir = found
     step, meta = saved_meta(workdir, step)
     config = saved_config(meta)
+    reading = {"mesh.data": 1, "mesh.seq": devices,
+               # Decoding attends through the KV cache; the sequence-parallel strategy only
+               # shapes the training forward, and the run's (a usp degree, 'auto') need not
+               # fit this mesh.
+               "parallel.strategy": BASELINE, "parallel.ulysses_degree": 0}
     if tile is not None:
-        config.parallel.tile = tile
+        reading["parallel.tile"] = tile
     if layout:
         parallel.get_layout(layout)  # ValueError naming the layouts
-        config.parallel.layout = layout
+        reading["parallel.layout"] = layout
+    config = run_config.replace(config, reading)
     tokenizer = data.load_tokenizer(saved_tokenizer_file(meta, config, workdir))
-    config.mesh.data, config.mesh.seq = 1, devices
-    # Decoding attends through the KV cache; the sequence-parallel strategy only shapes the
-    # training forward, and the run's (a usp degree, 'auto') need not fit this mesh.
-    config.parallel.strategy, config.parallel.ulysses_degree = BASELINE, 0
     state, graphdef = _abstract_model(config, devices)
     checkpointer = Checkpointer(RunDir(workdir).checkpoints, read_only=True)
     try:
@@ -117,8 +119,7 @@ def stretched_model(config, graphdef, length: int):
     overrides = extension.stretched(config.model, trained=config.seq_len, length=length)
     if not overrides:
         return config, graphdef
-    config = config.copy_and_resolve_references()
-    config.model.update(overrides)
+    config = run_config.replace(config, {f"model.{k}": v for k, v in overrides.items()})
     return config, _abstract_model(config, config.mesh.seq)[1]
 
 
@@ -129,7 +130,7 @@ def _abstract_model(config, devices: int):
     mesh = parallel.make_mesh(1, devices, devices=jax.devices()[:devices])
     resolved = resolve_run(config, (1, devices), jax.default_backend(),
                            mesh.devices.flat[0].device_kind)
-    if configured_tiles(config) == (0, 0):  # the kernel's default for each call's length
+    if config.parallel.tiles == (0, 0):  # the kernel's default for each call's length
         attention = dataclasses.replace(resolved.attention, tile_q=0, tile_k=0)
         resolved = dataclasses.replace(resolved, attention=attention, model=dataclasses.replace(
             resolved.model, attention=attention))

@@ -17,22 +17,26 @@ config.init_from). A stopped or preempted run resumes inside the stage it was in
 are skipped. Metrics go to WORKDIR/metrics.jsonl and one wandb run on one time axis: step =
 the steps of the stages before + the step in the stage, and `progress/stage` = K.
 
-From the command line (training/cli.py reads it): --config.FIELD changes the config, so every
+From the command line (training/cli.py reads it, apply_stage_flags): --config.FIELD changes the config, so every
 stage that does not set FIELD; --config.num_train_steps=N makes every stage N steps;
 --config.stages.K.FIELD=VALUE sets stage K's FIELD (apply_command_line).
 """
 
 from __future__ import annotations
 
-import ast
-import copy
 import dataclasses
 
-from storage.run_dir import RunDir
-from training.trackers import say
-from training.validate import ConfigError, moved_field_error
+import jax
 
-_NOT_STAGED = ("stages", "init_from", "num_train_steps")  # what a stage sets otherwise, or never
+import run_config
+from run_config import ConfigError, moved_field_error
+from storage.run_dir import RunDir
+from training import init_from
+from training.saved_run import saved_steps
+from training.trackers import say
+from training.validate import validate_config
+
+NOT_STAGED = ("stages", "init_from", "num_train_steps")  # what a stage sets otherwise, or never
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,69 +64,53 @@ def _flatten(values: dict, prefix: str = "") -> dict:
     return out
 
 
-def plan(config, workdir: str) -> list[tuple[Stage, object]]:
-    """(Stage, its config) for each entry of config.stages; ConfigError, one line, for a stage
-    without steps or naming a field the config does not have."""
-    entries = list(config.get("stages") or ())
+def plan(config, workdir: str) -> list[tuple[Stage, run_config.RunConfig]]:
+    """(Stage, its config) for each entry of config.stages (config: a RunConfig);
+    ConfigError, one line, for a stage without steps or naming a field the config does not
+    have."""
+    entries = [dict(entry) for entry in config.stages]
     total = 0
     for i, entry in enumerate(entries, 1):
-        steps = dict(entry).get("steps", 0)
+        steps = entry.get("steps")
         if not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"stage {i}: steps={steps!r}: each stage needs steps >= 1 "
                               f"(its optimizer steps)")
         total += steps
     out, offset = [], 0
     for i, entry in enumerate(entries, 1):
-        fields = _flatten({k: v for k, v in dict(entry).items() if k not in ("steps", "name")})
-        stage_config = config.copy_and_resolve_references()
-        with stage_config.unlocked():
-            stage_config.stages = ()
-            stage_config.num_train_steps = entry["steps"]
-            stage_config.seed = config.seed + i - 1
-            if i > 1:
-                stage_config.init_from = ""  # set once the stage before has finished
-            if not config.data.cache_dir:  # one tokenizer and token cache for every stage
-                stage_config.data.cache_dir = RunDir(workdir).cache
-            if config.stop_at_step:  # one time axis: stop_at_step counts the steps of all stages
-                stop = config.stop_at_step - offset
-                stage_config.stop_at_step = stop if 0 < stop <= entry["steps"] else 0
-            for name, value in fields.items():
-                _set(stage_config, name, value, i)
-        out.append((Stage(i, len(entries), str(dict(entry).get("name") or f"stage {i}"),
+        fields = _flatten({k: v for k, v in entry.items() if k not in ("steps", "name")})
+        for name in fields:
+            _check_stageable(name, i)
+        own = {"stages": (), "num_train_steps": entry["steps"], "seed": config.seed + i - 1}
+        if i > 1:
+            own["init_from"] = ""  # set once the stage before has finished
+        if not config.data.cache_dir:  # one tokenizer and token cache for every stage
+            own["data.cache_dir"] = RunDir(workdir).cache
+        if config.stop_at_step:  # one time axis: stop_at_step counts the steps of all stages
+            stop = config.stop_at_step - offset
+            own["stop_at_step"] = stop if 0 < stop <= entry["steps"] else 0
+        try:
+            stage_config = run_config.replace(config, {**own, **fields})
+        except ConfigError as e:
+            raise ConfigError(f"stage {i}: {e}") from None
+        out.append((Stage(i, len(entries), str(entry.get("name") or f"stage {i}"),
                           RunDir(workdir).stage(i).root, workdir, offset, total,
                           tuple(fields)), stage_config))
         offset += entry["steps"]
     return out
 
 
-def _holder(config, name: str):
-    """(the section that holds config field `name`, the field's own name), or None where the
-    config has no such field ('model.rope_theta' -> (config.model, 'rope_theta'))."""
-    section, _, field = name.rpartition(".")
-    target = config
-    for part in section.split(".") if section else ():
-        target = target.get(part) if hasattr(target, "get") else None
-    return (target, field) if hasattr(target, "get") and field in target else None
-
-
-def _set(config, name: str, value, index: int) -> None:
-    found = _holder(config, name)
+def _check_stageable(name: str, index: int) -> None:
     if moved_field_error(name):
         raise ConfigError(f"stage {index}: {moved_field_error(name)}")
-    if found is None or name.split(".")[0] in _NOT_STAGED:
+    if not run_config.has_field(name) or name.split(".")[0] in NOT_STAGED:
         raise ConfigError(f"stage {index} sets {name!r}, which is not a config field a "
                           f"stage can set: use the names of the config file (seq_len, "
                           f"model.rope_theta, mesh.seq, optim.learning_rate, ...)")
-    target, field = found
-    if name == "model.rope_scaling":
-        target[field] = type(target[field])({**target[field].to_dict(), **dict(value)})
-    else:
-        target[field] = value
 
 
 def last_step(stage: Stage) -> int | None:
     """The newest checkpoint step of a stage, None when it has none."""
-    from training.saved_run import saved_steps
     steps = saved_steps(stage.workdir)
     return steps[-1] if steps else None
 
@@ -144,8 +132,8 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
         say(f"ringstripe: stage {stage.index}/{stage.count} ({stage.name}): "
             f"{stage_config.seq_len:,} tokens a sequence, {steps} steps, in {stage.workdir}")
         if previous is not None and stage_config.init_from == "":
-            with stage_config.unlocked():
-                stage_config.init_from = f"run:{previous[0].workdir}@{previous[1]}"
+            stage_config = run_config.replace(
+                stage_config, {"init_from": f"run:{previous[0].workdir}@{previous[1]}"})
         last = train(stage_config, stage.workdir, tuple(explicit) + stage.explicit, stage)
         if last_step(stage) != steps:  # stopped (stop_at_step, preemption): resume later
             return last
@@ -155,73 +143,13 @@ def train_stages(config, workdir: str, explicit, train) -> dict:
     return last
 
 
-def apply_command_line(config, steps_everywhere: bool, overrides) -> None:
-    """The command line's say over config.stages (train.py and scripts/plan.py parse it):
-    `--config.num_train_steps=N` (steps_everywhere) makes every stage N steps long, and each
-    `--config.stages.K.FIELD=VALUE` in `overrides`, as (K, FIELD, VALUE text), sets FIELD in
-    stage K (1-based, as the stages are named and numbered in WORKDIR/stageK), whether the
-    stage set it or not; a value is read as the config's field of that name is typed. Other
-    --config.FIELD flags change the config itself, so every stage that does not set FIELD."""
-    entries = [copy.deepcopy(dict(entry)) for entry in config.get("stages") or ()]
-    if not entries:
-        raise ConfigError("--config.stages.K.FIELD is given but the config has no stages")
-    if steps_everywhere:
-        for entry in entries:
-            entry["steps"] = config.num_train_steps
-    for number, name, text in overrides:
-        flag = f"--config.stages.{number}.{name}={text}"
-        if not 1 <= int(number) <= len(entries):
-            raise ConfigError(f"{flag}: the config has stages 1 to {len(entries)}")
-        entry = entries[int(number) - 1]
-        *sections, field = name.split(".")
-        for section in sections:
-            entry = entry.setdefault(section, {})
-        entry[field] = _typed(config, name, text, flag)
-    with config.unlocked():
-        config.stages = tuple(entries)
-
-
-def _typed(config, name: str, text: str, flag: str):
-    """`text` as a value of the config field `name` (steps: an int, name: a string)."""
-    current = {"steps": 1, "name": ""}.get(name)
-    if current is None:
-        found = _holder(config, name)
-        if found is None:
-            raise ConfigError(f"{flag}: {name!r} is not a config field a stage can set: use "
-                              f"the names of the config file (seq_len, model.rope_theta, "
-                              f"optim.learning_rate, steps, ...)")
-        target, field = found
-        current = target[field]
-    if current == "auto":  # a field whose value may be of any kind (the memory switches)
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-    try:
-        if isinstance(current, bool):
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1")
-        if isinstance(current, (int, float, str)):
-            return type(current)(text)
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        raise ConfigError(f"{flag}: give a value of the field's type "
-                          f"({type(current).__name__})") from None
-
-
 def _check(stages, explicit) -> None:
     """Every stage's config validated before the first trains: the first stage's model (from
     its init_from source, if any) is every stage's, since each continues its weights."""
-    import jax
-    from training import init_from
-    from training.validate import validate_config
     first_stage, first = stages[0]
     first, _ = init_from.resolve(first, first_stage.workdir,
                                  tuple(explicit) + first_stage.explicit)
-    for stage, config in stages:
-        checked = copy.deepcopy(config)  # the stage trains from its own config, as planned
-        with checked.unlocked():
-            for name in init_from.SHAPE_FIELDS:
-                checked.model[name] = first.model[name]
-        validate_config(checked, jax.device_count(), jax.process_count(), jax.default_backend())
+    shapes = {f"model.{name}": getattr(first.model, name) for name in init_from.SHAPE_FIELDS}
+    for stage, config in stages:  # the stage trains from its own config, as planned
+        validate_config(run_config.replace(config, shapes), jax.device_count(),
+                        jax.process_count(), jax.default_backend())

@@ -26,9 +26,16 @@ import dataclasses
 import statistics
 import time
 
+import jax
 import numpy as np
 
+import run_config
 from parallel import cost
+from planner import resolve_run
+from planner.run import make_run
+from training import step as step_lib
+from training.aot import run_mesh
+from training.state import create_train_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,20 +53,10 @@ def document_rows(tokens: int, lengths) -> np.ndarray:
 def measure_split(config, tokens: int, tile: int, repeats: int = 3) -> StepSplit:
     """Time the config's train step on one device (module docstring); `repeats` interleaved
     rounds over the document lengths, medians, after one untimed step (the compile)."""
-    import jax
-
-    from planner import resolve_run
-    from planner.run import make_run
-    from training import step as step_lib
-    from training.aot import run_mesh
-    from training.state import create_train_state
-
-    config = config.copy_and_resolve_references()
-    config.seq_len, config.global_batch_size = tokens, 1
-    config.mesh.data, config.mesh.seq = 1, 1
-    config.data.mask_documents = True
-    config.optim.grad_accum_steps = 1  # the one row is the step
-    config.parallel.layout, config.parallel.strategy, config.parallel.tile = "ring", "ring", tile
+    config = run_config.replace(config, {
+        "seq_len": tokens, "global_batch_size": 1, "mesh.data": 1, "mesh.seq": 1,
+        "data.mask_documents": True, "optim.grad_accum_steps": 1,  # the one row is the step
+        "parallel.layout": "ring", "parallel.strategy": "ring", "parallel.tile": tile})
     run = make_run(config, 1)
     resolved = resolve_run(config, (1, 1), jax.devices()[0].platform, jax.devices()[0].device_kind)
     mesh = run_mesh(run)

@@ -1,22 +1,23 @@
 """Where metrics go: metrics.jsonl always, wandb optionally, and the console.
 
-Every tracker has `log(step, metrics)`, `event(step, message, fields)`, `persist()` (with each
-checkpoint) and `close()`. Only process 0 writes; other processes get
-the no-op tracker.
+Every tracker is a `Tracker`: `log(step, metrics)`, `event(step, message, fields)`, `persist()`
+(with each checkpoint) and `close()`. Only process 0 writes; other processes get the no-op
+tracker. A new destination is one subclass and one line in make_trackers.
 """
 
 from __future__ import annotations
 
+import abc
 import json
 import math
 import os
 import sys
 import time
 
+import run_config
 import storage
-from storage.run_dir import RunDir
-from configs import setting
 from parallel import get_strategy
+from storage.run_dir import RunDir
 
 
 def say(message: str) -> None:
@@ -26,21 +27,29 @@ def say(message: str) -> None:
         print(message, flush=True)
 
 
-class NullTracker:
+class Tracker(abc.ABC):
+    """A destination of the run's metrics (step: the run's step, one time axis)."""
+
+    @abc.abstractmethod
     def log(self, step: int, metrics: dict) -> None:
-        pass
+        """A logged step's metrics (numbers; a list is a curve, eval/loss_by_position)."""
+
+    def event(self, step: int, message: str, fields: dict) -> None:
+        """Something that happened at `step` (resumed, stopped on request)."""
 
     def persist(self) -> None:
         """Called with each checkpoint: what was logged so far is made durable."""
 
-    def event(self, step: int, message: str, fields: dict) -> None:
-        pass
-
     def close(self) -> None:
+        """The run's end (or its failure): flush and let go."""
+
+
+class NullTracker(Tracker):
+    def log(self, step: int, metrics: dict) -> None:
         pass
 
 
-class JsonlTracker:
+class JsonlTracker(Tracker):
     """One JSON object per logged step in WORKDIR/metrics.jsonl.
 
     On a resume from step N the rows after N (logged before a kill, and about to be logged
@@ -100,14 +109,14 @@ def wandb_names(config, mesh_shape, choice) -> tuple[str, str, list[str]]:
     layout, seq_len, kernel = choice.layout, config.seq_len, choice.kernel
     strategy = get_strategy(choice.strategy).label(choice.ulysses_degree).replace(" ", "")
     mesh = f"{mesh_shape[0]}x{mesh_shape[1]}"
-    docs = "docs" if setting(config, "data.mask_documents") else "nodocs"
-    group = config.get("wandb_group") or f"S{seq_len}-{strategy}-{kernel}-{mesh}-{docs}"
+    docs = "docs" if config.data.mask_documents else "nodocs"
+    group = config.wandb_group or f"S{seq_len}-{strategy}-{kernel}-{mesh}-{docs}"
     tags = [layout, f"strategy-{strategy}", f"kernel-{kernel}", f"seq{seq_len}", f"mesh{mesh}",
             docs]
     return group, f"{layout}-{group}", tags
 
 
-class WandbTracker:
+class WandbTracker(Tracker):
     """wandb on process 0: offline unless WANDB_MODE (or config.wandb_mode) says online.
 
     A resume continues the same wandb run. wandb drops points at steps below the last one it
@@ -130,7 +139,7 @@ class WandbTracker:
         os.makedirs(directory, exist_ok=True)
         self._run = wandb.init(
             project=config.wandb_project, group=group, name=name,
-            config={**config.to_dict(), "attention": resolved.attention.record(),
+            config={**run_config.to_dict(config), "attention": resolved.attention.record(),
                     "memory_switches": resolved.switches.record()}, dir=directory,
             mode=mode, tags=tags, **where)
 
@@ -148,17 +157,11 @@ class WandbTracker:
                     xname="expert" if key.endswith("/shares") else "position range")
         self._run.log(row, step=int(step))
 
-    def event(self, step, message, fields):
-        pass  # wandb marks resumed runs itself
-
-    def persist(self):
-        pass  # wandb keeps its own files
-
-    def close(self):
+    def close(self):  # (no events: wandb marks resumed runs itself; it keeps its own files)
         self._run.finish()
 
 
-class Console:
+class Console(Tracker):
     """A one-line progress bar on a terminal; plain log lines otherwise."""
 
     def __init__(self, total_steps: int, stream=None):
@@ -199,14 +202,8 @@ class Console:
         self.stream.write(("\n" if self.tty else "") + f"{message} at step {step}: {details}\n")
         self.stream.flush()
 
-    def persist(self):
-        pass
 
-    def close(self):
-        pass
-
-
-class Trackers:
+class Trackers(Tracker):
     """Fans out to several trackers. With length stages (training/stages.py), a stage's steps
     go out on the run's one time axis: `offset` (the steps of the stages before) is added, and
     every row says its stage."""

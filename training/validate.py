@@ -1,54 +1,21 @@
-"""Checks a run config before anything is compiled or written: one clear line per problem."""
+"""Checks a run config (a run_config.RunConfig) before anything is compiled or written: one clear
+line per problem."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import parallel
-from configs import setting
-from model.config import (AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING,
-                          MoEConfig)
+from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.moe import expert_split
-from model.rope import RopeScaling
-from planner.attention import choice_from_config, configured_tiles
+from planner.attention import choice_from_config
 from planner.run import configured_layout
+import run_config
+from run_config import ConfigError
+from training.resume import RUN_FIELDS
 
 TRACKERS = ("wandb", "jsonl", "none")
 LOADERS = ("thread", "grain")
-
-
-class ConfigError(ValueError):
-    """A user error in the config or flags; train.py prints it as one line and exits 2."""
-
-
-# Fields that were renamed: an old config file or command line gets the new name in its error.
-RENAMED_FIELDS = {"parallel.attention": "parallel.layout"}
-# Fields whose setting moved into another one: the error names it and shows its values.
-MOVED_FIELDS = {"model.tile_q": ("parallel.tile", "512, '256x128' (query x key) or 'auto'"),
-                "model.tile_k": ("parallel.tile", "512, '256x128' (query x key) or 'auto'")}
-
-
-def moved_field_error(old: str, flag: bool = False) -> str | None:
-    """The one line for a renamed or moved field `old` ('model.tile_q'), as a config file
-    (flag False) or a --config flag names it; None for a field that did not move."""
-    if old in RENAMED_FIELDS:
-        new = RENAMED_FIELDS[old]
-        return (f"--config.{old} was renamed: use --config.{new}" if flag else
-                f"config field {old} was renamed {new}: rename it in the config file "
-                f"(config.{new} = ...)")
-    if old in MOVED_FIELDS:
-        new, values = MOVED_FIELDS[old]
-        return (f"--config.{old} moved into {new}: use --config.{new}=VALUE ({values})" if flag
-                else f"config field {old} moved into {new}: set config.{new} in the config "
-                     f"file ({values})")
-    return None
-
-
-def _check_renamed(config):
-    for old in (*RENAMED_FIELDS, *MOVED_FIELDS):
-        section, field = old.split(".")
-        if field in config.get(section, {}):
-            raise ConfigError(moved_field_error(old))
 
 
 def _mesh_shape(config, device_count):
@@ -64,9 +31,8 @@ def _mesh_shape(config, device_count):
 def _validate_experts(config, data: int, seq: int):
     """model.moe is a valid expert layer, and mesh.expert splits its experts over groups of
     devices the mesh has (model/moe.py expert_split)."""
-    expert = setting(config, "mesh.expert")
+    expert, moe = config.mesh.expert, config.model.moe
     try:
-        moe = MoEConfig.from_config(config.model.get("moe"))
         if expert != 1 and not moe.num_experts:
             raise ValueError(f"mesh.expert={expert} splits experts, but model.moe.num_experts is "
                              "0: set model.moe.num_experts, or mesh.expert=1")
@@ -99,34 +65,34 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     Example: tiny.py with global_batch_size=1 and mesh data 1 x seq 2 on 2 devices validates
     whether they are one process or two (each then builds half of the row).
     """
-    _check_renamed(config)
+    config = run_config.typed(config)  # a config file's ConfigDict, or its RunConfig
     _validate_parallel(config.parallel, platform)
-    loader = setting(config, "data.loader")
+    loader = config.data.loader
     if loader not in LOADERS:
         raise ConfigError(f"data.loader={loader!r}: choose one of {', '.join(LOADERS)}")
-    if setting(config, "data.grain_workers") < 0:
+    if config.data.grain_workers < 0:
         raise ConfigError(f"data.grain_workers={config.data.grain_workers} must be >= 0 "
                           f"(0 = threads, N = worker processes)")
     if config.tracker not in TRACKERS:
         raise ConfigError(f"tracker={config.tracker!r}: choose one of {', '.join(TRACKERS)}")
     for name in ("seq_len", "global_batch_size", "num_train_steps", "eval_every_steps",
                  "log_every_steps", "eval_batches", "checkpoint_every_steps", "checkpoint_keep"):
-        if config[name] < 1:
-            raise ConfigError(f"{name}={config[name]} must be at least 1")
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name}={getattr(config, name)} must be at least 1")
     _validate_ranges(config)
-    if setting(config, "optim.max_skipped_steps") < 1:
+    if config.optim.max_skipped_steps < 1:
         raise ConfigError(f"optim.max_skipped_steps={config.optim.max_skipped_steps} must be at "
                           f"least 1")
-    _validate_resume_accepts(setting(config, "resume_accepts"))
+    _validate_resume_accepts(config.resume_accepted)
     data, seq = _mesh_shape(config, device_count)
     _validate_experts(config, data, seq)
     try:
         parallel.check_divisible(configured_layout(config), config.seq_len, seq)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    block = config.seq_len // seq
+    block = config.block(seq)
     for field in ("loss_chunk", "mlp_chunk"):
-        size = config.model.get(field, 0)
+        size = getattr(config.model, field)
         if not isinstance(size, int) or isinstance(size, bool):
             continue  # 'auto', or a wrong kind of value (_validate_switches says which)
         if size < 0 or (size and block % size):
@@ -152,36 +118,35 @@ def _validate_ranges(config) -> None:
     """Fields that would fail later (after tokenizing or compiling) or silently do nothing."""
     checks = [
         ("stop_at_step", config.stop_at_step >= 0, "0 (never) or a step"),
-        ("eval_position_buckets", 0 <= setting(config, "eval_position_buckets") <= config.seq_len,
+        ("eval_position_buckets", 0 <= config.eval_position_buckets <= config.seq_len,
          "0 (off) or a count of position ranges up to seq_len"),
         ("data.eval_fraction", 0.0 <= config.data.eval_fraction < 1.0,
          "a fraction in [0, 1), e.g. 0.005"),
-        ("data.max_bytes", setting(config, "data.max_bytes") >= 0, "0 (all) or a byte count"),
-        ("data.passkey_fraction", 0.0 <= setting(config, "data.passkey_fraction") <= 1.0,
+        ("data.max_bytes", config.data.max_bytes >= 0, "0 (all) or a byte count"),
+        ("data.passkey_fraction", 0.0 <= config.data.passkey_fraction <= 1.0,
          "a share of the rows in [0, 1]"),
-        ("data.passkey_min_len", 0 <= setting(config, "data.passkey_min_len") <= config.seq_len,
+        ("data.passkey_min_len", 0 <= config.data.passkey_min_len <= config.seq_len,
          "0 (one example a row) or a length up to seq_len"),
-        ("data.passkey_weight", setting(config, "data.passkey_weight") > 0,
+        ("data.passkey_weight", config.data.passkey_weight > 0,
          "a positive loss weight (1 = like any token)"),
-        ("data.passkey_repeats", 0.0 <= setting(config, "data.passkey_repeats") <= 1.0,
+        ("data.passkey_repeats", 0.0 <= config.data.passkey_repeats <= 1.0,
          "a share of the keys in [0, 1] (0 = as drawn, about a third)"),
-        ("optim.grad_accum_steps", setting(config, "optim.grad_accum_steps") >= 1, "at least 1"),
+        ("optim.grad_accum_steps", config.optim.grad_accum_steps >= 1, "at least 1"),
         ("optim.learning_rate", config.optim.learning_rate > 0, "a positive rate"),
-        ("optim.warmup_steps", setting(config, "optim.warmup_steps") >= 0, "0 or more"),
-        ("cpu_devices", setting(config, "cpu_devices") >= 1, "at least 1"),
-        ("wandb_mode", setting(config, "wandb_mode") in ("online", "offline", "disabled"),
+        ("optim.warmup_steps", config.optim.warmup_steps >= 0, "0 or more"),
+        ("cpu_devices", config.cpu_devices >= 1, "at least 1"),
+        ("wandb_mode", config.wandb_mode in ("online", "offline", "disabled"),
          "online, offline or disabled"),
     ]
     for field, ok, want in checks:
         if not ok:
             section, _, name = field.rpartition(".")
-            value = (config[section] if section else config)[name]
+            value = getattr(getattr(config, section) if section else config, name)
             raise ConfigError(f"{field}={value!r}: must be {want}")
 
 
-def _validate_resume_accepts(value: str) -> None:
-    from training.resume import RUN_FIELDS
-    unknown = [n.strip() for n in value.split(",") if n.strip() and n.strip() not in RUN_FIELDS]
+def _validate_resume_accepts(accepted) -> None:
+    unknown = sorted(name for name in accepted if name not in RUN_FIELDS)
     if unknown:
         raise ConfigError(f"resume_accepts names {unknown[0]!r}: choose among "
                           f"{', '.join(RUN_FIELDS)} (comma-separated)")
@@ -194,7 +159,7 @@ def _validate_corpus_size(config):
     from data import DataError
     from data.sources import most_tokens
     try:
-        bound = most_tokens(config.data.source, setting(config, "data.max_bytes"))
+        bound = most_tokens(config.data.source, config.data.max_bytes)
     except DataError:
         return  # a missing source is the data pipeline's one-line error
     batch = config.global_batch_size * config.seq_len + 1
@@ -208,7 +173,7 @@ def _validate_corpus_size(config):
 def _validate_tile(config, block: int) -> None:
     """parallel.tile is 'auto', 0 or tiles that divide the per-device block."""
     try:
-        tiles = configured_tiles(config)
+        tiles = config.parallel.tiles
     except ValueError as e:
         raise ConfigError(str(e)) from None
     for tile in tiles or ():
@@ -223,7 +188,7 @@ def _validate_attention(config, seq, platform):
     only tiles it compiles), and parallel.ulysses_degree fits the strategy, mesh.seq and the
     query heads ('auto' picks a degree that does)."""
     p = config.parallel
-    tile = f"parallel.tile={p.get('tile', 'auto')!r}"
+    tile = f"parallel.tile={p.tile!r}"
     fields = (f"parallel.kernel={p.kernel!r}, {tile}" if p.strategy == AUTO else
               f"parallel.strategy={p.strategy!r}, parallel.kernel={p.kernel!r}, "
               f"parallel.ulysses_degree, {tile}, model.num_heads")
@@ -247,9 +212,8 @@ def _validate_model(m, device_count):
             raise ConfigError(f"model.{name}={size} is not divisible by the {device_count} "
                               f"devices its parameters are sharded over: use a multiple of "
                               f"{device_count}")
-    scaling = RopeScaling.from_config(m.get("rope_scaling"))
-    if scaling.problem():
-        raise ConfigError(f"model.rope_scaling: {scaling.problem()}")
+    if m.rope_scaling.problem():
+        raise ConfigError(f"model.rope_scaling: {m.rope_scaling.problem()}")
     if m.dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"model.dtype={m.dtype!r}: choose float32, bfloat16 or float16")
     _validate_attention_kinds(m)
@@ -258,15 +222,15 @@ def _validate_model(m, device_count):
 def _validate_switches(config):
     """The memory switches: 'auto' (the planner's choice) or a value of their kind."""
     for name in ("remat", "scan_layers"):
-        value = setting(config, f"model.{name}")
+        value = getattr(config.model, name)
         if value != AUTO and not isinstance(value, bool):
             raise ConfigError(f"model.{name}={value!r}: use True, False or 'auto'")
-    policy = setting(config, "model.remat_policy")
+    policy = config.model.remat_policy
     if policy != AUTO and policy not in REMAT_POLICIES:
         raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
                           f"{', '.join(REMAT_POLICIES)}, or 'auto'")
     for name in ("loss_chunk", "mlp_chunk"):
-        value = setting(config, f"model.{name}")
+        value = getattr(config.model, name)
         if value != AUTO and (isinstance(value, bool) or not isinstance(value, int)
                               or value < 0):
             raise ConfigError(f"model.{name}={value!r}: use a number of tokens per device (0: "
@@ -275,7 +239,7 @@ def _validate_switches(config):
 
 def _validate_attention_kinds(m):
     """Per-layer attention (model.layer_types and what goes with it), one line each."""
-    types = tuple(m.get("layer_types", ()) or ())
+    types = m.layer_types
     if types and len(types) != m.num_layers:
         raise ConfigError(f"model.layer_types has {len(types)} entries for "
                           f"model.num_layers={m.num_layers}: give one per layer, or () for all "
@@ -284,15 +248,16 @@ def _validate_attention_kinds(m):
     if unknown:
         raise ConfigError(f"model.layer_types: {unknown[0]!r} is not a layer type: use "
                           f"{' or '.join(repr(t) for t in LAYER_TYPES)}")
-    window = m.get("sliding_window", 0)
+    window = m.sliding_window
     if window < 0 or (SLIDING in types and not window):
         raise ConfigError(f"model.sliding_window={window}: sliding layers need a window of at "
                           f"least 1 token (keys a query sees, itself included)")
-    activation = m.get("mlp_activation", "silu")
+    activation = m.mlp_activation
     if activation not in MLP_ACTIVATIONS:
         raise ConfigError(f"model.mlp_activation={activation!r}: choose one of "
                           f"{', '.join(MLP_ACTIVATIONS)}")
     for field in ("attn_logit_soft_cap", "final_logit_soft_cap", "query_scale",
                   "rope_local_theta"):
-        if m.get(field, 0.0) < 0:
-            raise ConfigError(f"model.{field}={m.get(field)} must be positive, or 0 for none")
+        if getattr(m, field) < 0:
+            raise ConfigError(f"model.{field}={getattr(m, field)} must be positive, or 0 for "
+                              f"none")

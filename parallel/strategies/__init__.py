@@ -10,6 +10,8 @@ A new strategy is one file and one entry in the tuple below.
 
 from __future__ import annotations
 
+import inspect
+
 from parallel.strategies import allgather, ring, ulysses, usp
 from parallel.strategies.base import Strategy
 from parallel.strategy_cost import LayerShape, Network
@@ -58,3 +60,20 @@ def estimate(x: LayerShape, net: Network, strategy: str, degree: int = 1,
     when the caller has them already."""
     row = get_strategy(strategy).cost(x, net, degree, documents, step_counts)
     return {"strategy": strategy, "degree": degree, **row}
+
+
+def configured(strategy, num_shards: int, q_heads: int, **options) -> Strategy:
+    """The strategy (a name or a Strategy) on `num_shards` 'seq' devices with `q_heads` query
+    heads and its options (None: not given): ValueError, one line, for an option it does not
+    take, naming the strategies that take it, or one its own check refuses."""
+    strategy = get_strategy(strategy)
+    # what its own `configured` checks: ulysses takes a degree equal to the 'seq' axis
+    checked = inspect.signature(strategy.configured).parameters
+    for key, value in options.items():
+        if key not in strategy.options and key not in checked and value not in (None, 1):
+            takers = [s.name for s in STRATEGIES.values() if key in s.options]
+            raise ValueError(f"{key}={value} applies to strategy "
+                             f"{' or '.join(repr(t) for t in takers)} only: drop it, or use "
+                             f"strategy={takers[0]!r}" if takers else
+                             f"strategy {strategy.name!r} takes no option {key}")
+    return strategy.configured(num_shards, q_heads, **options)

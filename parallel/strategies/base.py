@@ -54,16 +54,8 @@ class Strategy:
 
     def configured(self, num_shards: int, q_heads: int, **options) -> "Strategy":
         """This strategy on `num_shards` 'seq' devices with `q_heads` query heads and its
-        options (None: not given). ValueError, one line, for an option it does not take; a
-        strategy with options overrides this to check and set them."""
-        for key, value in options.items():
-            if key not in self.options and value not in (None, 1):
-                from parallel.strategies import STRATEGIES
-                takers = [s.name for s in STRATEGIES.values() if key in s.options]
-                raise ValueError(f"{key}={value} applies to strategy "
-                                 f"{' or '.join(repr(t) for t in takers)} only: drop it, or use "
-                                 f"strategy={takers[0]!r}" if takers else
-                                 f"strategy {self.name!r} takes no option {key}")
+        options (None: not given; parallel.strategies.configured has refused any it does not
+        take). A strategy with options overrides this to check and set them."""
         return self
 
     def label(self, degree: int, num_shards: int | None = None) -> str:
