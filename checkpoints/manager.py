@@ -35,6 +35,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging as absl_logging
+from jax.experimental import multihost_utils
 
 import storage
 from storage.run_dir import RunDir
@@ -174,7 +175,6 @@ class Checkpointer:
                     break
                 time.sleep(RETRY_WAIT_S * 2 ** attempt)
         if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
             everyone = multihost_utils.process_allgather(np.int32(outcome))
             worst = int(np.max(everyone))
             if worst != outcome:
@@ -231,7 +231,6 @@ def _move_step(directory: str, step: int) -> str:
     if jax.process_index() == 0:
         storage.move(storage.join(directory, str(step)), target)
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices(f"moved checkpoint {step}")
     return target
 

@@ -1,6 +1,6 @@
-"""Run configs: one get_config() per file, returning an ml_collections.ConfigDict. configs/default.py
-is the embedded default and the one home of every field's default (run_config.build fills a
-config's missing fields from it); the other files start from it.
+"""Run configs: one get_config() per file, returning an ml_collections.ConfigDict.
+configs/default.py is the embedded default and the one home of every field's default
+(run_config.build fills a config's missing fields from it); the other files start from it.
 
     config = load_file("configs/tiny.py")      # ConfigError, one line, for a file that fails
 

@@ -32,6 +32,7 @@ import functools
 
 import jax
 import numpy as np
+from absl import flags
 
 from data.batches import BatchSpec, batch_rows, eval_rows
 from data.errors import DataError
@@ -182,6 +183,5 @@ class GrainPrefetcher:
 def _ensure_absl_flags_parsed() -> None:
     """grain's worker processes read absl flags; a program that never parsed them (no app.run,
     e.g. pytest or a notebook) would fail with UnparsedFlagAccessError. Keeps the defaults."""
-    from absl import flags
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()

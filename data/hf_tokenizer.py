@@ -26,7 +26,7 @@ class HFTokenizer:
     process_pool = False  # the token cache's pool of encoders is for sentencepiece only
 
     def __init__(self, path: str, content: bytes):
-        from tokenizers import Tokenizer as RustTokenizer
+        from tokenizers import Tokenizer as RustTokenizer  # only for tokenizer.json files
         self.path = path
         self.fingerprint = hashlib.sha256(content).hexdigest()[:16]
         try:

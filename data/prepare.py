@@ -15,6 +15,7 @@ import re
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 import storage
 from storage.run_dir import RunDir
@@ -29,7 +30,6 @@ from data.tokenizer import get_tokenizer
 def barrier(name: str):
     """Blocks until every process gets here (a no-op with one process)."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices(name)
 
 

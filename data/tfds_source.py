@@ -147,7 +147,7 @@ _RANDOM_ACCESS_FORMATS = ("array_record", "parquet")
 
 def _import_tfds():
     try:
-        import tensorflow_datasets as tfds
+        import tensorflow_datasets as tfds  # heavy (TensorFlow), and only for tfds: sources
     except ImportError as e:
         raise DataError("data.source: TFDS sources need tensorflow-datasets and array_record: "
                         "pip install tensorflow-datasets array_record") from e

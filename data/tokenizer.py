@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 import sentencepiece as spm
 
 from data.errors import DataError
+from data.hf_tokenizer import HFTokenizer
 from data.progress import Ticker
 from data.sources import describe_source, iter_documents, source_options, take_bytes
 
@@ -73,7 +74,6 @@ def load_tokenizer(path: str) -> Tokenizer:
                         f"sentencepiece .model or a tokenizer.json file, or leave it empty to "
                         f"train one") from e
     if path.endswith(".json"):
-        from data.hf_tokenizer import HFTokenizer
         return HFTokenizer(path, model_bytes)
     try:
         tok = Tokenizer(path, model_bytes)

@@ -27,8 +27,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
-
 import numpy as np
+from flax import nnx
 
 import parallel
 from model.kv_cache import ShardedCache, init_cache
@@ -67,8 +67,6 @@ def generate(graphdef, params, prompt, max_new_tokens: int, *, temperature: floa
     The prompt is prefilled in one pass; then each step feeds only the newest token. Stops early
     when every row has produced eos_id.
     """
-    import numpy as np
-    from flax import nnx
 
     prompt = jnp.asarray(prompt, jnp.int32)
     batch, length = prompt.shape
@@ -144,7 +142,6 @@ def generate_sharded(graphdef, params, prompts, max_new_tokens: int, mesh, *,
     the prompts prefilled sequence-parallel over mesh's 'seq' axis in the model's layout and
     decoded against the sharded cache. report(prefill_caches): called once after the prefill
     (sample.py prints the cache size per device)."""
-    from flax import nnx
     cfg = nnx.merge(graphdef, params).cfg
     fields = lay_out_prompts(prompts, cfg.layout, mesh.shape[parallel.SEQ])
     lengths = fields.pop("lengths")

@@ -39,6 +39,9 @@ import shutil
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
+
+import parallel
 
 from model.config import FULL, SLIDING, ModelConfig
 from model.hf_families import FAMILIES, Family, FamilyError, Stored, family_of, stored
@@ -215,7 +218,6 @@ def _key_path(path) -> tuple:
 def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Each Hugging Face tensor name of a model with this config, with its shape: our
     parameters' shapes less their leading (layer, expert) axes, transposed where stored so."""
-    import parallel
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
     one = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, expert_devices=1))
     _, abstract, _ = abstract_model(one, mesh)  # the shapes: on one device, wherever it runs
@@ -317,7 +319,6 @@ def load(path: str, *, mesh=None, **overrides) -> Transformer:
         overrides["dtype"] = overrides["param_dtype"]
     cfg = model_config(path, **overrides)
     if mesh is None:
-        import parallel
         mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
     graphdef, abstract, rest = abstract_model(cfg, mesh)
     params = load_params(open_weights(path, cfg), cfg, abstract, mesh)
@@ -327,7 +328,6 @@ def load(path: str, *, mesh=None, **overrides) -> Transformer:
 def hf_tensors(params, cfg: ModelConfig, dtype: str):
     """(Hugging Face name, host array in `dtype`) for each tensor of the parameters, one at a
     time (a sharded array is gathered to the host one tensor at a time)."""
-    from jax.experimental import multihost_utils
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     pending = {}  # tensor name -> {part: array}: an interleaved tensor waits for its parts
     for path, leaf in flat:

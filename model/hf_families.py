@@ -27,6 +27,7 @@ transformers 5's save_pretrained keep them.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Callable
 
 from model.config import (FULL, FUNCTION, SHAPE, SLIDING, ModelConfig, MoEConfig,
@@ -312,7 +313,6 @@ class Family:
     def matches(self, cfg: ModelConfig) -> bool:
         """Whether this family's files hold a model with this config exactly: what `write`
         puts in config.json, `read` gives back."""
-        import json
         try:
             written = self.write(cfg)
         except FamilyError:

@@ -9,6 +9,7 @@ shardings rather than typed with them.
 from __future__ import annotations
 
 import jax
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 DATA, SEQ = "data", "seq"
@@ -62,7 +63,6 @@ def _multi_slice_mesh(data: int, seq: int, devices, slices: int) -> Mesh:
     """TPU slices joined over the data-centre network: 'data' spans the slices, and each
     'seq' ring stays inside one slice, on its chip-to-chip links (a ring hop over the
     data-centre network would be an order of magnitude slower)."""
-    from jax.experimental import mesh_utils
     check_slices(data, slices, len(devices))
     grid = mesh_utils.create_hybrid_device_mesh((data // slices, seq), (slices, 1), devices)
     return Mesh(grid, (DATA, SEQ), axis_types=(AxisType.Auto, AxisType.Auto))

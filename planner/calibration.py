@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import json
 import math
 
 import numpy as np
@@ -100,7 +101,6 @@ def bench_measurements(path: str) -> list[Measurement]:
     kind with documents unmasked (one document a row: the planner's rows are the measured
     ones), its median seconds per step, on the 'cpu' device; every other one (in the file's
     order) fitted, the rest held out. ValueError, one line, for a file that is not one."""
-    import json
     try:
         with open(path) as f:
             bench = json.load(f)
@@ -178,7 +178,7 @@ def fit(points: list[Measurement], device: Device,
     """The calibration of `device` that best predicts the fitted points (least squares of
     log(predicted / measured), bounded by BOUNDS; Powell's method from START): the fields
     `names`, the others kept as the device has them."""
-    from scipy import optimize
+    from scipy import optimize  # only the fit (scripts/calibrate.py) needs it
     chosen = [p for p in points if p.fitted]
     names = list(names)
 

@@ -142,7 +142,6 @@ def on_host(device: Device, devices: int) -> Device:
     memory, so each has its share of it; an accelerator has its own."""
     if device.flops_key != "cpu":
         return device
-    import os
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return dataclasses.replace(device, memory_bytes=host / devices)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from data.document_lengths import document_lengths
 from model.config import MoEConfig
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
@@ -114,7 +115,6 @@ def document_keys_per_query(segment_ids, window: int | None = None) -> float | N
     [R, S] natural order (None: one document)."""
     if segment_ids is None:
         return None
-    from data.document_lengths import document_lengths
     lengths = document_lengths(segment_ids).astype(np.float64)
     if window is None:
         return float((lengths * (lengths + 1) / 2).sum() / np.asarray(segment_ids).size)

@@ -19,7 +19,11 @@ import dataclasses
 import statistics
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+import parallel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +49,6 @@ def causal_tiles(block: int, tile: int) -> int:
 def median_seconds(step, args, repeats: int) -> float:
     """Median seconds of `step(*args)` over `repeats` calls, after one untimed call (the
     compile)."""
-    import jax
     jax.block_until_ready(step(*args))
     seconds = []
     for _ in range(repeats):
@@ -58,10 +61,6 @@ def median_seconds(step, args, repeats: int) -> float:
 def time_tiles(shape: Shape, blocks, tiles, repeats: int = 5, kernel: str = "xla") -> list[dict]:
     """Median seconds of a jitted forward + backward of one causal block on this process's first
     device, for every (block, tile) with tile dividing the block; after one untimed call."""
-    import jax
-    import jax.numpy as jnp
-
-    import parallel
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
     rows = []
     for block in blocks:
@@ -106,8 +105,6 @@ def time_matmuls(d_model: int, mlp_dim: int, tokens: int, repeats: int = 5) -> d
     """Median seconds of a jitted forward + backward of two chained matmuls, [tokens, d_model] x
     [d_model, mlp_dim] x [mlp_dim, d_model] (an MLP without its gate): 6 FLOPs per token and
     parameter, as the planner counts the dense layers (planner/step_time.py)."""
-    import jax
-    import jax.numpy as jnp
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     x = jax.random.normal(keys[0], (tokens, d_model))
     w1 = jax.random.normal(keys[1], (d_model, mlp_dim)) / d_model ** 0.5

@@ -3,8 +3,9 @@ formulas are tabled in planner/README.md), and the verdict against a device's me
 
 from __future__ import annotations
 
+from model import chunks
 from model.embedding import splits
-from planner.flops import experts_of
+from planner.flops import experts_of, matmul_params, mlp_params
 from planner.devices import Device
 from planner.run import Run
 
@@ -23,7 +24,6 @@ def param_counts(m) -> dict:
               all of a sparse block's)
     active  = total with only the top_k experts of each sparse layer (what a token uses)
     """
-    from planner.flops import matmul_params, mlp_params
     matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
     vectors = (2 * m.num_layers + 1) * m.d_model + _expert_biases(m) + m.num_layers * (
@@ -145,8 +145,7 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
 def _chunk(chunk: int, block: int) -> int:
     """The tokens per chunk of an MLP chunked by mlp_chunk, 0 when model/chunks.py runs it
     whole (its rule, chunks.splits)."""
-    from model.chunks import splits
-    return chunk if splits(chunk, block) else 0
+    return chunk if chunks.splits(chunk, block) else 0
 
 
 def fit(total: float, device: Device) -> dict:

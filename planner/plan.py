@@ -12,6 +12,7 @@ from planner import memory, recommend, step_time
 from planner.devices import DEVICES, Device, on_host
 from planner.documents import describe_documents, sample_documents
 from planner.flops import flops_per_token, peak_flops
+from planner.resolve import resolve_run
 from planner.run import Run, make_run, process_count
 from planner.sizes import size_rows
 
@@ -90,7 +91,6 @@ def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
     """(plan, device, run, resolved) for `devices` devices of `device_name`; the config must
     have passed training.validate_config. resolved (a planner.ResolvedRun) is the run's, every
     'auto' resolved as the run would."""
-    from planner.resolve import resolve_run
     device, run = plan_device(device_name, devices), make_run(config, devices)
     segment_ids = sample_documents(config, documents, document_rows, workdir)
     resolved = resolve_run(config, (run.data, run.seq), device.platform, "", device=device,

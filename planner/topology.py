@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 
 
@@ -115,7 +116,6 @@ def _torus(chips: int, dims: int) -> tuple[int, ...] | None:
 
 def devices(tpu_slice: TpuSlice) -> list:
     """The slice's TPU devices from libtpu's topology description (no TPU attached)."""
-    import os
 
     # Off a TPU VM there is no metadata server to ask for the slice, and libtpu would print
     # warnings about it: name the slice and this host. Only this process's compile reads them
@@ -127,7 +127,7 @@ def devices(tpu_slice: TpuSlice) -> list:
     # two compiles (two test workers) may run at once.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
-        from jax.experimental import topologies
+        from jax.experimental import topologies  # loads libtpu: only for a TPU compile
         desc = topologies.get_topology_desc(
             platform="tpu", topology_name=tpu_slice.topology,
             chips_per_host_bounds=(1, 1, 1) if tpu_slice.shape == (1, 1) else (2, 2, 1),

@@ -224,7 +224,7 @@ def move(source: str, target: str) -> None:
 def _object_store(location: str):
     """The fsspec filesystem of a remote location, its listing cache dropped (another process
     may have written since)."""
-    import fsspec
+    import fsspec  # (gcsfs behind it) only a bucket workdir reaches this
     fs = fsspec.filesystem(location.split("://", 1)[0])
     fs.invalidate_cache()
     return fs

@@ -110,8 +110,9 @@ def traced_loss(config):
     from training import step as step_lib
     run = tiny_run(config)
     mesh = parallel.make_mesh(run.data, run.seq, devices=jax.devices()[:4])
-    state, graphdef, _, _ = aot.abstract_train_state(config, mesh, tiny_resolved(config))
-    loss = lambda params, batch: step_lib.token_loss_sums(graphdef, params, batch, True)[0]
+    state, program = aot.abstract_train_state(config, mesh, tiny_resolved(config))
+    loss = lambda params, batch: step_lib.token_loss_sums(program.graphdef, params, batch,
+                                                          True)[0]
     return loss, state["params"], aot.abstract_batch(config, mesh), mesh
 
 

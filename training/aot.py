@@ -12,8 +12,19 @@ needed). The state is training/state.py's, abstract: nothing is allocated.
 from __future__ import annotations
 
 import re
+import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import parallel
+from data.batches import FIELDS
 from planner.run import Run
+from run_config import ConfigError
+from training import step as step_lib
+from training.hlo_overlap import loop_overlaps, summary
+from training.state import create_train_state
 
 # --compile auto compiles when P x seq_len x rows (P x tokens per data shard) is at most this.
 # Measured on 2 busy cores: tiny.py (3.6e7) 5 s; default.py (1.1e10) 8 s; llama_1b at 4k tokens
@@ -61,30 +72,23 @@ def _piece(op_name: str) -> str:
 # ------------------------------------------------------------------------------ XLA's view
 
 def abstract_train_state(config, mesh, resolved):
-    """(abstract state, graphdef, tx, schedule): training.state's, shapes and shardings only;
+    """(abstract arrays, TrainProgram): training.state's, shapes and shardings only;
     resolved: the run's planner.ResolvedRun."""
-    from training.state import create_train_state
-    return create_train_state(config, mesh, resolved, abstract=True)[:4]
+    return create_train_state(config, mesh, resolved, abstract=True)
 
 
 def _on_mesh(x, mesh, spec):
-    import jax
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=jax.NamedSharding(mesh, spec))
 
 
 def bytes_per_device(tree) -> float:
     """Sum over leaves of the bytes one device holds (shard shape x itemsize)."""
-    import jax
-    import numpy as np
     return float(sum(np.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
                      for x in jax.tree.leaves(tree)))
 
 
 def abstract_batch(config, mesh):
     """The batch train_step receives: int32 [B, S] fields and float32 weights, P('data', 'seq')."""
-    import jax
-    import jax.numpy as jnp
-    from data.batches import FIELDS
     shape = (config.global_batch_size, config.seq_len)
     return {f: _on_mesh(jax.ShapeDtypeStruct(shape, jnp.float32 if f == "weights" else jnp.int32),
                         mesh, jax.P("data", "seq")) for f in FIELDS}
@@ -92,8 +96,6 @@ def abstract_batch(config, mesh):
 
 def run_mesh(run: Run, devices=None):
     """The run's ('data', 'seq') mesh over `devices`, else the first run.devices (fake) ones."""
-    import jax
-    import parallel
     return parallel.make_mesh(run.data, run.seq, devices=devices or jax.devices()[:run.devices])
 
 
@@ -116,19 +118,14 @@ def compiled_memory(config, run: Run, resolved, devices=None) -> dict:
 def compile_train_step(config, run: Run, resolved, devices=None):
     """(figures, compiled): compiled_memory's figures and the jax Compiled (its .as_text() is the
     optimized HLO)."""
-    import time
-    import jax
-    from training import step as step_lib
 
-    from training.validate import ConfigError
     start = time.perf_counter()
     try:  # multi-slice: the mesh's data axis must span the slices
         mesh = run_mesh(run, devices)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    state, graphdef, tx, schedule = abstract_train_state(config, mesh, resolved)
-    jitted = step_lib.jit_train_step(config, graphdef, tx, schedule, state,
-                                     mesh.devices.flat[0].platform)
+    state, program = abstract_train_state(config, mesh, resolved)
+    jitted = step_lib.jit_train_step(config, program, state, mesh.devices.flat[0].platform)
     with jax.set_mesh(mesh):
         step_start = time.perf_counter()
         lowered = jitted.lower(state, abstract_batch(config, mesh))
@@ -153,7 +150,6 @@ def compile_train_step(config, run: Run, resolved, devices=None):
     figures["hlo_lines"] = compiled.as_text().count("\n")  # program size, after optimisation
     figures["platform"] = mesh.devices.flat[0].platform
     if figures["platform"] == "tpu":
-        from training.hlo_overlap import loop_overlaps, summary
         figures["transfers"] = summary(loop_overlaps(compiled.as_text()))
     return figures, compiled
 

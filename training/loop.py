@@ -10,6 +10,7 @@ every checkpoint_every_steps, at the end, and when asked to stop (SIGTERM / pree
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -17,20 +18,22 @@ import time
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 
 import data
 import model
 import parallel
 import run_config
 from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
-from planner import flops, memory
+from planner import ResolvedRun, flops, memory
 from run_config import ConfigError
 from storage.run_dir import RunDir
-from training import (init_from, position_loss, resume, stages, state as state_lib,
-                      step as step_lib, trackers)
+from training import (init_from, metrics as metrics_lib, position_loss, resume, stages,
+                      state as state_lib, step as step_lib, trackers)
 from training.resolved import (announce_resolved, as_checkpoint_ran, mesh_shape_of,
                                resolve_here, resolve_on_documents)
 from training.saved_run import saved_meta, saved_steps
+from training.state import Progress, TrainState
 from training.trackers import say
 from training.validate import validate_config
 
@@ -45,54 +48,6 @@ def create_train_state(config, mesh, resolved=None):
     config = run_config.typed(config)
     resolved = resolved or resolve_here(config, mesh)
     return state_lib.create_train_state(config, mesh, resolved)
-
-
-def model_flops_per_token(config, model_cfg, cache, spec) -> float:
-    """planner/flops.py's count; with documents masked, each document's causal triangle, as the
-    mean over step 0's rows (the planner's --documents data counts the same rows)."""
-    rows = (data.natural_segment_ids(cache, spec, config.global_batch_size)
-            if config.data.mask_documents else None)
-    return flops.flops_per_token(model_cfg, config.seq_len, segment_ids=rows)
-
-
-def _throughput(config, flops_per_token, mesh, steps: int, seconds: float, peak: float) -> dict:
-    tokens = steps * config.tokens_per_step
-    tokens_per_sec = tokens / seconds
-    tflops = flops_per_token * tokens_per_sec / mesh.size / 1e12
-    return {
-        "throughput/tokens_per_sec": tokens_per_sec,
-        "throughput/tokens_per_sec_per_device": tokens_per_sec / mesh.size,
-        "throughput/step_time_s": seconds / steps,
-        "throughput/model_tflops_per_device": tflops,
-        "throughput/mfu": tflops * 1e12 / peak,
-    }
-
-
-def memory_metrics() -> dict:
-    """Peak memory so far, in GB: the largest resident set of any process of the run (the host
-    side: batches, the token cache, and on CPU the arrays themselves), and where the runtime
-    reports it (GPU, TPU), the largest device's peak allocation."""
-    import resource
-    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB
-    stats = [d.memory_stats() or {} for d in jax.local_devices()]
-    device_gb = max((s.get("peak_bytes_in_use", 0) for s in stats), default=0) / 1e9
-    values = np.array([rss_gb, device_gb])
-    if jax.process_count() > 1:  # every process logs at the same steps, so all get here
-        from jax.experimental import multihost_utils
-        values = np.asarray(multihost_utils.process_allgather(values)).max(axis=0)
-    out = {"memory/host_peak_rss_gb": float(values[0])}
-    if values[1]:
-        out["memory/device_peak_gb"] = float(values[1])
-    return out
-
-
-def evaluate(eval_step, params, eval_batches) -> dict:
-    total = weight = 0.0
-    for batch in eval_batches:
-        t, w = eval_step(params, batch)
-        total, weight = total + float(t), weight + float(w)
-    loss = total / max(weight, 1.0)
-    return {"eval/loss": loss, "eval/perplexity": math.exp(min(loss, 80.0))}
 
 
 def _check_finite(step: int, metrics: dict, config, checkpointer, skipped_in_a_row: int) -> None:
@@ -153,8 +108,8 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
                                          resolved.attention)  # data errors
             resolved, prepared = resolve_on_documents(config, mesh, resolved, prepared)
             resolved = announce_resolved(config, resolved, latest)
-            return _run(config, workdir, mesh, resolved, checkpointer, prepared, identity,
-                        source, stage)
+            setup = RunSetup(config, workdir, mesh, resolved, identity, source, stage)
+            return _run(setup, checkpointer, prepared)
         finally:
             checkpointer.close()
     finally:
@@ -170,7 +125,6 @@ def _take(lock) -> None:
         except CheckpointError as e:
             refusal = e
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
         refused = multihost_utils.broadcast_one_to_all(np.int32(refusal is not None))
         if refused and refusal is None:
             refusal = CheckpointError(f"process 0 could not lock {lock.workdir} (see its error)")
@@ -200,24 +154,41 @@ def _check_against_latest(config, workdir, identity, resolved):
     return meta
 
 
-def _restore(config, checkpointer, state, identity, model_cfg):
-    """(start step, state, progress): the latest good checkpoint, or a fresh start."""
+@dataclasses.dataclass(frozen=True)
+class RunSetup:
+    """What a run was worked out to be before its first step, read by every part of the loop."""
+
+    config: run_config.RunConfig
+    workdir: str
+    mesh: jax.sharding.Mesh
+    resolved: ResolvedRun
+    identity: dict  # resume.run_identity's fingerprints, the tokenizer's included
+    source: init_from.Source | None  # config.init_from's, for a start
+    stage: stages.Stage | None  # the stage this is, of a staged run
+
+    @property
+    def mesh_shape(self) -> tuple[int, int]:
+        return mesh_shape_of(self.mesh)
+
+
+def _restore(setup: RunSetup, checkpointer, arrays, program) -> TrainState:
+    """The latest good checkpoint of this run, or a fresh start from `arrays`."""
     def check(step, meta):
-        resume.check_compatible(checkpointer.directory, step, meta, model_cfg)
-        resume.check_same_run(config, checkpointer.directory, step, meta, identity)
+        resume.check_compatible(checkpointer.directory, step, meta, program.model)
+        resume.check_same_run(setup.config, checkpointer.directory, step, meta, setup.identity)
 
-    restored = checkpointer.restore_latest(abstract_like(state), check, log=say)
+    restored = checkpointer.restore_latest(abstract_like(arrays), check, log=say)
     if restored is None:
-        return 0, state, resume.Progress()
-    step, state, meta = restored
-    return step, state, resume.Progress.from_meta(meta)
+        return TrainState(0, arrays, setup.config.seed, Progress())
+    step, arrays, meta = restored
+    return TrainState(step, arrays, setup.config.seed, Progress.from_meta(meta))
 
 
-def _compile_steps(config, graphdef, tx, schedule, state):
-    """The jitted train step (donates the state, keeps every array's sharding) and eval step."""
+def _compile_steps(config, program, arrays):
+    """The jitted train step (donates the arrays, keeps every array's sharding) and eval step."""
     platform = jax.devices()[0].platform
-    train_step = step_lib.jit_train_step(config, graphdef, tx, schedule, state, platform)
-    eval_step = jax.jit(step_lib.make_eval_step(graphdef,
+    train_step = step_lib.jit_train_step(config, program, arrays, platform)
+    eval_step = jax.jit(step_lib.make_eval_step(program.graphdef,
                                                 mask_documents=config.data.mask_documents),
                         compiler_options=parallel.compiler_options(platform))
     return train_step, eval_step
@@ -248,67 +219,71 @@ def _position_eval(config, cache, mesh, choice, graphdef):
     return position_loss.make_position_eval(graphdef, buckets), position_loss.on_mesh(batch, mesh)
 
 
-def _announce(config, choice, mesh_shape, num_params: int, cache, model_cfg) -> None:
-    count = jax.device_count()
+def _announce(setup: RunSetup, num_params: int, cache, model_cfg) -> None:
+    count, (data_shards, seq_shards) = jax.device_count(), setup.mesh_shape
     active = ""
     if model_cfg.sparse_layers:  # what a token goes through: what MFU counts
         moe = model_cfg.moe
         split = f", over {moe.expert_devices} devices" if moe.expert_devices > 1 else ""
         active = (f" ({memory.param_counts(model_cfg)['active']:,} active a token: "
                   f"{moe.top_k} of {moe.num_experts} experts{split})")
-    say(f"ringstripe: {choice.label()}, mesh data {mesh_shape[0]} x seq {mesh_shape[1]} on "
-        f"{count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
+    say(f"ringstripe: {setup.resolved.attention.label()}, mesh data {data_shards} x seq "
+        f"{seq_shards} on {count} {jax.devices()[0].platform} device{'s' * (count > 1)}; "
         f"{num_params:,} parameters{active}; {cache.num_tokens:,} tokens in the cache; "
-        f"{config.tokens_per_step:,} tokens per step")
+        f"{setup.config.tokens_per_step:,} tokens per step")
 
 
-def _initial_state(config, mesh, resolved, checkpointer, identity, source):
-    """(start step, state, progress, graphdef, tx, schedule, model_cfg): the latest good
-    checkpoint of this run; else, at a start, the weights of config.init_from's source (read
-    only then: a resume never needs them), or random ones."""
+def _initial_state(setup: RunSetup, checkpointer) -> tuple[TrainState, state_lib.TrainProgram]:
+    """The run's state before its next step, and its program: the latest good checkpoint of
+    this run; else, at a start, the weights of config.init_from's source (read only then: a
+    resume never needs them), or random ones."""
+    config, mesh, source = setup.config, setup.mesh, setup.source
+
     def from_source(model_cfg, abstract):
         say(f"ringstripe: initial weights from {source}")
         return init_from.initial_params(source, model_cfg, abstract, mesh)
 
     initial = from_source if source is not None and not checkpointer.steps() else None
-    state, graphdef, tx, schedule, model_cfg = state_lib.create_train_state(
-        config, mesh, resolved, initial_params=initial)
-    start_step, state, progress = _restore(config, checkpointer, state, identity, model_cfg)
-    if not start_step and source is not None and initial is None:  # every checkpoint damaged
-        state, graphdef, tx, schedule, model_cfg = state_lib.create_train_state(
-            config, mesh, resolved, initial_params=from_source)
-    return start_step, state, progress, graphdef, tx, schedule, model_cfg
+    arrays, program = state_lib.create_train_state(config, mesh, setup.resolved,
+                                                   initial_params=initial)
+    state = _restore(setup, checkpointer, arrays, program)
+    if not state.step and source is not None and initial is None:  # every checkpoint damaged
+        arrays, program = state_lib.create_train_state(config, mesh, setup.resolved,
+                                                       initial_params=from_source)
+        state = TrainState(0, arrays, config.seed, state.progress)
+    if setup.stage is not None and setup.stage.index > 1 and not state.step and source is not None:
+        state.progress = Progress.from_meta(source.meta)  # the stage before's counters, run
+    return state, program
 
 
-def _run(config, workdir, mesh, resolved, checkpointer, prepared, identity, source,
-         stage) -> dict:
+def _run(setup: RunSetup, checkpointer, prepared) -> dict:
+    config, mesh, resolved = setup.config, setup.mesh, setup.resolved
     tokenizer, cache, spec = prepared
     choice = resolved.attention
-    mesh_shape = mesh_shape_of(mesh)
-    identity = {**identity, "tokenizer": tokenizer.fingerprint}
-    start_step, state, progress, graphdef, tx, schedule, model_cfg = _initial_state(
-        config, mesh, resolved, checkpointer, identity, source)
-    if stage is not None and stage.index > 1 and not start_step and source is not None:
-        progress = resume.Progress.from_meta(source.meta)  # the stage before's counters, run
-    train_step, eval_step = _compile_steps(config, graphdef, tx, schedule, state)
+    setup = dataclasses.replace(setup, identity={**setup.identity,
+                                                 "tokenizer": tokenizer.fingerprint})
+    state, program = _initial_state(setup, checkpointer)
+    start_step, progress = state.step, state.progress
+    train_step, eval_step = _compile_steps(config, program, state.arrays)
     eval_batches = _eval_batches(config, cache, spec, mesh)
-    by_position = _position_eval(config, cache, mesh, choice, graphdef)
+    by_position = _position_eval(config, cache, mesh, choice, program.graphdef)
     peak = flops.peak_flops(jax.devices()[0].device_kind, config.peak_tflops_per_device)
-    flops_per_token = model_flops_per_token(config, model_cfg, cache, spec)
-    track = trackers.make_trackers(config, workdir, mesh_shape, resolved,
+    flops_per_token = metrics_lib.model_flops_per_token(config, program.model, cache, spec)
+    track = trackers.make_trackers(config, setup.workdir, setup.mesh_shape, resolved,
                                    jax.process_index() == 0, progress.wandb_run_id, start_step,
-                                   stage)
-    _announce(config, choice, mesh_shape,
-              model.count_params(nnx.merge(graphdef, state["params"])), cache, model_cfg)
+                                   setup.stage)
+    _announce(setup, model.count_params(nnx.merge(program.graphdef, state.arrays["params"])),
+              cache, program.model)
     if start_step:
         track.event(start_step, "resumed", {"restored_step": start_step, **resolved.record(),
-                                            "attention": choice.layout, "mesh": list(mesh_shape)})
+                                            "attention": choice.layout,
+                                            "mesh": list(setup.mesh_shape)})
 
-    tokenizer_path = resume.tokenizer_location(config, workdir, tokenizer)
+    tokenizer_path = resume.tokenizer_location(config, setup.workdir, tokenizer)
 
-    def save(step):
-        checkpointer.save(step, state, resume.checkpoint_meta(
-            config, step, progress, mesh_shape, tokenizer_path, resolved, identity))
+    def save():
+        checkpointer.save(state.step, state.arrays, resume.checkpoint_meta(
+            config, state, setup.mesh_shape, tokenizer_path, resolved, setup.identity))
         track.persist()  # the rows up to this checkpoint outlive a kill
 
     tokens_per_step = config.tokens_per_step
@@ -321,13 +296,14 @@ def _run(config, workdir, mesh, resolved, checkpointer, prepared, identity, sour
             for step in range(start_step + 1, config.num_train_steps + 1):
                 batch_step, batch = prefetch.next()
                 assert batch_step == step - 1, (batch_step, step)
-                state, metrics = train_step(state, batch)
+                state.arrays, metrics = train_step(state.arrays, batch)
+                state.step = step
                 if config.optim.skip_nonfinite:
                     skipped.append(metrics["learning/skipped"])
                 window_steps += 1
                 first = window_start is None  # of this start or resume: it compiles
                 if first:  # so its loss is logged, and its time left out of every window
-                    jax.block_until_ready(state)
+                    jax.block_until_ready(state.arrays)
                     window_start, window_steps = time.perf_counter(), 0
                     progress.train_tokens += tokens_per_step
                 is_last = step == config.num_train_steps
@@ -347,24 +323,26 @@ def _run(config, workdir, mesh, resolved, checkpointer, prepared, identity, sour
                 if window_steps:  # throughput over the steps since the last log (none: first)
                     progress.train_time_s += now - window_start
                     progress.train_tokens += window_steps * tokens_per_step
-                    last.update(_throughput(config, flops_per_token, mesh, window_steps,
+                    last.update(metrics_lib.throughput(config, flops_per_token, mesh, window_steps,
                                             now - window_start, peak))
                 if first:  # what this run resolved to ('auto' too), once a start
                     last.update({f"attention/{k}": v for k, v in choice.record().items()})
                     last.update({f"memory/{k}": v for k, v in resolved.switches.record().items()})
                 last.update({"progress/train_time_s": progress.train_time_s,
-                             "progress/train_tokens": progress.train_tokens, **memory_metrics()})
+                             "progress/train_tokens": progress.train_tokens,
+                             **metrics_lib.memory_metrics()})
                 if is_eval:
-                    last.update(evaluate(eval_step, state["params"], eval_batches))
+                    params = state.arrays["params"]
+                    last.update(metrics_lib.evaluate(eval_step, params, eval_batches))
                     if by_position:  # the loss at each range of original positions
                         position_eval, position_rows = by_position
                         last["eval/loss_by_position"] = position_loss.curve(
-                            position_eval, state["params"], position_rows)
+                            position_eval, params, position_rows)
                         last["eval/position_bucket_tokens"] = (
                             config.seq_len / config.eval_position_buckets)
                 track.log(step, last)
                 if is_save or stopping:
-                    save(step)
+                    save()
                 if stopping:
                     checkpointer.wait()
                     track.event(step, "stopped on request", {"checkpoint": step})

@@ -23,7 +23,6 @@ names it. Paths are stored relative to the workdir, so a copied run resumes and 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -40,20 +39,7 @@ from checkpoints.manager import short_error
 import run_config
 from model.config import AUTO, MemorySwitches, field_default, parameter_fields
 from run_config import RENAMED_FIELDS, ConfigError
-
-@dataclasses.dataclass
-class Progress:
-    """Counters that continue across restarts (throughput and time curves stay continuous)."""
-
-    train_time_s: float = 0.0
-    train_tokens: int = 0
-    wandb_run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
-
-    @classmethod
-    def from_meta(cls, meta: dict) -> "Progress":
-        return cls(float(meta.get("train_time_s", 0.0)), int(meta.get("train_tokens", 0)),
-                   meta.get("wandb_run_id") or secrets.token_hex(4))
-
+from training.state import TrainState
 
 # What defines a run besides the model's shapes: name -> (where the checkpoint has it, the
 # config field a user sets to match it, or None for a fingerprint).
@@ -147,13 +133,15 @@ def saved_tokenizer_file(meta: dict, config, workdir: str) -> str:
                          f"its cache/ directory")
 
 
-def checkpoint_meta(config, step: int, progress: Progress, mesh_shape,
-                    tokenizer_path: str = "", resolved=None, identity: dict | None = None) -> dict:
-    """The record saved with a checkpoint; tokenizer_path: tokenizer_location's answer;
+def checkpoint_meta(config, state: TrainState, mesh_shape, tokenizer_path: str = "",
+                    resolved=None, identity: dict | None = None) -> dict:
+    """The record saved with `state`'s arrays (training.state.TrainState: its step and seed,
+    the data position; its progress counters); tokenizer_path: tokenizer_location's answer;
     resolved: the run's planner.ResolvedRun (what 'auto' resolved to: strategy, degree,
     kernel, tiles, memory switches); identity: run_identity's fingerprints."""
-    identity = identity or {}
-    return {"config": run_config.to_dict(config), "data": {"seed": config.seed, "step": int(step)},
+    identity, progress = identity or {}, state.progress
+    return {"config": run_config.to_dict(config),
+            "data": {"seed": state.seed, "step": int(state.step)},
             "tokenizer_path": tokenizer_path,
             "run": {k: identity[k] for k in ("tokenizer", "data") if k in identity},
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,

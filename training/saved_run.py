@@ -134,8 +134,8 @@ def _abstract_model(config, devices: int):
         attention = dataclasses.replace(resolved.attention, tile_q=0, tile_k=0)
         resolved = dataclasses.replace(resolved, attention=attention, model=dataclasses.replace(
             resolved.model, attention=attention))
-    state, graphdef, *_ = create_train_state(config, mesh, resolved, abstract=True)
-    return state, graphdef
+    arrays, program = create_train_state(config, mesh, resolved, abstract=True)
+    return arrays, program.graphdef
 
 
 def export_hf(workdir: str, out: str, *, step=None, dtype: str | None = None,

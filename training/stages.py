@@ -17,9 +17,9 @@ config.init_from). A stopped or preempted run resumes inside the stage it was in
 are skipped. Metrics go to WORKDIR/metrics.jsonl and one wandb run on one time axis: step =
 the steps of the stages before + the step in the stage, and `progress/stage` = K.
 
-From the command line (training/cli.py reads it, apply_stage_flags): --config.FIELD changes the config, so every
-stage that does not set FIELD; --config.num_train_steps=N makes every stage N steps;
---config.stages.K.FIELD=VALUE sets stage K's FIELD (apply_command_line).
+From the command line (training/cli.py reads it: apply_stage_flags): --config.FIELD changes
+the config, so every stage that does not set FIELD; --config.num_train_steps=N makes every
+stage N steps; --config.stages.K.FIELD=VALUE sets stage K's FIELD.
 """
 
 from __future__ import annotations

@@ -85,16 +85,17 @@ def _micro_batches(batch, count: int):
     return jax.tree.map(split, batch)
 
 
-def jit_train_step(config, graphdef, tx, schedule, state, platform: str):
+def jit_train_step(config, program, arrays, platform: str):
     """The config's train step as every caller runs it (training, the compile check, the step's
-    timing): the state donated, each array of it keeping its sharding, and the options the
-    platform's compiler needs (parallel.compiler_options). state may be abstract."""
-    train_step = make_train_step(graphdef, tx, schedule,
+    timing): the arrays donated, each keeping its sharding, and the options the platform's
+    compiler needs (parallel.compiler_options). program: the state's TrainProgram; arrays
+    may be abstract."""
+    train_step = make_train_step(program.graphdef, program.tx, program.schedule,
                                  mask_documents=config.data.mask_documents,
                                  grad_accum_steps=config.optim.grad_accum_steps,
                                  skip_nonfinite=config.optim.skip_nonfinite)
     return jax.jit(train_step, donate_argnums=0,
-                   out_shardings=(jax.tree.map(lambda x: x.sharding, state), None),
+                   out_shardings=(jax.tree.map(lambda x: x.sharding, arrays), None),
                    compiler_options=parallel.compiler_options(platform))
 
 

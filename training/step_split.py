@@ -60,9 +60,8 @@ def measure_split(config, tokens: int, tile: int, repeats: int = 3) -> StepSplit
     run = make_run(config, 1)
     resolved = resolve_run(config, (1, 1), jax.devices()[0].platform, jax.devices()[0].device_kind)
     mesh = run_mesh(run)
-    state, graphdef, tx, schedule, _ = create_train_state(config, mesh, resolved)
-    step = step_lib.jit_train_step(config, graphdef, tx, schedule, state,
-                                   mesh.devices.flat[0].platform)
+    state, program = create_train_state(config, mesh, resolved)
+    step = step_lib.jit_train_step(config, program, state, mesh.devices.flat[0].platform)
     lengths = [tokens >> k for k in range(tokens.bit_length()) if tokens >> k >= tile
                and tokens % (tokens >> k) == 0]
     segments = document_rows(tokens, lengths)

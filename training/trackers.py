@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+import jax
+
 import run_config
 import storage
 from parallel import get_strategy
@@ -22,7 +24,6 @@ from storage.run_dir import RunDir
 
 def say(message: str) -> None:
     """A line of the run's own on the console, from process 0 only (the others would repeat it)."""
-    import jax
     if jax.process_index() == 0:
         print(message, flush=True)
 
@@ -147,7 +148,7 @@ class WandbTracker(Tracker):
         # Numbers only: the resolved attention's names are in the run's config (attention.*).
         # A list (eval/loss_by_position; moe/layerI/shares at evaluations) is a curve: drawn
         # against its index (a position range, an expert), one per step.
-        import wandb
+        import wandb  # (see __init__)
         row = {k: _plain(v) for k, v in metrics.items() if not isinstance(v, (str, list))}
         for key, values in metrics.items():
             if isinstance(values, list):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import parallel
+import run_config
+from data import DataError
+from data.sources import most_tokens
 from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.moe import expert_split
 from planner.attention import choice_from_config
 from planner.run import configured_layout
-import run_config
 from run_config import ConfigError
 from training.resume import RUN_FIELDS
 
@@ -156,8 +158,6 @@ def _validate_corpus_size(config):
     """Refuses, before a tokenizer is trained or a token read, a corpus that cannot hold one
     training and one eval batch even at the most tokens its bytes could make (the eval split
     grows to one batch by itself, data/token_cache.py; a run needs a batch of each)."""
-    from data import DataError
-    from data.sources import most_tokens
     try:
         bound = most_tokens(config.data.source, config.data.max_bytes)
     except DataError:
