@@ -324,11 +324,3 @@ def parameter_fields() -> tuple[str, ...]:
     return weight_fields(ModelConfig, SHAPE) + tuple(
         f"moe.{name}" for name in weight_fields(MoEConfig, SHAPE))
 
-
-def field_default(name: str):
-    """The default of `model.*` field `name` (dotted, 'moe.num_experts'): what a model built
-    from a record that lacks the field (saved before it existed) was built with."""
-    cls, *sections, field = (ModelConfig, *name.split("."))
-    for section in sections:
-        cls = {f.name: f.default for f in dataclasses.fields(cls)}[section].__class__
-    return {f.name: f.default for f in dataclasses.fields(cls)}[field]

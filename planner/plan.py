@@ -68,19 +68,14 @@ def analytic_plan(config, device: Device, run: Run, resolved, efficiency: float 
 def resolved_record(resolved) -> dict:
     """plan.py --json's "resolved": what the run would use, and the memory and attention
     candidates the planner weighed, best first."""
-    a = resolved.attention
-    return {"layout": a.layout, "strategy": a.strategy, "degree": a.ulysses_degree,
-            "kernel": a.kernel, "tile": [a.tile_q, a.tile_k],
-            "switches": resolved.switches.record(),
+    return {**resolved.attention.record(), "switches": resolved.switches.record(),
             "auto_switches": list(resolved.auto_switches), "predicted_step_s": resolved.step_s,
             "predicted_bytes": resolved.bytes_per_device, "device_bytes": resolved.device_bytes,
             "candidates": [{"switches": r["switches"].record(), "step_s": r["step_s"],
                             "total_bytes": r["total_bytes"], "fits": r["fits"]}
                            for r in resolved.candidates],
             "attention_candidates": [
-                {"layout": r["choice"].layout, "strategy": r["choice"].strategy,
-                 "degree": r["choice"].ulysses_degree, "tile": list(r["choice"].tiles),
-                 "step_s": r["step_s"],
+                {**r["choice"].record(), "step_s": r["step_s"],
                  "fits": None if r["memory"] is None else r["memory"]["verdict"] != "does not fit"}
                 for r in resolved.attention_candidates]}
 

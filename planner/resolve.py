@@ -83,9 +83,14 @@ class ResolvedRun:
                                    model=dataclasses.replace(self.model, **switches.record()))
 
     def record(self) -> dict:
-        """What the metrics, wandb and the checkpoint record carry."""
+        """One flat row: what the metrics and the 'resumed' event carry."""
         return {**self.attention.record(), **self.switches.record(),
                 "predicted_step_s": self.step_s, "predicted_bytes": self.bytes_per_device}
+
+    def sections(self) -> dict:
+        """What a checkpoint records beside its config, and wandb shows beside it: the
+        attention and the memory switches as resolved (training/resume.py reads them back)."""
+        return {"attention": self.attention.record(), "memory_switches": self.switches.record()}
 
 
 def run_device(device_kind: str, devices: int) -> Device:

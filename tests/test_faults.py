@@ -261,15 +261,13 @@ def test_wandb_is_rewound_to_the_checkpoint_online_and_continued_offline(tmp_pat
 
     import run_config
     from configs import tiny
-    from model import MemorySwitches
-    from parallel import AttentionChoice
+    from planner import resolve_run
     from training import trackers
     calls = []
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(
         init=lambda **kw: calls.append(kw) or types.SimpleNamespace(finish=lambda: None)))
     config = run_config.build(tiny.get_config())
-    resolved = types.SimpleNamespace(attention=AttentionChoice("striped", "ring", 1, "xla", 64, 64),
-                                     switches=MemorySwitches())
+    resolved = resolve_run(config, (2, 2), "cpu", "cpu")
     for mode, resumed in (("online", 12), ("online", 0), ("offline", 12)):
         monkeypatch.setenv("WANDB_MODE", mode)
         trackers.WandbTracker(config, str(tmp_path), (2, 2), resolved, "3f9a1c2b", resumed)

@@ -326,8 +326,10 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
                     last.update(metrics_lib.throughput(config, flops_per_token, mesh, window_steps,
                                             now - window_start, peak))
                 if first:  # what this run resolved to ('auto' too), once a start
-                    last.update({f"attention/{k}": v for k, v in choice.record().items()})
-                    last.update({f"memory/{k}": v for k, v in resolved.switches.record().items()})
+                    sections = resolved.sections()
+                    last.update({f"attention/{k}": v for k, v in sections["attention"].items()})
+                    last.update({f"memory/{k}": v
+                                 for k, v in sections["memory_switches"].items()})
                 last.update({"progress/train_time_s": progress.train_time_s,
                              "progress/train_tokens": progress.train_tokens,
                              **metrics_lib.memory_metrics()})

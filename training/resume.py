@@ -37,7 +37,7 @@ from storage.run_dir import RunDir
 from checkpoints import CheckpointError
 from checkpoints.manager import short_error
 import run_config
-from model.config import AUTO, MemorySwitches, field_default, parameter_fields
+from model.config import AUTO, MemorySwitches, parameter_fields
 from run_config import RENAMED_FIELDS, ConfigError
 from training.state import TrainState
 
@@ -147,9 +147,8 @@ def checkpoint_meta(config, state: TrainState, mesh_shape, tokenizer_path: str =
             "wandb_run_id": progress.wandb_run_id, "train_time_s": progress.train_time_s,
             "train_tokens": progress.train_tokens, "code_version": code_version(),
             "mesh": list(mesh_shape),
-            "attention": (resolved.attention.record() if resolved is not None
-                          else config.parallel.layout),
-            "memory_switches": resolved.switches.record() if resolved is not None else {}}
+            **(resolved.sections() if resolved is not None else
+               {"attention": config.parallel.layout, "memory_switches": {}})}
 
 
 def saved_config(meta: dict) -> run_config.RunConfig:
@@ -181,29 +180,18 @@ def check_compatible(directory: str, step: int, meta: dict, model_cfg) -> None:
     """Raises CheckpointError when the checkpoint's parameters were made with another value of
     a field that shapes them (model.parameter_fields: qk_norm, moe.num_experts, scan_layers,
     ...) than this run's resolved model.ModelConfig `model_cfg` has. A field the record lacks
-    (saved before it existed) counts as its default, which that model was built with."""
-    recorded = run_config.plain(meta["config"]).get("model", {})  # to tell the fields it lacks
-    saved = saved_config(meta).model  # 'auto' as the run resolved it
+    (saved before it existed) counts as configs/default.py's, which that model was built
+    with."""
+    # configs/default.py's values where the record lacks a field, 'auto' as the run resolved it
+    saved = saved_config(meta).model
     for name in parameter_fields():
-        theirs = recorded
-        for part in name.split("."):
-            theirs = theirs.get(part, _ABSENT) if isinstance(theirs, dict) else _ABSENT
-        theirs = _comparable(field_default(name) if theirs is _ABSENT else
-                             run_config.field_value(saved, name))
-        ours = _comparable(run_config.field_value(model_cfg, name))
+        theirs = run_config.field_value(saved, name)
+        ours = run_config.field_value(model_cfg, name)
         if theirs != ours:
             raise CheckpointError(
                 f"the checkpoint at step {step} in {directory} has model.{name}={theirs} "
                 f"but this run has model.{name}={ours}: use another --workdir, "
                 f"or set --config.model.{name}={theirs} to continue that run")
-
-
-_ABSENT = object()
-
-
-def _comparable(value):
-    """A config value as it compares: a list (JSON, ml_collections) as the tuple it stands for."""
-    return tuple(value) if isinstance(value, list) else value
 
 
 def check_inputs(config, workdir: str) -> None:

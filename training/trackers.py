@@ -140,8 +140,7 @@ class WandbTracker(Tracker):
         os.makedirs(directory, exist_ok=True)
         self._run = wandb.init(
             project=config.wandb_project, group=group, name=name,
-            config={**run_config.to_dict(config), "attention": resolved.attention.record(),
-                    "memory_switches": resolved.switches.record()}, dir=directory,
+            config={**run_config.to_dict(config), **resolved.sections()}, dir=directory,
             mode=mode, tags=tags, **where)
 
     def log(self, step, metrics):
