@@ -44,7 +44,7 @@ def defaults() -> dict:
 def plain(values):
     """A config's values as nested dicts, tuples and scalars (a ConfigDict's to_dict, with its
     references resolved; a mapping inside a tuple, as a stage's entry, a dict too)."""
-    if hasattr(values, "to_dict"):  # an ml_collections.ConfigDict (not imported here)
+    if hasattr(values, "to_dict"):  # a config file's ConfigDict (duck-typed: not imported)
         values = values.to_dict()
     if isinstance(values, Mapping):
         return {k: plain(v) for k, v in values.items()}
