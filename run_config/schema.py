@@ -115,6 +115,6 @@ class RunConfig:
         return self.seq_len // seq_shards
 
     @property
-    def resume_accepted(self) -> frozenset[str]:
-        """The run fields resume_accepts names (comma-separated in the config)."""
-        return frozenset(n.strip() for n in self.resume_accepts.split(",") if n.strip())
+    def resume_accepted(self) -> tuple[str, ...]:
+        """The run fields resume_accepts names (comma-separated in the config), in its order."""
+        return tuple(n.strip() for n in self.resume_accepts.split(",") if n.strip())

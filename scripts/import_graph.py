@@ -22,7 +22,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = (("storage", "configs"), ("parallel",), ("model",), ("run_config",),
           ("checkpoints", "data"), ("planner",), ("training",))
 PACKAGES = tuple(p for layer in LAYERS for p in layer)
-ENTRY_POINTS = ("train", "sample", "scripts")
 
 
 def modules() -> dict[str, str]:

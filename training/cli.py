@@ -120,8 +120,6 @@ def _typed(config, name: str, text: str, flag: str):
                           f"({type(current).__name__})") from None
 
 
-
-
 def _holder(config, name: str):
     """(the ConfigDict section that holds config field `name`, the field's own name), or None
     where the config has no such field ('model.rope_theta' -> (config.model, 'rope_theta'))."""

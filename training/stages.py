@@ -71,7 +71,7 @@ def plan(config, workdir: str) -> list[tuple[Stage, run_config.RunConfig]]:
     entries = [dict(entry) for entry in config.stages]
     total = 0
     for i, entry in enumerate(entries, 1):
-        steps = entry.get("steps")
+        steps = entry.get("steps", 0)  # a stage entry, not a config field: 0 = none given
         if not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"stage {i}: steps={steps!r}: each stage needs steps >= 1 "
                               f"(its optimizer steps)")

@@ -148,7 +148,7 @@ def _validate_ranges(config) -> None:
 
 
 def _validate_resume_accepts(accepted) -> None:
-    unknown = sorted(name for name in accepted if name not in RUN_FIELDS)
+    unknown = [name for name in accepted if name not in RUN_FIELDS]
     if unknown:
         raise ConfigError(f"resume_accepts names {unknown[0]!r}: choose among "
                           f"{', '.join(RUN_FIELDS)} (comma-separated)")

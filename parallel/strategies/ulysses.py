@@ -130,7 +130,6 @@ class Ulysses(base.Strategy):
                 f"strategy 'ulysses' spreads heads over all {num_shards} 'seq' shards, not "
                 f"{ulysses_degree}: use strategy='usp' with ulysses_degree={ulysses_degree}, or "
                 f"drop it")
-        base.Strategy.configured(self, num_shards, q_heads, **options)
         check_heads(num_shards, q_heads, num_shards)
         return dataclasses.replace(self, degree=num_shards)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from parallel.strategies.base import Strategy
 from parallel.strategies.ulysses import Ulysses, check_heads
 
 
@@ -31,7 +30,6 @@ class Usp(Ulysses):
         if ulysses_degree not in divisors:
             raise ValueError(f"ulysses_degree={ulysses_degree} does not divide the {num_shards} "
                              f"'seq' shards: choose one of {divisors}")
-        Strategy.configured(self, num_shards, q_heads, **options)
         check_heads(ulysses_degree, q_heads, num_shards)
         return dataclasses.replace(self, degree=ulysses_degree)
 
