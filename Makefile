@@ -9,7 +9,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: install test test-slow train train-passkey bench bench-train lock clean
+.PHONY: install test test-cluster test-slow train train-passkey bench bench-train lock clean
 
 install: $(STAMP)
 
@@ -21,7 +21,13 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -m "not heavy" tests
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -m "not heavy and not cluster" tests
+
+# The launcher against a real one-node SLURM cluster the tests start (as root; the packages are
+# installed with apt-get where missing): preemption, requeue, resume (about 3 minutes)
+test-cluster: install
+	$(PY) tests/slurm_cluster.py
+	$(PY) -m pytest -q -m cluster tests
 
 # The whole-config TPU compiles that do not fit make test's 15 minutes (about 2 minutes)
 test-slow: install

@@ -40,8 +40,14 @@ def start_jax(config):
     if FLAGS.coordinator_address:
         jax.distributed.initialize(FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
                                    process_id=FLAGS.process_id)
-    elif FLAGS.distributed:
-        jax.distributed.initialize()
+    elif FLAGS.distributed:  # the peers from the environment: a TPU pod's, srun's, a JobSet's
+        try:
+            jax.distributed.initialize()
+        except ValueError as e:  # no cluster environment JAX knows (e.g. SLURM without srun)
+            from training.cli import fail
+            fail(f"--distributed found no cluster to join ({e}): start train.py under srun, "
+                 f"on every TPU worker, or pass --coordinator_address/--num_processes/"
+                 f"--process_id")
 
 
 def main(argv):
@@ -52,7 +58,7 @@ def main(argv):
     start_jax(config)
     import data
     from checkpoints import CheckpointError
-    from checkpoints.preemption import ABORT_EXIT_CODE
+    from checkpoints.preemption import ABORT_EXIT_CODE, PREEMPTED_EXIT_CODE, Preempted
     from training import ConfigError, NonFiniteError
     from training.thread_log import ThreadLog
 
@@ -71,6 +77,8 @@ def main(argv):
         fail(2, e)
     except NonFiniteError as e:
         fail(3, e)
+    except Preempted:  # saved (its line is out): not 0, so that a scheduler starts it again
+        sys.exit(PREEMPTED_EXIT_CODE)
     except OSError as e:  # a full disk, a vanished mount: the checkpoints made so far stay
         where = f" ({e.filename})" if e.filename else ""
         fail(4, f"{e.strerror or e}{where}: free space or fix the storage, then run the same "

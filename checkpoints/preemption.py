@@ -10,6 +10,12 @@ Ctrl-C (SIGINT) asks for the same stop, so that the first key a person presses s
 in one process it sets the flag; with several it is passed on as a SIGTERM to this process, for
 the sync manager to hear. A second Ctrl-C stops at once, without saving (a save or a step that
 hangs), exit 130 as an interrupted program's; the checkpoints already complete stay as they are.
+
+Every engine gets the same rule (scripts/launch.py): a stop on request saves at the step the
+notice arrived, then the run raises Preempted and train.py exits PREEMPTED_EXIT_CODE, never 0,
+so that the engine (SLURM's batch script, the TPU watcher, a JobSet) tells "stopped, start me
+again" from "finished": a SLURM job that exits 0 in its grace time counts as COMPLETED and is
+not requeued.
 """
 
 from __future__ import annotations
@@ -21,6 +27,19 @@ import sys
 import jax
 
 ABORT_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for a program stopped by Ctrl-C
+# EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry": the same
+# command resumes from the checkpoint just written.
+PREEMPTED_EXIT_CODE = 75
+
+
+class Preempted(Exception):
+    """The run stopped on request (SIGTERM, the distributed runtime's preemption notice,
+    Ctrl-C) after saving `step`: running the same command again resumes there."""
+
+    def __init__(self, step: int):
+        super().__init__(f"stopped on request at step {step}, saved; the same command resumes "
+                         f"there")
+        self.step = step
 
 
 class StopRequest:

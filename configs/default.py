@@ -51,6 +51,12 @@ def get_config():
     config.wandb_group = ""
     config.wandb_mode = "offline"  # wandb mode unless WANDB_MODE is set: offline | online
     config.peak_tflops_per_device = 0.0  # MFU denominator; 0 = from the device table
+    # A jax.profiler trace of num_steps steps from start_step into WORKDIR/profile/ (TensorBoard's
+    # profile plugin, XProf, Perfetto), and one line at the end: where their time went
+    # (training/profile.py). num_steps 0: off.
+    config.profile = ml_collections.ConfigDict()
+    config.profile.start_step = 5  # the first step traced (after the compiling first step)
+    config.profile.num_steps = 0  # steps traced; 0 = no trace
 
     config.parallel = ml_collections.ConfigDict(type_safe=False)  # tile: 'auto' or a size
     # Three separate choices (parallel/README.md): where tokens sit on the seq shards, how keys and

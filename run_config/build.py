@@ -22,11 +22,11 @@ from configs import default as default_config
 from model.config import ModelConfig, MoEConfig
 from model.rope import RopeScaling
 from run_config.errors import ConfigError, check_renamed
-from run_config.schema import (DataConfig, MeshConfig, OptimConfig, ParallelConfig,
+from run_config.schema import (DataConfig, MeshConfig, OptimConfig, ParallelConfig, ProfileConfig,
                                RunConfig)
 
 SECTIONS = {"parallel": ParallelConfig, "mesh": MeshConfig, "data": DataConfig,
-            "optim": OptimConfig}
+            "optim": OptimConfig, "profile": ProfileConfig}
 # Sections of the model that the config gives as a mapping, and their types.
 MODEL_GROUPS = {"rope_scaling": RopeScaling, "moe": MoEConfig}
 

@@ -76,6 +76,17 @@ class OptimConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProfileConfig:
+    start_step: int
+    num_steps: int  # 0: no trace
+
+    @property
+    def steps(self) -> range:
+        """The steps traced (empty when off)."""
+        return range(self.start_step, self.start_step + self.num_steps)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """A whole run, as train.py, scripts/plan.py and the launchers read it (run_config.build)."""
 
@@ -104,6 +115,7 @@ class RunConfig:
     model: ModelConfig
     data: DataConfig
     optim: OptimConfig
+    profile: ProfileConfig
 
     @property
     def tokens_per_step(self) -> int:

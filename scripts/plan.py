@@ -56,6 +56,10 @@ flags.DEFINE_string("topology", None, "With --compile tpu: the TPU slice, as Clo
                     "the mesh's chip count).")
 flags.DEFINE_integer("num_slices", 1, "With --compile tpu: slices joined over the data-centre "
                      "network (multi-slice); the mesh spans all their chips.")
+flags.DEFINE_bool("check", False, "The launcher's check (scripts/launch.py): one line "
+                  "\"check: ...\" with the verdict, and exit 1 where the train step does not "
+                  "fit the device (the TPU compiler's bytes with --compile tpu, else the "
+                  "planner's).")
 flags.DEFINE_string("json", None, "Write every figure to this JSON file (its \"resolved\": "
                     "what the run would use, every 'auto' filled).")
 flags.DEFINE_bool("explain", False, "Also rank every memory-switch candidate the planner "
@@ -152,6 +156,20 @@ def main(argv):
               f"remat (model.remat_policy='offload' keeps block inputs in host memory), smaller "
               f"model.loss_chunk/mlp_chunk, a shorter seq_len or more chips", file=sys.stderr)
         sys.exit(1)
+    if FLAGS.check and tpu_slice is None:
+        _check_fit(plan["fit"], device)
+
+
+def _check_fit(fit: dict, device) -> None:
+    """--check without the TPU compiler: the planner's memory verdict, one line; exit 1 where
+    the step does not fit."""
+    need = (f"{fit['total_bytes'] / 1e9:.2f} GB per device ({device.title}: "
+            f"{fit['device_bytes'] / 1e9:.2f} GB)")
+    if fit["verdict"] == "does not fit":
+        print(f"error: the train step needs {need}: use remat (model.remat_policy), smaller "
+              f"model.loss_chunk/mlp_chunk, a shorter seq_len or more devices", file=sys.stderr)
+        sys.exit(1)
+    print(f"check: {need}, {fit['verdict'].upper()} (the planner's estimate)")
 
 
 def compile_for_tpu(plan, config, run, resolved, device, tpu_slice) -> None:

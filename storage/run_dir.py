@@ -9,7 +9,9 @@ sample.py, scripts/export_hf.py, the planner and the launchers read there.
       metrics.jsonl           one JSON object a logged step (training/trackers.py)
       wandb/                  wandb's files, on this machine (a bucket run's: its local mirror)
       errors.log              background threads' tracebacks, when a run ends with any
-      profile/                jax.profiler traces
+      profile/                jax.profiler traces (config.profile)
+      launch/                 an engine's files: SLURM's batch script and job logs
+                              (scripts/launch.py)
       stage1/, stage2/, ...   a staged run: each stage a run directory of its own
                               (training/stages.py); metrics.jsonl and wandb stay at the top
 
@@ -52,6 +54,10 @@ class RunDir:
     @property
     def damaged_checkpoints(self) -> str:
         return self._join("damaged_checkpoints")
+
+    @property
+    def launch(self) -> str:
+        return self._join("launch")
 
     @property
     def lock(self) -> str:

@@ -5,7 +5,8 @@ compared with this one -> tokenizer + token cache -> sharded model and optimizer
 latest good checkpoint, if any -> for each step: batch (host numpy,
 permuted into the layout, prefetched) -> jitted step -> metrics every log_every_steps (timed over
 a window that ends in a device sync) -> eval every eval_every_steps -> asynchronous checkpoint
-every checkpoint_every_steps, at the end, and when asked to stop (SIGTERM / preemption).
+every checkpoint_every_steps, at the end, and when asked to stop (SIGTERM / preemption: then
+checkpoints.Preempted, which train.py turns into exit 75).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import data
 import model
 import parallel
 import run_config
-from checkpoints import Checkpointer, CheckpointError, StopRequest, WorkdirLock, abstract_like
+from checkpoints import (Checkpointer, CheckpointError, Preempted, StopRequest, WorkdirLock,
+                         abstract_like)
 from planner import ResolvedRun, flops, memory
 from run_config import ConfigError
 from storage.run_dir import RunDir
@@ -78,7 +80,9 @@ def train_and_evaluate(config, workdir: str, explicit=(), stage=None) -> dict:
     config: a config file's ConfigDict, or the RunConfig run_config.build makes of it.
     explicit: the config fields set on purpose (train.py: its --config.FIELD flags), which win
     over what config.init_from's source says (training/init_from.py). With config.stages,
-    the stages one after the other (training/stages.py); `stage` is then the one this is."""
+    the stages one after the other (training/stages.py); `stage` is then the one this is.
+    Raises checkpoints.Preempted after saving when asked to stop (SIGTERM, Ctrl-C, a
+    preemption notice) before the last step."""
     config = run_config.typed(config)
     if stage is None and config.stages:
         return stages.train_stages(config, workdir, explicit, train_and_evaluate)
@@ -309,7 +313,8 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
                 is_last = step == config.num_train_steps
                 is_eval = step % config.eval_every_steps == 0 or is_last
                 is_save = step % config.checkpoint_every_steps == 0 or is_last
-                stopping = stop.should_stop(step) or step == config.stop_at_step
+                preempted = stop.should_stop(step)
+                stopping = preempted or step == config.stop_at_step
                 if not (first or step % config.log_every_steps == 0 or is_eval or is_save
                         or stopping):
                     continue
@@ -348,6 +353,8 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
                 if stopping:
                     checkpointer.wait()
                     track.event(step, "stopped on request", {"checkpoint": step})
+                    if preempted and not is_last:  # not finished: the engine starts it again
+                        raise Preempted(step)
                     return last
                 window_start, window_steps = time.perf_counter(), 0
     finally:

@@ -1,0 +1,12 @@
+"""Launching train.py through the engines that schedule clusters: SLURM (`slurm.py`), Cloud TPU
+queued resources (`tpu.py`), GKE JobSets (`gke.py`). scripts/launch.py parses the command line
+and calls them.
+
+Every engine runs the same check before anything is paid for (`preflight.py`: the TPU compiler
+for a TPU slice, the planner's memory check for GPUs) and gives a run the same preemption rule:
+train.py saves at the step the notice (SIGTERM, the runtime's preemption notice) arrives and
+exits 75 (checkpoints.PREEMPTED_EXIT_CODE); the engine starts it again, and it resumes from that
+checkpoint exactly. Exit 0 is "finished"; any other code is a failure no engine retries forever.
+
+Standard library only: a login node or a laptop with gcloud or kubectl runs it without JAX.
+"""
