@@ -9,7 +9,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: install test test-cluster test-slow train train-passkey bench bench-train lock clean
+.PHONY: install test test-cluster test-slow profile train train-passkey bench bench-train lock clean
 
 install: $(STAMP)
 
@@ -41,6 +41,14 @@ train: install
 # scripts/eval_long.py probes it (README: "Does the model use its context?").
 train-passkey: install
 	$(PY) train.py --config configs/passkey.py --workdir runs/passkey
+
+# Where a step's time goes: the default run's steps 5 and 6 traced by jax.profiler, in a fresh
+# run directory each time (runs/profile/TIME/profile/: tensorboard --logdir there), and one line
+# that splits their time; the token cache is shared between them
+profile: install
+	$(PY) train.py --config configs/default.py --workdir runs/profile/$$(date +%Y%m%d-%H%M%S) \
+	    --config.data.cache_dir=runs/profile/cache --config.profile.start_step=5 \
+	    --config.profile.num_steps=2 --config.stop_at_step=8
 
 bench: install
 	$(PY) scripts/bench_attention.py --json runs/bench_attention.json

@@ -8,6 +8,7 @@ runs call jax.distributed.initialize(): with --coordinator_address/--num_process
 or from the environment on a TPU pod or cluster (--distributed).
 """
 
+import os
 import sys
 
 from absl import app, flags, logging
@@ -37,6 +38,9 @@ def start_jax(config):
 
     skip_absent_tpu()
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+    if config.profile.num_steps:  # XLA:CPU traces its ops only when asked (training/profile.py)
+        from training.profile import CPU_TRACE_FLAG
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {CPU_TRACE_FLAG}".strip()
     if FLAGS.coordinator_address:
         jax.distributed.initialize(FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
                                    process_id=FLAGS.process_id)

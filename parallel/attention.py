@@ -166,7 +166,8 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
                      ulysses_degree=ulysses_degree, window=window, sinks=sinks,
                      logit_soft_cap=logit_soft_cap)
-    return _attention(spec, q, k, v, segment_ids, order, sinks)
+    with jax.named_scope("attention"):  # its ops' names in a profile (training/profile.py)
+        return _attention(spec, q, k, v, segment_ids, order, sinks)
 
 
 def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,

@@ -30,8 +30,8 @@ from checkpoints import (Checkpointer, CheckpointError, Preempted, StopRequest, 
 from planner import ResolvedRun, flops, memory
 from run_config import ConfigError
 from storage.run_dir import RunDir
-from training import (init_from, metrics as metrics_lib, position_loss, resume, stages,
-                      state as state_lib, step as step_lib, trackers)
+from training import (init_from, metrics as metrics_lib, position_loss, profile as profile_lib,
+                      resume, stages, state as state_lib, step as step_lib, trackers)
 from training.resolved import (announce_resolved, as_checkpoint_ran, mesh_shape_of,
                                resolve_here, resolve_on_documents)
 from training.saved_run import saved_meta, saved_steps
@@ -293,6 +293,8 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
     tokens_per_step = config.tokens_per_step
     prefetch = data.make_prefetcher(config.data, cache, mesh, spec, start_step=start_step)
     stop = StopRequest(checkpointer)
+    profiler = profile_lib.StepProfiler(config.profile, setup.workdir)
+    profiled = None  # the profile's summary, said at the end
     last, window_start, window_steps = {}, None, 0
     skipped, skipped_in_a_row = [], 0  # with skip_nonfinite: each step's flag, read at logs
     try:
@@ -300,8 +302,15 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
             for step in range(start_step + 1, config.num_train_steps + 1):
                 batch_step, batch = prefetch.next()
                 assert batch_step == step - 1, (batch_step, step)
-                state.arrays, metrics = train_step(state.arrays, batch)
+                profiler.before(step)
+                with profiler.annotate(step):
+                    state.arrays, metrics = train_step(state.arrays, batch)
                 state.step = step
+                summary = profiler.after(step, state.arrays,
+                                         lambda: _compiled_text(train_step, state.arrays, batch))
+                if summary:  # (its window's time is in this log window's throughput)
+                    profiled = summary
+                    track.profile(step, summary, profiler.directory)
                 if config.optim.skip_nonfinite:
                     skipped.append(metrics["learning/skipped"])
                 window_steps += 1
@@ -358,7 +367,18 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
                     return last
                 window_start, window_steps = time.perf_counter(), 0
     finally:
+        profiler.close()
+        if profiled:
+            say(profile_lib.describe(profiled, profiler.directory))
         stop.close()
         prefetch.close()
         track.close()
     return last
+
+
+def _compiled_text(train_step, arrays, batch) -> str:
+    """The train step's optimized HLO (jit's cache: no compile); from shapes and shardings,
+    as the step has donated the arrays it was given."""
+    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                        (arrays, batch))
+    return train_step.lower(*spec).compile().as_text()

@@ -38,6 +38,10 @@ class Tracker(abc.ABC):
     def event(self, step: int, message: str, fields: dict) -> None:
         """Something that happened at `step` (resumed, stopped on request)."""
 
+    def profile(self, step: int, summary: dict, directory: str) -> None:
+        """config.profile's trace ended at `step`: where its time went (training/profile.py's
+        summary) and the local directory of the trace."""
+
     def persist(self) -> None:
         """Called with each checkpoint: what was logged so far is made durable."""
 
@@ -83,6 +87,9 @@ class JsonlTracker(Tracker):
 
     def event(self, step, message, fields):
         self.log(step, {"event": message, **fields})
+
+    def profile(self, step, summary, directory):
+        self.event(step, "profiled", {f"profile/{k}": v for k, v in summary.items()})
 
     def persist(self):
         self._upload() if self._remote else self._file.flush()
@@ -157,6 +164,13 @@ class WandbTracker(Tracker):
                     xname="expert" if key.endswith("/shares") else "position range")
         self._run.log(row, step=int(step))
 
+    def profile(self, step, summary, directory):
+        """The shares as metrics (profile/*), and the trace's files uploaded with the run."""
+        self._run.log({f"profile/{k}": v for k, v in summary.items()
+                       if isinstance(v, (int, float))}, step=int(step))
+        self._run.save(os.path.join(directory, "plugins", "profile", "*", "*"),
+                       base_path=directory, policy="now")
+
     def close(self):  # (no events: wandb marks resumed runs itself; it keeps its own files)
         self._run.finish()
 
@@ -219,6 +233,10 @@ class Trackers(Tracker):
     def event(self, step, message, fields):
         for t in self.trackers:
             t.event(step + self.offset, message, fields)
+
+    def profile(self, step, summary, directory):
+        for t in self.trackers:
+            t.profile(step + self.offset, summary, directory)
 
     def persist(self):
         for t in self.trackers:

@@ -120,6 +120,9 @@ def _validate_ranges(config) -> None:
     """Fields that would fail later (after tokenizing or compiling) or silently do nothing."""
     checks = [
         ("stop_at_step", config.stop_at_step >= 0, "0 (never) or a step"),
+        ("profile.num_steps", config.profile.num_steps >= 0, "0 (off) or a count of steps"),
+        ("profile.start_step", config.profile.start_step >= 1, "a step from 1 (the first, "
+         "which compiles: 2 or later shows steady steps)"),
         ("eval_position_buckets", 0 <= config.eval_position_buckets <= config.seq_len,
          "0 (off) or a count of position ranges up to seq_len"),
         ("data.eval_fraction", 0.0 <= config.data.eval_fraction < 1.0,
