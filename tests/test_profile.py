@@ -3,7 +3,6 @@ TensorBoard's profile plugin lists (plugins/profile/RUN/HOST.xplane.pb), and the
 says where the profiled steps' time went; with wandb, the trace and the shares go there too."""
 
 import glob
-import os
 import re
 
 import jax
