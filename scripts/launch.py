@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from launch import slurm  # noqa: E402
+from launch import gke, slurm, tpu  # noqa: E402
 from launch.preflight import (CommandFailed, LaunchError, TrainRun, check_command,  # noqa: E402
                               project_python, repo_config, run_check, split_overrides)
+from launch.tpu_inputs import InputError, check_workdir  # noqa: E402
 
 
 def _train_options(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +64,99 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one more #SBATCH option, e.g. --sbatch=--account=proj (repeatable)")
     s.add_argument("--print", action="store_true",
                    help="print the batch script; write and submit nothing")
+
+    t = engines.add_parser("tpu", help="a Cloud TPU queued resource, watched: re-created when "
+                                       "preempted, the run resumed")
+    _train_options(t)
+    t.add_argument("--name", required=True, help="the queued resource's and TPU's name")
+    t.add_argument("--zone", required=True)
+    t.add_argument("--project")
+    t.add_argument("--accelerator-type", default="v4-8", help="v4-32, v5litepod-16, v5p-64, "
+                                                              "v6e-16, ... (default: %(default)s)")
+    t.add_argument("--runtime-version", default="tpu-ubuntu2204-base")
+    capacity = t.add_mutually_exclusive_group()
+    capacity.add_argument("--spot", action="store_true", help="spot capacity (preemptible)")
+    capacity.add_argument("--reserved", action="store_true", help="the project's reservation")
+    t.add_argument("--num-slices", type=int, default=1, help="multi-slice: slices of the type")
+    t.add_argument("--python", default="python3.11", help="the workers' venv's interpreter")
+    t.add_argument("--max-preemptions", type=int, default=100,
+                   help="re-creations after the slice was taken back (default: %(default)s)")
+    t.add_argument("--max-failures", type=int, default=3,
+                   help="restarts after train.py failed by itself (default: %(default)s)")
+    t.add_argument("--poll-seconds", type=float, default=60.0)
+    t.add_argument("--keep", action="store_true", help="keep the slice once the run finished")
+    t.add_argument("--dry-run", action="store_true",
+                   help="print every gcloud command, as it would run; run nothing")
+
+    g = engines.add_parser("gke", help="a JobSet on a GKE cluster's TPU node pools, applied with "
+                                       "kubectl (or --print)")
+    _train_options(g)
+    g.add_argument("--name", required=True, help="the JobSet's name")
+    g.add_argument("--image", required=True,
+                   help="container image with this repository and its environment")
+    g.add_argument("--repo", default="/ringstripe", help="the repository's path in the image")
+    g.add_argument("--python", default="python", help="the interpreter in the image")
+    g.add_argument("--accelerator-type", default="v5p-8")
+    g.add_argument("--num-slices", type=int, default=1)
+    g.add_argument("--spot", action="store_true", help="schedule on spot TPU node pools")
+    g.add_argument("--max-restarts", type=int, default=3,
+                   help="restarts after failures (preemptions do not count; default: "
+                        "%(default)s)")
+    g.add_argument("--grace-seconds", type=int, default=300,
+                   help="from SIGTERM to SIGKILL: the save's time (default: %(default)s)")
+    g.add_argument("--namespace", default="default")
+    g.add_argument("--print", action="store_true", help="print the manifest; apply nothing")
     return parser
+
+
+def run_gke(args, run: TrainRun) -> None:
+    job = gke.GkeJob(run, args.name, args.image, args.accelerator_type, args.num_slices,
+                     args.spot, args.max_restarts, args.grace_seconds, args.repo, args.python,
+                     args.namespace)
+    text = gke.to_yaml(gke.manifest(job)) + "\n"
+    if args.print:
+        print(text, end="")
+        return
+    if shutil.which("kubectl") is None:
+        raise LaunchError("kubectl is not on PATH: install it and point it at the cluster, or "
+                          "use --print and apply the manifest yourself")
+    if not args.skip_check:
+        run_check(check_command(run, compile="tpu", topology=args.accelerator_type,
+                                num_slices=args.num_slices),
+                  f"the compile check for {args.accelerator_type}", dry_run=False)
+    cmd = ["kubectl", "apply", "-f", "-"]
+    print(f"+ {shlex.join(cmd)}", flush=True)
+    done = subprocess.run(cmd, input=text, text=True)
+    if done.returncode:
+        raise CommandFailed(f"kubectl apply exited with code {done.returncode}")
+    print(f"applied JobSet {job.name}: watch: kubectl get jobset {job.name}; kubectl logs -f "
+          f"-l jobset.sigs.k8s.io/jobset-name={job.name}; stop: kubectl delete jobset "
+          f"{job.name}")
+
+
+def run_tpu(args, run: TrainRun) -> None:
+    slice_ = tpu.QueuedSlice(args.name, args.zone, args.accelerator_type, args.runtime_version,
+                             args.project, args.spot, args.reserved, args.num_slices,
+                             args.python)
+    notes = []
+    check_workdir(run.workdir, notes)
+    for note in notes:
+        print(note, file=sys.stderr)
+    if not args.dry_run and shutil.which("gcloud") is None:
+        raise LaunchError("gcloud is not on PATH: install the Google Cloud SDK, or use "
+                          "--dry-run to print the commands")
+    if not args.skip_check:
+        run_check(check_command(run, compile="tpu", topology=args.accelerator_type,
+                                num_slices=args.num_slices),
+                  f"the compile check for {args.accelerator_type}", dry_run=args.dry_run)
+    watcher = tpu.Watcher(slice_, run, tpu.Gcloud(args.dry_run), args.max_preemptions,
+                          args.max_failures, args.poll_seconds, args.keep)
+    try:
+        watcher.launch()
+    except KeyboardInterrupt:
+        print(f"\nstopped watching; the slice and the run go on (delete: "
+              f"{shlex.join(slice_.delete())})", file=sys.stderr)
+        sys.exit(130)
 
 
 def run_slurm(args, run: TrainRun) -> None:
@@ -91,8 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         workdir = args.workdir if args.workdir.startswith("gs://") else os.path.abspath(
             args.workdir)
         run = TrainRun(repo_config(args.config), workdir, overrides)
-        {"slurm": run_slurm}[args.engine](args, run)
-    except LaunchError as e:
+        {"slurm": run_slurm, "tpu": run_tpu, "gke": run_gke}[args.engine](args, run)
+    except (LaunchError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except CommandFailed as e:

@@ -36,12 +36,15 @@ import subprocess
 import sys
 import tempfile
 
-# What runs on each worker (the bootstrap, starting and following train.py): tpu_pod_worker.py,
-# beside this file (a script's own directory is on its import path).
-from tpu_pod_worker import REMOTE_TARBALL, bootstrap_script, logs_script, run_script
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tpu_pod_inputs import (EXCLUDES, REPO, InputError, check_accelerator_type, check_name,
-                            check_no_bucket, check_run_inputs)
+# What runs on each worker (the bootstrap, starting and following train.py), and the checks of
+# the command line: launch/, shared with scripts/launch.py tpu (standard library only).
+from launch.tpu_inputs import (EXCLUDES, REPO, InputError,  # noqa: E402
+                               check_accelerator_type, check_name, check_no_bucket,
+                               check_run_inputs)
+from launch.tpu_worker import (REMOTE_TARBALL, bootstrap_script, logs_script,  # noqa: E402
+                               run_script)
 
 
 class CommandFailed(Exception):

@@ -150,7 +150,9 @@ for _ in $(seq 200); do [ -f "$HOME/stop" ] && exit 0; sleep 0.05; done
 
 def train_workdir(ssh):
     """The --workdir value in the train.py command line of a `run` ssh command."""
-    words = shlex.split(remote_script(ssh).split("nohup ", 1)[1].split(" > ", 1)[0])
+    # nohup bash -c 'TRAIN; echo $? > "$HOME/train.exit"' > "$HOME/train.log" ...
+    wrapped = shlex.split(remote_script(ssh).split("nohup ", 1)[1])[2]
+    words = shlex.split(wrapped.split(";")[0])
     return words[words.index("--workdir") + 1]
 
 

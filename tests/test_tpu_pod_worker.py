@@ -1,4 +1,4 @@
-"""The scripts scripts/tpu_pod.py sends to every worker (scripts/tpu_pod_worker.py), run here with
+"""The scripts scripts/tpu_pod.py sends to every worker (launch/tpu_worker.py), run here with
 bash in a temporary HOME, with stub interpreters that record what they are asked to do: the
 bootstrap installs once and only again when pyproject.toml or constraints.txt changes."""
 

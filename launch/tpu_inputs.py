@@ -1,6 +1,6 @@
-"""What scripts/tpu_pod.py checks on this machine before it touches a TPU: the slice's name and
+"""What scripts/tpu_pod.py and scripts/launch.py tpu checks on this machine before it touches a TPU: the slice's name and
 type, the config (inside the repository, so that it is shipped), the workdir, the overrides.
-Each mistake is an InputError, one line and exit code 2. Standard library only, as tpu_pod.py.
+Each mistake is an InputError, one line and exit code 2. Standard library only.
 """
 
 from __future__ import annotations

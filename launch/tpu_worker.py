@@ -1,6 +1,6 @@
-"""The shell scripts scripts/tpu_pod.py sends to every worker of a TPU slice, each one line of
-bash (`;` joins statements under `set -e` exactly like newlines, and --dry-run prints one line
-per command), each safe to run any number of times:
+"""The shell scripts that scripts/tpu_pod.py and scripts/launch.py tpu send to every worker of a
+TPU slice, each one line of bash (`;` joins statements under `set -e` exactly like newlines, and
+--dry-run prints one line per command), each safe to run any number of times:
 
     bootstrap_script(python)   unpack the code, make the venv if missing, install if
                                pyproject.toml or constraints.txt changed
@@ -11,7 +11,7 @@ per command), each safe to run any number of times:
 Nothing is mounted: a --workdir gs://BUCKET/PATH reaches train.py as it is, and train.py writes
 the bucket itself (see run_script).
 
-Standard library only, like tpu_pod.py.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ REMOTE_TARBALL = "ringstripe.tar.gz"  # scp'd into $HOME, relative paths land th
 # lets `logs` stop following when the trainer exits, which is what lets `all` reach `delete`.
 PID_FILE = "$HOME/train.pid"
 LOG_FILE = "$HOME/train.log"
+EXIT_FILE = "$HOME/train.exit"  # train.py's exit code, once it has ended
 
 
 def bootstrap_script(python: str) -> str:
@@ -67,16 +68,22 @@ def bootstrap_script(python: str) -> str:
     return "; ".join(lines)
 
 
-def run_script(config: str, workdir: str, overrides: list[str]) -> str:
+def run_script(config: str, workdir: str, overrides: list[str], distributed: bool = True) -> str:
     """Starts train.py in the background so it outlives the ssh session (nohup, stdin from
     /dev/null so ssh need not wait), unless a trainer from an earlier `run` is still alive.
 
     `workdir` is passed as it is, gs:// included: train.py writes a bucket itself (checkpoints
     through Orbax/tensorstore, which commits a save with a marker object; the rest through
     gcsfs), so every process of the pod shares it without a mount. A gcsfuse mount would turn
-    Orbax's directory renames into non-atomic copies, and Orbax deletes half-renamed saves."""
+    Orbax's directory renames into non-atomic copies, and Orbax deletes half-renamed saves.
+
+    When train.py ends, its exit code goes to ~/train.exit (what `launch.py tpu` watches: 0
+    finished, 75 stopped on a notice, else failed). distributed: jax.distributed.initialize()
+    from the TPU's environment, for slices of more than one host."""
     train = [".venv/bin/python", "train.py", "--config", config, "--workdir", workdir,
-             "--distributed", *overrides]
+             *(["--distributed"] if distributed else []), *overrides]
+    wrapped = f'{shlex.join(train)}; echo $? > "{EXIT_FILE}"'
+
     return "; ".join([
         "set -euo pipefail",
         f'cd "$HOME/{REMOTE_DIR}"',
@@ -85,7 +92,9 @@ def run_script(config: str, workdir: str, overrides: list[str]) -> str:
         'echo "$(hostname): train.py is already running (pid $P, ~/train.log): wait for it, '
         'stop it with kill $P on every worker, or delete the TPU" >&2; exit 1; fi',
         # `&` ends a statement itself (`&;` is a syntax error), so the pid is saved after it.
-        f'nohup {shlex.join(train)} > "{LOG_FILE}" 2>&1 < /dev/null & echo $! > "{PID_FILE}"',
+        f'rm -f "{EXIT_FILE}"',
+        f'nohup bash -c {shlex.quote(wrapped)} > "{LOG_FILE}" 2>&1 < /dev/null & '
+        f'echo $! > "{PID_FILE}"',
         'echo "$(hostname): started train.py (pid $!), log in ~/train.log"',
     ])
 

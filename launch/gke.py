@@ -1,0 +1,150 @@
+"""GKE: the run as a JobSet (the JobSet controller's CRD), one Job a TPU slice, as XPK lays it out.
+
+    job = GkeJob(run, name="rs-l8b", image="us-docker.pkg.dev/p/r/ringstripe:1",
+                 accelerator_type="v5p-64", num_slices=2, spot=True)
+    manifest(job) -> {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", ...}
+    to_yaml(manifest(job))                       # what --print shows and kubectl applies
+
+Each slice's Job runs one pod a TPU VM (`google.com/tpu` chips each), on nodes the node
+selectors pick (the slice's accelerator and topology; spot with --spot), with host networking
+and the JobSet's headless service giving every pod a DNS name: there jax.distributed.initialize()
+finds the coordinator by itself (GKE's TPU environment names the slice's hosts; across slices the
+MEGASCALE_* variables, the coordinator being slice 0's first pod).
+
+The preemption rule: a pod whose node is taken back (condition DisruptionTarget) or whose
+train.py exits 75 after saving fails its Job by the pod failure policy, and the JobSet restarts
+every Job without counting it (RestartJobSetAndIgnoreMaxRestarts); any other failure counts
+against failurePolicy.maxRestarts. A restarted run resumes from the bucket's checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from launch.preflight import PREEMPTED_EXIT_CODE, LaunchError, TrainRun
+from launch.tpu_inputs import _topology_module, check_accelerator_type
+
+# GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator)
+ACCELERATORS = {"v4": "tpu-v4-podslice", "v5litepod": "tpu-v5-lite-podslice",
+                "v5p": "tpu-v5p-slice", "v6e": "tpu-v6e-slice"}
+COORDINATOR_PORT = 8080  # megascale's, between slices
+
+
+@dataclasses.dataclass(frozen=True)
+class GkeJob:
+    run: TrainRun
+    name: str
+    image: str  # a container image with this repository at `repo` and its Python environment
+    accelerator_type: str = "v5p-8"
+    num_slices: int = 1
+    spot: bool = False
+    max_restarts: int = 3  # failures; preemptions do not count
+    grace_seconds: int = 300  # from SIGTERM to SIGKILL: the save's time
+    repo: str = "/ringstripe"
+    python: str = "python"
+    namespace: str = "default"
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", self.name):
+            raise LaunchError(f"--name {self.name!r} is not a JobSet name: lowercase letters, "
+                              f"digits and '-', at most 40 characters, e.g. rs-llama")
+        check_accelerator_type(self.accelerator_type)
+        if not self.run.workdir.startswith("gs://"):
+            raise LaunchError(f"--workdir {self.run.workdir} is not a bucket: a pod's disk goes "
+                              f"with it at a restart; give gs://BUCKET/PATH")
+        if self.num_slices < 1 or self.max_restarts < 0:
+            raise LaunchError("--num-slices must be at least 1 and --max-restarts at least 0")
+
+    @property
+    def tpu(self):
+        return _topology_module().slice_for(self.accelerator_type)
+
+    @property
+    def chips_per_vm(self) -> int:
+        single_host_8 = self.accelerator_type.startswith(("v5litepod", "v6e")) and \
+            self.tpu.chips == 8
+        return 8 if single_host_8 else min(4, self.tpu.chips)
+
+    @property
+    def vms(self) -> int:
+        return self.tpu.chips // self.chips_per_vm
+
+
+def _env(job: GkeJob) -> list[dict]:
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    if job.num_slices > 1:
+        env += [{"name": "MEGASCALE_COORDINATOR_ADDRESS",
+                 "value": f"{job.name}-slice-0-0.{job.name}:{COORDINATOR_PORT}"},
+                {"name": "MEGASCALE_NUM_SLICES", "value": str(job.num_slices)},
+                {"name": "MEGASCALE_SLICE_ID", "valueFrom": {"fieldRef": {
+                    "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/job-index']"}}}]
+    return env
+
+
+def manifest(job: GkeJob) -> dict:
+    generation = job.accelerator_type.split("-")[0]
+    selectors = {"cloud.google.com/gke-tpu-accelerator": ACCELERATORS[generation],
+                 "cloud.google.com/gke-tpu-topology": "x".join(map(str, job.tpu.shape))}
+    if job.spot:
+        selectors["cloud.google.com/gke-spot"] = "true"
+    train = [job.python, *job.run.train_args(), "--distributed"]
+    container = {
+        "name": "train", "image": job.image, "workingDir": job.repo, "command": train,
+        "ports": [{"containerPort": 8471}, {"containerPort": COORDINATOR_PORT}],
+        "resources": {"limits": {"google.com/tpu": job.chips_per_vm}},
+        "securityContext": {"privileged": True}, "env": _env(job)}
+    pod = {"restartPolicy": "Never", "nodeSelector": selectors, "hostNetwork": True,
+           "dnsPolicy": "ClusterFirstWithHostNet",
+           "terminationGracePeriodSeconds": job.grace_seconds, "containers": [container]}
+    preempted = {"rules": [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": "train", "operator": "In",
+                                              "values": [PREEMPTED_EXIT_CODE]}}]}
+    slice_job = {"parallelism": job.vms, "completions": job.vms, "backoffLimit": 0,
+                 "podFailurePolicy": preempted, "template": {"spec": pod}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": job.name, "namespace": job.namespace, "annotations": {
+            "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}},
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": job.name},
+            "failurePolicy": {"maxRestarts": job.max_restarts, "rules": [
+                {"action": "RestartJobSetAndIgnoreMaxRestarts",
+                 "onJobFailureReasons": ["PodFailurePolicy"]}]},
+            "replicatedJobs": [{"name": "slice", "replicas": job.num_slices,
+                                "template": {"spec": slice_job}}]}}
+
+
+def to_yaml(value, indent: int = 0) -> str:
+    """YAML of dicts, lists and scalars (strings JSON-quoted: valid YAML, never retyped)."""
+    pad = " " * indent
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                lines.append(f"{pad}{key}:\n{to_yaml(item, indent + 2)}")
+            else:
+                lines.append(f"{pad}{key}: {_scalar(item)}")
+        return "\n".join(lines)
+    if isinstance(value, list):
+        lines = []
+        for item in value:
+            if isinstance(item, (dict, list)) and item:
+                text = to_yaml(item, indent + 2)
+                lines.append(f"{pad}- {text[indent + 2:]}")
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+        return "\n".join(lines)
+    return pad + _scalar(value)
+
+
+def _scalar(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        return "{}" if isinstance(value, dict) else "[]"
+    return json.dumps(str(value))

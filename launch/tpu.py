@@ -1,0 +1,220 @@
+"""Cloud TPU queued resources: ask for a slice (spot, reserved or on demand; one slice or several),
+wait for it, start the run on every worker, and watch it until it finishes.
+
+    slice_ = QueuedSlice("rs-v5p", "us-east5-a", "v5p-64", spot=True)
+    watcher = Watcher(slice_, run, Gcloud(dry_run=False))
+    watcher.launch()           # create, wait ACTIVE, set up, start; then watch
+
+The watch (one look every --poll-seconds):
+- the queued resource leaves ACTIVE for SUSPENDING, SUSPENDED, PREEMPTED or FAILED: the slice
+  was taken back. It is deleted and asked for again, set up, and the run started again; train.py
+  resumes from the workdir's last checkpoint (a bucket: the slice's disks went with it).
+- ~/train.exit on worker 0 (tpu_worker.run_script): 0, finished: the slice is deleted (unless
+  --keep); 75, stopped on a notice (a maintenance event) after saving: started again on the same
+  slice; anything else, a failure: started again up to --max-failures times, then the watch
+  stops with one line and the slice is kept for a look.
+Preemptions are counted apart from failures, with a bound of their own (--max-preemptions).
+--dry-run prints one pass of every gcloud command, as it would run, and runs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import subprocess
+import time
+
+from launch.preflight import PREEMPTED_EXIT_CODE, CommandFailed, LaunchError, TrainRun
+from launch.tpu_inputs import EXCLUDES, REPO, check_accelerator_type, check_name, _topology_module
+from launch.tpu_worker import (EXIT_FILE, REMOTE_TARBALL, bootstrap_script, logs_script,
+                               run_script)
+
+TAKEN_BACK = ("SUSPENDING", "SUSPENDED", "PREEMPTED", "FAILED")
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuedSlice:
+    name: str  # the queued resource's id; its node (or each slice's: NAME-0, NAME-1, ...)
+    zone: str
+    accelerator_type: str  # v4-32, v5litepod-16, v5p-64, v6e-16, ...
+    runtime_version: str = "tpu-ubuntu2204-base"
+    project: str | None = None
+    spot: bool = False
+    reserved: bool = False
+    num_slices: int = 1
+    python: str = "python3.11"
+
+    def __post_init__(self):
+        check_name(self.name)
+        check_accelerator_type(self.accelerator_type)
+        if self.spot and self.reserved:
+            raise LaunchError("--spot and --reserved exclude each other: choose one")
+        if self.num_slices < 1:
+            raise LaunchError(f"--num-slices={self.num_slices} must be at least 1")
+
+    @property
+    def nodes(self) -> list[str]:
+        """The TPU VMs: one, or one a slice (gcloud's --node-prefix names them NAME-0, ...)."""
+        if self.num_slices == 1:
+            return [self.name]
+        return [f"{self.name}-{i}" for i in range(self.num_slices)]
+
+    @property
+    def multi_host(self) -> bool:
+        """More than one process: several slices, or a slice of more than one host (a host
+        has 4 chips; 8 on v5e and v6e), which train.py --distributed joins."""
+        chips = _topology_module().slice_for(self.accelerator_type).chips
+        per_host = 8 if self.accelerator_type.startswith(("v5litepod", "v6e")) else 4
+        return self.num_slices > 1 or chips > per_host
+
+    def where(self) -> list[str]:
+        return [f"--zone={self.zone}", *([f"--project={self.project}"] if self.project else [])]
+
+    def queued(self, verb: str, *rest: str) -> list[str]:
+        return ["gcloud", "compute", "tpus", "queued-resources", verb, *rest, *self.where()]
+
+    def tpu_vm(self, verb: str, *rest: str) -> list[str]:
+        return ["gcloud", "compute", "tpus", "tpu-vm", verb, *rest, *self.where()]
+
+    def create(self) -> list[str]:
+        nodes = ([f"--node-id={self.name}"] if self.num_slices == 1 else
+                 [f"--node-count={self.num_slices}", f"--node-prefix={self.name}"])
+        capacity = ["--spot"] if self.spot else ["--reserved"] if self.reserved else []
+        return self.queued("create", self.name, *nodes,
+                           f"--accelerator-type={self.accelerator_type}",
+                           f"--runtime-version={self.runtime_version}", *capacity)
+
+    def describe(self) -> list[str]:
+        return self.queued("describe", self.name, "--format=value(state.state)")
+
+    def delete(self) -> list[str]:
+        return self.queued("delete", self.name, "--force", "--quiet")
+
+    def ssh(self, node: str, worker: str, script: str) -> list[str]:
+        return self.tpu_vm("ssh", node, f"--worker={worker}",
+                           f"--command={shlex.join(['bash', '-c', script])}")
+
+
+class Gcloud:
+    """Runs gcloud (every command printed as `+ COMMAND`); with dry_run, prints only."""
+
+    def __init__(self, dry_run: bool):
+        self.dry_run = dry_run
+
+    def run(self, cmd: list[str], capture: bool = False) -> str:
+        print(f"+ {shlex.join(cmd)}", flush=True)
+        if self.dry_run:
+            return ""
+        try:
+            done = subprocess.run(cmd, capture_output=capture, text=True)
+        except OSError as e:
+            raise CommandFailed(f"`{cmd[0]}` could not start: {e}") from None
+        if done.returncode:
+            detail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
+            raise CommandFailed(f"`{shlex.join(cmd)}` exited with code {done.returncode}"
+                                + (f": {detail[0]}" if detail else ""))
+        return done.stdout or ""
+
+
+@dataclasses.dataclass
+class Watcher:
+    slice_: QueuedSlice
+    run: TrainRun
+    gcloud: Gcloud
+    max_preemptions: int = 100
+    max_failures: int = 3
+    poll_seconds: float = 60.0
+    keep: bool = False
+    preemptions: int = 0
+    failures: int = 0
+
+    def launch(self) -> None:
+        """The slice asked for and the run started, then watched to its end."""
+        self._bring_up()
+        if self.gcloud.dry_run:
+            self.gcloud.run(self.slice_.describe(), capture=True)
+            self.gcloud.run(self._exit_code_command(), capture=True)
+            self.gcloud.run(self.slice_.delete())
+            return
+        self._watch()
+
+    def _say(self, message: str) -> None:
+        print(f"launch: {message}", flush=True)
+
+    def _bring_up(self) -> None:
+        self.gcloud.run(self.slice_.create())
+        self._wait_active()
+        self._set_up()
+        self._start()
+
+    def _wait_active(self) -> None:
+        while not self.gcloud.dry_run:
+            state = self.gcloud.run(self.slice_.describe(), capture=True).strip()
+            if state == "ACTIVE":
+                return
+            if state in ("FAILED", "SUSPENDED"):
+                raise CommandFailed(f"the queued resource {self.slice_.name} is {state} before "
+                                    f"it ran: see `gcloud compute tpus queued-resources describe "
+                                    f"{self.slice_.name}`; delete it before asking again")
+            self._say(f"{self.slice_.name} is {state or 'not listed yet'}, waiting")
+            time.sleep(self.poll_seconds)
+
+    def _set_up(self) -> None:
+        tarball = f"/tmp/ringstripe-{self.slice_.name}.tar.gz"
+        self.gcloud.run(["tar", "-czf", tarball, *(f"--exclude={p}" for p in EXCLUDES),
+                         "-C", str(REPO), "."])
+        for node in self.slice_.nodes:
+            self.gcloud.run(self.slice_.tpu_vm("scp", tarball, f"{node}:{REMOTE_TARBALL}",
+                                               "--worker=all"))
+            self.gcloud.run(self.slice_.ssh(node, "all", bootstrap_script(self.slice_.python)))
+
+    def _start(self) -> None:
+        script = run_script(self.run.config, self.run.workdir, list(self.run.overrides),
+                            distributed=self.slice_.multi_host)
+        for node in self.slice_.nodes:
+            self.gcloud.run(self.slice_.ssh(node, "all", script))
+
+    def _exit_code_command(self) -> list[str]:
+        return self.slice_.ssh(self.slice_.nodes[0], "0", f'cat "{EXIT_FILE}" 2>/dev/null || true')
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.poll_seconds)
+            state = self.gcloud.run(self.slice_.describe(), capture=True).strip()
+            if state in TAKEN_BACK:
+                self._count("preemptions", f"the slice is {state}")
+                self.gcloud.run(self.slice_.delete())
+                self._bring_up()
+                continue
+            if state != "ACTIVE":
+                continue
+            code = self.gcloud.run(self._exit_code_command(), capture=True).strip()
+            if not code:
+                continue  # still training
+            if code == "0":
+                self._say(f"the run finished ({self.preemptions} preemptions, "
+                          f"{self.failures} failures on the way)")
+                if self.keep:
+                    self._say(f"kept {self.slice_.name} (--keep)")
+                else:
+                    self.gcloud.run(self.slice_.delete())
+                return
+            if code == str(PREEMPTED_EXIT_CODE):
+                self._count("preemptions", "train.py stopped on a notice (exit 75)")
+            else:
+                self._count("failures", f"train.py failed (exit {code}; its log: "
+                                        f"{shlex.join(self._log_command())})")
+            self._start()
+
+    def _count(self, kind: str, why: str) -> None:
+        count = getattr(self, kind) + 1
+        setattr(self, kind, count)
+        bound = self.max_preemptions if kind == "preemptions" else self.max_failures
+        if count > bound:
+            raise CommandFailed(f"{why}; {count} {kind}, more than --max-{kind}={bound}: not "
+                                f"started again (the slice {self.slice_.name} is kept: "
+                                f"{shlex.join(self.slice_.delete())} deletes it)")
+        self._say(f"{why}: starting the run again ({kind} {count} of at most {bound})")
+
+    def _log_command(self) -> list[str]:
+        return self.slice_.ssh(self.slice_.nodes[0], "0", logs_script())
