@@ -8,5 +8,5 @@ train.py saves at the step the notice (SIGTERM, the runtime's preemption notice)
 exits 75 (checkpoints.PREEMPTED_EXIT_CODE); the engine starts it again, and it resumes from that
 checkpoint exactly. Exit 0 is "finished"; any other code is a failure no engine retries forever.
 
-Standard library only: a login node or a laptop with gcloud or kubectl runs it without JAX.
+It starts no JAX: a login node, or a laptop with gcloud or kubectl, runs it in a second.
 """
