@@ -179,3 +179,12 @@ def test_slurm_bad_input_is_one_line_and_nothing_is_written_or_submitted(tmp_pat
     else:
         assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "submitted" not in result.stdout and not (tmp_path / "w").exists()
+
+
+def test_train_py_distributed_outside_a_cluster_is_one_line(tmp_path):
+    """What a batch script that runs train.py --distributed without srun gets: no traceback."""
+    result = run_train(tmp_path / "w", "--distributed")
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert "--distributed found no cluster to join" in line and "under srun" in line
+    assert not (tmp_path / "w").exists()
