@@ -24,6 +24,7 @@ import json
 import re
 
 from launch.preflight import PREEMPTED_EXIT_CODE, LaunchError, TrainRun
+from launch.tpu import vms_of
 from launch.tpu_inputs import _topology_module, check_accelerator_type
 
 # GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator)
@@ -63,13 +64,11 @@ class GkeJob:
 
     @property
     def chips_per_vm(self) -> int:
-        single_host_8 = self.accelerator_type.startswith(("v5litepod", "v6e")) and \
-            self.tpu.chips == 8
-        return 8 if single_host_8 else min(4, self.tpu.chips)
+        return vms_of(self.accelerator_type)[1]
 
     @property
     def vms(self) -> int:
-        return self.tpu.chips // self.chips_per_vm
+        return vms_of(self.accelerator_type)[0]
 
 
 def _env(job: GkeJob) -> list[dict]:

@@ -61,11 +61,9 @@ class QueuedSlice:
 
     @property
     def multi_host(self) -> bool:
-        """More than one process: several slices, or a slice of more than one host (a host
-        has 4 chips; 8 on v5e and v6e), which train.py --distributed joins."""
-        chips = _topology_module().slice_for(self.accelerator_type).chips
-        per_host = 8 if self.accelerator_type.startswith(("v5litepod", "v6e")) else 4
-        return self.num_slices > 1 or chips > per_host
+        """More than one process: several slices, or a slice of more than one TPU VM, which
+        train.py --distributed joins."""
+        return self.num_slices > 1 or vms_of(self.accelerator_type)[0] > 1
 
     def where(self) -> list[str]:
         return [f"--zone={self.zone}", *([f"--project={self.project}"] if self.project else [])]
@@ -93,6 +91,16 @@ class QueuedSlice:
     def ssh(self, node: str, worker: str, script: str) -> list[str]:
         return self.tpu_vm("ssh", node, f"--worker={worker}",
                            f"--command={shlex.join(['bash', '-c', script])}")
+
+
+def vms_of(accelerator_type: str) -> tuple[int, int]:
+    """(TPU VMs, chips a VM) of one slice: 4 chips a VM, but a v5e or v6e slice of 8 chips is
+    one VM of 8, and a slice of fewer chips one VM of them all."""
+    chips = _topology_module().slice_for(accelerator_type).chips
+    if accelerator_type.startswith(("v5litepod", "v6e")) and chips == 8:
+        return 1, 8
+    per_vm = min(4, chips)
+    return chips // per_vm, per_vm
 
 
 class Gcloud:
