@@ -14,6 +14,8 @@ The watch (one look every --poll-seconds):
   slice; anything else, a failure: started again up to --max-failures times, then the watch
   stops with one line and the slice is kept for a look.
 Preemptions are counted apart from failures, with a bound of their own (--max-preemptions).
+A look that fails (the network, an ssh to a VM going down) is tried again at the next one; ten
+in a row stop the watch, the slice and the run left as they are.
 --dry-run prints one pass of every gcloud command, as it would run, and runs nothing.
 """
 
@@ -30,6 +32,7 @@ from launch.tpu_worker import (EXIT_FILE, REMOTE_TARBALL, bootstrap_script, logs
                                run_script)
 
 TAKEN_BACK = ("SUSPENDING", "SUSPENDED", "PREEMPTED", "FAILED")
+LOOKS_FAILED_IN_A_ROW = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,12 +186,29 @@ class Watcher:
             self.gcloud.run(self.slice_.ssh(node, "all", script))
 
     def _exit_code_command(self) -> list[str]:
-        return self.slice_.ssh(self.slice_.nodes[0], "0", f'cat "{EXIT_FILE}" 2>/dev/null || true')
+        return self.slice_.ssh(self.slice_.nodes[0], "0",
+                               f'cat "{EXIT_FILE}" 2>/dev/null || true')
+
+    def _look(self, cmd: list[str]) -> str | None:
+        """A poll's output; None when it failed (the network, an ssh to a VM going down),
+        which the watch outlives up to LOOKS_FAILED_IN_A_ROW times in a row."""
+        try:
+            out = self.gcloud.run(cmd, capture=True).strip()
+        except CommandFailed as e:
+            self._failed_looks += 1
+            if self._failed_looks >= LOOKS_FAILED_IN_A_ROW:
+                raise CommandFailed(f"{e} ({self._failed_looks} looks in a row failed; the "
+                                    f"slice and the run are left as they are)") from None
+            self._say(f"could not look ({e}); trying again")
+            return None
+        self._failed_looks = 0
+        return out
 
     def _watch(self) -> None:
+        self._failed_looks = 0
         while True:
             time.sleep(self.poll_seconds)
-            state = self.gcloud.run(self.slice_.describe(), capture=True).strip()
+            state = self._look(self.slice_.describe())
             if state in TAKEN_BACK:
                 self._count("preemptions", f"the slice is {state}")
                 self.gcloud.run(self.slice_.delete())
@@ -196,9 +216,9 @@ class Watcher:
                 continue
             if state != "ACTIVE":
                 continue
-            code = self.gcloud.run(self._exit_code_command(), capture=True).strip()
+            code = self._look(self._exit_code_command())
             if not code:
-                continue  # still training
+                continue  # still training (or the look failed)
             if code == "0":
                 self._say(f"the run finished ({self.preemptions} preemptions, "
                           f"{self.failures} failures on the way)")
