@@ -7,12 +7,14 @@ reads the files; it needs no PyTorch).
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy
     /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --mxfp4-only   # add (or redo) that case
+    /tmp/ref/bin/python scripts/make_hf_fixtures.py --latent-only  # add (or redo) LATENT_CASES
 
 gpt_oss_mxfp4 keeps its experts in MXFP4, as GPT-OSS's published checkpoints do: quantized
 here (each block of 32 weights scaled by the power of two that brings its largest under 6, every
 weight rounded to the nearest e2m1 value), its reference logits from transformers' own
 dequantization (`Mxfp4Config(dequantize=True)`). Written with torch 2.13.0 and transformers
-5.24.0; the other cases:
+5.24.0, as LATENT_CASES (DeepSeek-V3 and V2-Lite with latent attention, GLM-4.5's and Qwen2-MoE's
+shared experts: issue 62's families, which model.hf does not read yet); the other cases:
 torch 2.14.1 and transformers 5.24.0. Each case is a 2-layer model with grouped
 query heads (4 query, 2 key/value heads) under one RoPE rule, tied or untied, float32 or
 bfloat16, one file or sharded with an index; one case keeps the older config.json layout
@@ -101,6 +103,48 @@ FAMILY_CASES = {
 }
 
 
+# Issue 62's families (latent attention, shared experts, sigmoid routing with a correction bias,
+# group-limited routing, a dense first layer), added by --latent-only: MLA of a 16-wide latent,
+# queries through a 24-wide one (DeepSeek-V3) or not (V2-Lite), heads of 8 + 4 (RoPE) for
+# queries and keys and 8 for values, 8 routed experts of width 16 and one shared.
+MLA = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, head_dim=4,
+           num_key_value_heads=4, moe_intermediate_size=16, n_shared_experts=1,
+           first_k_dense_replace=1)
+LATENT_CASES = {
+    "deepseek_v3_mla": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                        dict(**MLA, q_lora_rank=24, n_routed_experts=8, num_experts_per_tok=2,
+                             n_group=2, topk_group=1, routed_scaling_factor=2.5,
+                             norm_topk_prob=True, rope_interleave=True,
+                             rope_parameters={"rope_type": "yarn", "factor": 4.0,
+                                              "original_max_position_embeddings": 64,
+                                              "beta_fast": 32.0, "beta_slow": 1.0,
+                                              "mscale": 1.0, "mscale_all_dim": 1.0,
+                                              "rope_theta": THETA}),
+                        False, torch.float32),
+    "deepseek_v2_lite_mla": ("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                             dict(**MLA, q_lora_rank=None, n_routed_experts=8,
+                                  num_experts_per_tok=2, n_group=1, topk_group=1,
+                                  topk_method="greedy", routed_scaling_factor=1.0,
+                                  norm_topk_prob=False,
+                                  rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+                             False, torch.float32),
+    "glm4_moe_shared": ("Glm4MoeConfig", "Glm4MoeForCausalLM",  # partial rotary, q/k/v biases
+                        dict(moe_intermediate_size=16, n_shared_experts=1, n_routed_experts=8,
+                             num_experts_per_tok=2, n_group=1, topk_group=1,
+                             first_k_dense_replace=1, routed_scaling_factor=2.5,
+                             norm_topk_prob=True, attention_bias=True,
+                             rope_parameters={"rope_type": "default", "rope_theta": THETA,
+                                              "partial_rotary_factor": 0.5}),
+                        False, torch.float32),
+    "qwen2_moe_shared": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",  # sigmoid-gated shared expert
+                         dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                              shared_expert_intermediate_size=32, norm_topk_prob=False,
+                              mlp_only_layers=[0],
+                              rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+                         False, torch.float32),
+}
+
+
 def old_layout(path: str) -> None:
     """Rewrites config.json as transformers 4 wrote it: rope_theta and rope_scaling on top."""
     with open(os.path.join(path, "config.json")) as f:
@@ -168,7 +212,45 @@ def mxfp4_case(tokens: np.ndarray, seed: int) -> np.ndarray:
     return out.numpy().astype(np.float32)
 
 
+def family_case(name: str, case: tuple, tokens: np.ndarray, seed: int) -> np.ndarray:
+    """One of FAMILY_CASES or LATENT_CASES written to OUT/name and run by transformers (eager
+    attention, float32); its logits."""
+    config_class, model_class, options, tied, dtype = case
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(**{**SIZES, **options},
+                                                 tie_word_embeddings=tied, initializer_range=0.2)
+    model = getattr(transformers, model_class)(config)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(0.5 + 0.3 * torch.randn_like(p))  # Gemma adds 1, the others not
+            elif pname.endswith(("bias", "sinks")):  # GPT-OSS's, DeepSeek's routing bias...
+                p.copy_(0.3 * torch.randn_like(p))  # ...which start at zero
+        for bname, b in model.named_buffers():  # DeepSeek-V3's correction bias is a buffer
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.randn_like(b))
+    model = model.to(dtype)
+    path = os.path.join(OUT, name)
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path)
+    os.remove(os.path.join(path, "generation_config.json"))
+    reloaded = getattr(transformers, model_class).from_pretrained(
+        path, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = reloaded(torch.from_numpy(tokens)).logits
+    print(name, sorted(os.listdir(path)), float(out.abs().mean()))
+    return out.numpy().astype(np.float32)
+
+
 def main() -> None:
+    if "--latent-only" in sys.argv:  # issue 62's families, added to what is there
+        logits = dict(np.load(os.path.join(OUT, "logits.npz")))
+        start = len(CASES) + len(FAMILY_CASES) + 1
+        for i, (name, case) in enumerate(LATENT_CASES.items(), start=start):
+            logits[name] = family_case(name, case, logits["tokens"], i)
+        np.savez(os.path.join(OUT, "logits.npz"), **logits)
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+        return
     if "--mxfp4-only" in sys.argv:  # the one case, added to what is there
         logits = dict(np.load(os.path.join(OUT, "logits.npz")))
         logits["gpt_oss_mxfp4"] = mxfp4_case(logits["tokens"], len(CASES) + len(FAMILY_CASES))
@@ -199,29 +281,11 @@ def main() -> None:
             out = reloaded(torch.from_numpy(tokens)).logits
         logits[name] = out.numpy().astype(np.float32)
         print(name, sorted(os.listdir(path)), float(out.abs().mean()))
-    for i, (name, (config_class, model_class, options, tied, dtype)) in enumerate(
-            FAMILY_CASES.items(), start=len(CASES)):
-        torch.manual_seed(i)
-        config = getattr(transformers, config_class)(**{**SIZES, **options},
-                                                     tie_word_embeddings=tied,
-                                                     initializer_range=0.2)
-        model = getattr(transformers, model_class)(config)
-        with torch.no_grad():
-            for pname, p in model.named_parameters():
-                if pname.endswith("norm.weight"):
-                    p.copy_(0.5 + 0.3 * torch.randn_like(p))  # Gemma adds 1, the others not
-                elif pname.endswith(("bias", "sinks")):  # GPT-OSS's, which start at zero
-                    p.copy_(0.3 * torch.randn_like(p))
-        model = model.to(dtype)
-        path = os.path.join(OUT, name)
-        model.save_pretrained(path)
-        os.remove(os.path.join(path, "generation_config.json"))
-        reloaded = getattr(transformers, model_class).from_pretrained(
-            path, dtype=torch.float32, attn_implementation="eager").eval()
-        with torch.no_grad():
-            out = reloaded(torch.from_numpy(tokens)).logits
-        logits[name] = out.numpy().astype(np.float32)
-        print(name, sorted(os.listdir(path)), float(out.abs().mean()))
+    for i, (name, case) in enumerate(FAMILY_CASES.items(), start=len(CASES)):
+        logits[name] = family_case(name, case, tokens, i)
+    start = len(CASES) + len(FAMILY_CASES) + 1
+    for i, (name, case) in enumerate(LATENT_CASES.items(), start=start):
+        logits[name] = family_case(name, case, tokens, i)
     logits["gpt_oss_mxfp4"] = mxfp4_case(tokens, len(CASES) + len(FAMILY_CASES))
     np.savez(os.path.join(OUT, "logits.npz"), **logits)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
