@@ -8,6 +8,7 @@ reads the files; it needs no PyTorch).
     /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --mxfp4-only   # add (or redo) that case
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --latent-only  # add (or redo) LATENT_CASES
+    /tmp/ref/bin/python scripts/make_hf_fixtures.py --mla-attention  # one MLA layer alone
 
 gpt_oss_mxfp4 keeps its experts in MXFP4, as GPT-OSS's published checkpoints do: quantized
 here (each block of 32 weights scaled by the power of two that brings its largest under 6, every
@@ -242,7 +243,55 @@ def family_case(name: str, case: tuple, tokens: np.ndarray, seed: int) -> np.nda
     return out.numpy().astype(np.float32)
 
 
+# One latent-attention layer alone (transformers' DeepseekV3Attention, eager, a causal mask),
+# for model/mla.py: DeepSeek-V3's shape (queries through a latent, YaRN with its softmax
+# mscale, interleaved RoPE), V2-Lite's (no query latent, plain RoPE, interleaved) and one with
+# the halves convention (rope_interleave=False). Positions 70..93, past YaRN's original 64.
+MLA_ATTENTION = {
+    "v3": dict(q_lora_rank=24, rope_interleave=True, rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+        "rope_theta": THETA}),
+    "v2_lite": dict(q_lora_rank=None, rope_interleave=True,
+                    rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+    "halves": dict(q_lora_rank=24, rope_interleave=False,
+                   rope_parameters={"rope_type": "default", "rope_theta": THETA}),
+}
+
+
+def mla_attention_cases() -> dict:
+    """{case/NAME: array}: the layer's weights (transformers' names), its input x [2, 24, 48],
+    positions [2, 24] and output [2, 24, 48], float32."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek
+    out = {}
+    for i, (case, options) in enumerate(MLA_ATTENTION.items()):
+        torch.manual_seed(100 + i)
+        config = transformers.DeepseekV3Config(**{**SIZES, **MLA, **options},
+                                               attn_implementation="eager")
+        layer = deepseek.DeepseekV3Attention(config, layer_idx=0).eval()
+        with torch.no_grad():
+            for name, p in layer.named_parameters():
+                p.copy_(0.5 + 0.3 * torch.randn_like(p) if name.endswith("norm.weight")
+                        else 0.3 * torch.randn_like(p))
+        x = torch.randn(2, 24, SIZES["hidden_size"])
+        positions = torch.arange(70, 94).repeat(2, 1)
+        rotary = deepseek.DeepseekV3RotaryEmbedding(config)
+        mask = torch.triu(torch.full((24, 24), float("-inf")), diagonal=1)[None, None]
+        with torch.no_grad():
+            y, _ = layer(x, rotary(x, positions), mask.expand(2, 1, 24, 24))
+        for name, p in layer.state_dict().items():
+            out[f"{case}/{name}"] = p.numpy().astype(np.float32)
+        out.update({f"{case}/x": x.numpy(), f"{case}/positions": positions.numpy(),
+                    f"{case}/out": y.numpy()})
+        print(case, float(y.abs().mean()))
+    return out
+
+
 def main() -> None:
+    if "--mla-attention" in sys.argv:
+        np.savez(os.path.join(OUT, "mla_attention.npz"), **mla_attention_cases())
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+        return
     if "--latent-only" in sys.argv:  # issue 62's families, added to what is there
         logits = dict(np.load(os.path.join(OUT, "logits.npz")))
         start = len(CASES) + len(FAMILY_CASES) + 1

@@ -1,0 +1,122 @@
+"""Multi-head latent attention (MLA: DeepSeek-V2, DeepSeek-V3, Kimi K2, Moonlight), as functions of
+its weights; the layer that holds them, and the ring that passes the latent, build on these.
+
+A token's keys and values are made from a latent c [kv_lora_rank] (RMS-normalised) and one RoPE
+key k_r [qk_rope_head_dim] that every head shares:
+
+    x [B, S, D] --kv_a--> [c | k_r]                 c = RMSNorm(c); k_r rotated by position
+    c --kv_b--> per head [k_nope (qk_nope_head_dim) | v (v_head_dim)]
+    k = [k_nope | k_r]  (qk_nope + qk_rope wide), v (v_head_dim wide: not the keys' width)
+    q = x --q--> or x --q_a--> RMSNorm --q_b--> per head [q_nope | q_r], q_r rotated
+
+The latent plus the RoPE key (kv_lora_rank + qk_rope_head_dim values a token: 576 for
+DeepSeek-V3) is what a ring can pass instead of the expanded keys and values (heads x (qk + v):
+40,960). The softmax scale is qk_head_dim^-0.5, times mscale^2 under DeepSeek's YaRN
+(0.1 mscale_all_dim ln(factor) + 1), as transformers computes it. DeepSeek lays RoPE's pairs
+out interleaved, (x0, x1), (x2, x3), ...; `rope_interleave` reads them so (the halves
+convention of model/layers.rope otherwise). The latent norms' epsilon is 1e-6, DeepSeek's own,
+not the model's rms_norm_eps.
+
+Weights, [in, out] like every dense kernel here: q [D, H x qk] (or q_a [D, Rq], q_a_norm [Rq],
+q_b [Rq, H x qk]), kv_a [D, R + qk_rope], kv_a_norm [R], kv_b [R, H x (qk_nope + v)],
+o [H x v, D].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+
+from model.layers import rms_norm, rope
+from model.rope import RopeScaling
+
+LATENT_NORM_EPS = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class MLAConfig:
+    """config.model.mla: kv_lora_rank 0 is ordinary attention."""
+
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0  # 0: queries straight from x (DeepSeek-V2-Lite)
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+    rope_interleave: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_width(self) -> int:
+        """What a token's keys and values compress to: the latent and the shared RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+def softmax_scale(mla: MLAConfig, scaling: RopeScaling) -> float:
+    """qk_head_dim^-0.5, times mscale^2 where YaRN gives mscale_all_dim (DeepSeek's rule)."""
+    scale = mla.qk_head_dim ** -0.5
+    if scaling.rope_type != "default" and scaling.mscale_all_dim and scaling.factor > 1:
+        mscale = 0.1 * scaling.mscale_all_dim * math.log(scaling.factor) + 1.0
+        scale *= mscale * mscale
+    return scale
+
+
+def rotate(x, positions, theta: float, scaling: RopeScaling, interleave: bool):
+    """RoPE of x [..., S, heads, d] by position; with `interleave`, the pairs are (2i, 2i+1).
+    The result lays each pair out as halves either way: q and k get the same layout, so their
+    dot products are the interleaved rotation's."""
+    if interleave:
+        x = jnp.concatenate([x[..., 0::2], x[..., 1::2]], axis=-1)
+    return rope(x, positions, theta, scaling)
+
+
+def queries(w, x, mla: MLAConfig, num_heads: int, dtype):
+    """(q_nope [B, S, H, qk_nope], q_rope [B, S, H, qk_rope]) before RoPE."""
+    if mla.q_lora_rank:
+        q = jnp.dot(rms_norm(jnp.dot(x, w["q_a"]), w["q_a_norm"], LATENT_NORM_EPS, dtype),
+                    w["q_b"])
+    else:
+        q = jnp.dot(x, w["q"])
+    q = q.reshape(*x.shape[:-1], num_heads, mla.qk_head_dim)
+    return q[..., :mla.qk_nope_head_dim], q[..., mla.qk_nope_head_dim:]
+
+
+def latent(w, x, mla: MLAConfig, dtype):
+    """(c [B, S, kv_lora_rank] normalised, k_rope [B, S, 1, qk_rope] before RoPE): what a token
+    keeps of its keys and values."""
+    c_and_k = jnp.dot(x, w["kv_a"])
+    c = rms_norm(c_and_k[..., :mla.kv_lora_rank], w["kv_a_norm"], LATENT_NORM_EPS, dtype)
+    return c, c_and_k[..., None, mla.kv_lora_rank:]
+
+
+def expand(kv_b, c, k_rope, mla: MLAConfig, num_heads: int):
+    """(k [B, S, H, qk_head_dim], v [B, S, H, v_head_dim]) from the latent and the rotated RoPE
+    key: the up-projection every device applies to the blocks it holds or receives."""
+    kv = jnp.dot(c, kv_b).reshape(*c.shape[:-1], num_heads,
+                                  mla.qk_nope_head_dim + mla.v_head_dim)
+    k_nope, v = kv[..., :mla.qk_nope_head_dim], kv[..., mla.qk_nope_head_dim:]
+    k_rope = jnp.broadcast_to(k_rope, (*k_nope.shape[:-1], mla.qk_rope_head_dim))
+    return jnp.concatenate([k_nope, k_rope.astype(k_nope.dtype)], axis=-1), v
+
+
+def mla_attention(w, x, positions, mla: MLAConfig, num_heads: int, theta: float,
+                  scaling: RopeScaling, attend, dtype=jnp.float32):
+    """x [B, S, D] -> [B, S, D]. attend(q, k, v, scale) -> [B, S, H, v_head_dim] is the
+    attention itself (causal; parallel.attention, or a dense one in a test)."""
+    x = x.astype(dtype)
+    q_nope, q_rope = queries(w, x, mla, num_heads, dtype)
+    c, k_rope = latent(w, x, mla, dtype)
+    q_rope = rotate(q_rope, positions, theta, scaling, mla.rope_interleave)
+    k_rope = rotate(k_rope, positions, theta, scaling, mla.rope_interleave)
+    k, v = expand(w["kv_b"], c, k_rope, mla, num_heads)
+    q = jnp.concatenate([q_nope, q_rope], axis=-1)
+    out = attend(q, k, v, softmax_scale(mla, scaling))
+    return jnp.dot(out.reshape(*x.shape[:-1], num_heads * mla.v_head_dim), w["o"])
