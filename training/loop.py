@@ -294,6 +294,7 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
     prefetch = data.make_prefetcher(config.data, cache, mesh, spec, start_step=start_step)
     stop = StopRequest(checkpointer)
     profiler = profile_lib.StepProfiler(config.profile, setup.workdir)
+    train_step = profiler.wrap(train_step)
     profiled = None  # the profile's summary, said at the end
     last, window_start, window_steps = {}, None, 0
     skipped, skipped_in_a_row = [], 0  # with skip_nonfinite: each step's flag, read at logs
@@ -306,8 +307,7 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
                 with profiler.annotate(step):
                     state.arrays, metrics = train_step(state.arrays, batch)
                 state.step = step
-                summary = profiler.after(step, state.arrays,
-                                         lambda: _compiled_text(train_step, state.arrays, batch))
+                summary = profiler.after(step, state.arrays)
                 if summary:  # (its window's time is in this log window's throughput)
                     profiled = summary
                     track.profile(step, summary, profiler.directory)
@@ -375,10 +375,3 @@ def _run(setup: RunSetup, checkpointer, prepared) -> dict:
         track.close()
     return last
 
-
-def _compiled_text(train_step, arrays, batch) -> str:
-    """The train step's optimized HLO (jit's cache: no compile); from shapes and shardings,
-    as the step has donated the arrays it was given."""
-    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
-                        (arrays, batch))
-    return train_step.lower(*spec).compile().as_text()

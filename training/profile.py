@@ -1,11 +1,12 @@
 """Where a step's time goes: a jax.profiler trace of config.profile's steps, and its summary.
 
     profiler = StepProfiler(config.profile, workdir)
+    train_step = profiler.wrap(train_step)        # with a profile: compiled ahead of time, once
     for step in ...:
         profiler.before(step)                     # start_trace at profile.start_step
         with profiler.annotate(step):             # a StepTraceAnnotation: TensorBoard's steps
             arrays, metrics = train_step(arrays, batch)
-        summary = profiler.after(step, arrays, lambda: compiled_text)   # stop, read, sum up
+        summary = profiler.after(step, arrays)    # stop, read, sum up
 
 The trace goes to WORKDIR/profile/ (process i > 0: profile/process_i/), in the layout TensorBoard's
 profile plugin, XProf and Perfetto read (plugins/profile/RUN/HOST.xplane.pb); a bucket run's
@@ -56,6 +57,26 @@ class StepProfiler:
         self.remote = storage.join(run.profile, *sub) if storage.is_remote(run.root) else None
         self.directory = os.path.join(RunDir(run.local).profile, *sub)
         self._started = None
+        self._compiled = None  # the train step, compiled by wrap's step
+
+    def wrap(self, train_step):
+        """The train step the loop calls. With a profile asked, the jitted step is compiled
+        ahead of time at its first call (the one compile a jit call would make) and that
+        executable runs every step, so that the summary can read its optimized program: a
+        jit's `lower().compile()` after its calls compiles the program a second time (minutes
+        for a large model). Without a profile, the step itself."""
+        if not self.enabled:
+            return train_step
+
+        def step(arrays, batch):
+            if self._compiled is None:
+                spec = jax.tree.map(
+                    lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                    (arrays, batch))
+                self._compiled = train_step.lower(*spec).compile()
+            return self._compiled(arrays, batch)
+
+        return step
 
     @property
     def enabled(self) -> bool:
@@ -73,10 +94,10 @@ class StepProfiler:
             return contextlib.nullcontext()
         return jax.profiler.StepTraceAnnotation("train", step_num=step)
 
-    def after(self, step: int, arrays, compiled_text) -> dict | None:
+    def after(self, step: int, arrays) -> dict | None:
         """At the last profiled step: waits for `arrays`, stops the trace and returns its
-        summary (compiled_text(): the train step's optimized HLO, read only where the trace's
-        ops carry no scope of their own); None at every other step."""
+        summary (the wrapped step's optimized program is read where the trace's ops carry no
+        scope of their own); None at every other step."""
         if self._started is None or step != self.steps[-1]:
             return None
         jax.block_until_ready(arrays)
@@ -86,7 +107,7 @@ class StepProfiler:
         new = [t for t in _traces(self.directory) if t not in self._known]
         summary = {"steps": len(self.steps), "wall_s": wall}
         if new:
-            summary.update(summarize(new[-1], wall, compiled_text))
+            summary.update(summarize(new[-1], wall, self._compiled.as_text))
             summary["trace"] = os.path.relpath(new[-1], self.directory)
         if self.remote:
             _copy_up(self.directory, self.remote)
