@@ -27,9 +27,9 @@ import subprocess
 import time
 
 from launch.preflight import PREEMPTED_EXIT_CODE, CommandFailed, LaunchError, TrainRun
-from launch.tpu_inputs import EXCLUDES, REPO, check_accelerator_type, check_name, _topology_module
-from launch.tpu_worker import (EXIT_FILE, REMOTE_TARBALL, bootstrap_script, logs_script,
-                               run_script)
+from launch.tpu_inputs import _topology_module, check_accelerator_type, check_name
+from launch.tpu_worker import (EXIT_FILE, REMOTE_TARBALL, bootstrap_script, local_tarball,
+                               logs_script, run_script, tar_command)
 
 TAKEN_BACK = ("SUSPENDING", "SUSPENDED", "PREEMPTED", "FAILED")
 LOOKS_FAILED_IN_A_ROW = 10
@@ -171,9 +171,8 @@ class Watcher:
             time.sleep(self.poll_seconds)
 
     def _set_up(self) -> None:
-        tarball = f"/tmp/ringstripe-{self.slice_.name}.tar.gz"
-        self.gcloud.run(["tar", "-czf", tarball, *(f"--exclude={p}" for p in EXCLUDES),
-                         "-C", str(REPO), "."])
+        tarball = local_tarball(self.slice_.name)
+        self.gcloud.run(tar_command(tarball))
         for node in self.slice_.nodes:
             self.gcloud.run(self.slice_.tpu_vm("scp", tarball, f"{node}:{REMOTE_TARBALL}",
                                                "--worker=all"))

@@ -1,7 +1,10 @@
-"""The shell scripts that scripts/tpu_pod.py and scripts/launch.py tpu send to every worker of a
-TPU slice, each one line of bash (`;` joins statements under `set -e` exactly like newlines, and
---dry-run prints one line per command), each safe to run any number of times:
+"""What scripts/tpu_pod.py and scripts/launch.py tpu send to every worker of a TPU slice: the
+working tree as a tarball, and shell scripts, each one line of bash (`;` joins statements under
+`set -e` exactly like newlines, and --dry-run prints one line per command), each safe to run any
+number of times:
 
+    local_tarball(name), tar_command(tarball)
+                               the working tree, tarred here to be copied to every worker
     bootstrap_script(python)   unpack the code, make the venv if missing, install if
                                pyproject.toml or constraints.txt changed
     run_script(config, workdir, overrides)
@@ -16,7 +19,11 @@ Standard library only.
 
 from __future__ import annotations
 
+import os
 import shlex
+import tempfile
+
+from launch.tpu_inputs import EXCLUDES, REPO
 
 REMOTE_DIR = "ringstripe"            # on each worker, relative to $HOME
 REMOTE_TARBALL = "ringstripe.tar.gz"  # scp'd into $HOME, relative paths land there
@@ -25,6 +32,18 @@ REMOTE_TARBALL = "ringstripe.tar.gz"  # scp'd into $HOME, relative paths land th
 PID_FILE = "$HOME/train.pid"
 LOG_FILE = "$HOME/train.log"
 EXIT_FILE = "$HOME/train.exit"  # train.py's exit code, once it has ended
+
+
+def local_tarball(name: str) -> str:
+    """Where the code tarball is built locally; under the temp dir (TMPDIR is honoured), named
+    after the TPU so two pods set up at once don't overwrite each other's."""
+    return os.path.join(tempfile.gettempdir(), f"ringstripe-{name}.tar.gz")
+
+
+def tar_command(tarball: str) -> list[str]:
+    """Tars the working tree rather than `git archive HEAD`: uncommitted edits and new configs
+    are what one usually wants to try on the pod. Both GNU tar and macOS bsdtar accept this."""
+    return ["tar", "-czf", tarball, *(f"--exclude={p}" for p in EXCLUDES), "-C", str(REPO), "."]
 
 
 def bootstrap_script(python: str) -> str:

@@ -34,17 +34,16 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # What runs on each worker (the bootstrap, starting and following train.py), and the checks of
 # the command line: launch/, shared with scripts/launch.py tpu (standard library only).
-from launch.tpu_inputs import (EXCLUDES, REPO, InputError,  # noqa: E402
+from launch.tpu_inputs import (REPO, InputError,  # noqa: E402
                                check_accelerator_type, check_name, check_no_bucket,
                                check_run_inputs)
-from launch.tpu_worker import (REMOTE_TARBALL, bootstrap_script, logs_script,  # noqa: E402
-                               run_script)
+from launch.tpu_worker import (REMOTE_TARBALL, bootstrap_script, local_tarball,  # noqa: E402
+                               logs_script, run_script, tar_command)
 
 
 class CommandFailed(Exception):
@@ -79,18 +78,6 @@ def create_commands(args) -> list[list[str]]:
     if args.spot:
         cmd.append("--spot")
     return [cmd]
-
-
-def local_tarball(name: str) -> str:
-    """Where the code tarball is built locally; under the temp dir (TMPDIR is honoured), named
-    after the TPU so two pods set up at once don't overwrite each other's."""
-    return os.path.join(tempfile.gettempdir(), f"ringstripe-{name}.tar.gz")
-
-
-def tar_command(tarball: str) -> list[str]:
-    """Tars the working tree rather than `git archive HEAD`: uncommitted edits and new configs
-    are what one usually wants to try on the pod. Both GNU tar and macOS bsdtar accept this."""
-    return ["tar", "-czf", tarball, *(f"--exclude={p}" for p in EXCLUDES), "-C", str(REPO), "."]
 
 
 def setup_commands(args) -> list[list[str]]:
