@@ -124,6 +124,8 @@ def get_config():
     config.model.final_logit_soft_cap = 0.0  # output logits c tanh(z / c) (Gemma 2); 0 = none
     config.model.attention_sinks = False  # a learned logit per head in its softmax (GPT-OSS)
     config.model.attention_bias = False  # biases on the q, k, v, o projections (GPT-OSS)
+    config.model.qkv_bias = False  # biases on q, k, v only (Qwen2-MoE, GLM-4.5)
+    config.model.partial_rotary_factor = 1.0  # RoPE on this share of each head (GLM-4.5: 0.5)
     config.model.query_scale = 0.0  # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
     config.model.mlp_activation = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU, Gemma)
     config.model.sandwich_norms = False  # Gemma: a norm after attention and the MLP as well
@@ -133,8 +135,17 @@ def get_config():
         num_experts=0,  # experts per sparse layer; 0 = a dense model
         top_k=2,  # experts each token goes to
         expert_mlp_dim=0,  # each expert's gated-MLP width; 0 = mlp_dim
-        router="softmax_topk",  # 'softmax_topk' (Qwen3-MoE, Mixtral) | 'topk_softmax' (GPT-OSS)
-        norm_topk_prob=True,  # softmax_topk: the k weights renormalised to sum to 1
+        # 'softmax_topk' (Qwen3-MoE, Mixtral, DeepSeek-V2) | 'topk_softmax' (GPT-OSS) |
+        # 'sigmoid_topk' (DeepSeek-V3, GLM-4.5: chosen by sigmoid + a correction bias)
+        router="softmax_topk",
+        norm_topk_prob=True,  # softmax/sigmoid_topk: the k weights renormalised to sum to 1
+        n_group=1, topk_group=1,  # DeepSeek: choose among the best topk_group of n_group groups
+        routed_scaling_factor=1.0,  # the routed experts' weights times this (DeepSeek-V3: 2.5)
+        bias_update_speed=0.0,  # sigmoid_topk: the correction bias's step (DeepSeek-V3: 0.001)
+        num_shared_experts=0,  # experts every token goes through (DeepSeek, GLM-4.5, Qwen2-MoE)
+        shared_expert_mlp_dim=0,  # a shared expert's width; 0 = expert_mlp_dim
+        shared_expert_gate=False,  # the shared experts' output times sigmoid(x w) (Qwen2-MoE)
+        first_dense_layers=0,  # the first k blocks dense (DeepSeek's first_k_dense_replace)
         capacity_factor=0.0,  # 0 = dropless; c: at most c tokens x top_k / experts an expert
         aux_loss_coef=0.0,  # load-balancing loss weight (Switch, Mixtral: 0.01-0.02)
         z_loss_coef=0.0,  # router z-loss weight (ST-MoE: 0.001)
@@ -142,6 +153,15 @@ def get_config():
         mlp_only_layers=(),  # layers kept dense
         expert_bias=False,  # biases on the router and the experts (GPT-OSS)
         swiglu_limit=0.0))  # GPT-OSS's clamped SwiGLU limit (7.0); 0 = act(gate) * up
+    # Multi-head latent attention (model/mla.py: DeepSeek-V2/V3, Kimi K2): none by default. With
+    # kv_lora_rank > 0 every layer's keys and values come from a latent that width and one RoPE
+    # key shared by the heads; head_dim and num_kv_heads do not apply to it.
+    config.model.mla = ml_collections.ConfigDict(dict(
+        kv_lora_rank=0,  # the latent's width (DeepSeek-V3: 512); 0 = ordinary attention
+        q_lora_rank=0,  # the queries' latent (DeepSeek-V3: 1536); 0 = queries from x directly
+        qk_nope_head_dim=128, qk_rope_head_dim=64,  # a head's query/key parts without, with RoPE
+        v_head_dim=128,  # a head's value width
+        rope_interleave=True))  # RoPE pairs (2i, 2i+1), DeepSeek's layout (False: halves)
     # Memory switches, 'auto': the planner turns on what the run needs to fit its devices and
     # no more, the fastest setting it predicts to fit (planner/switches.py; the run's first
     # lines say what it chose). A value set here, in a config or on the command line wins.

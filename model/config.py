@@ -80,7 +80,8 @@ def weight_fields(cls, *kinds: str) -> tuple[str, ...]:
                  if f.metadata.get("fixed_by_weights") in kinds)
 
 
-ROUTERS = ("softmax_topk", "topk_softmax")  # Qwen3-MoE and Mixtral; GPT-OSS
+# Qwen3-MoE, Mixtral, DeepSeek-V2; GPT-OSS; DeepSeek-V3, GLM-4.5 (model/moe.py route)
+ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_topk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,9 +93,28 @@ class MoEConfig:
     top_k: int = _fixed(FUNCTION, 2)  # experts each token is sent to
     expert_mlp_dim: int = _fixed(SHAPE, 0)  # each expert's gated-MLP hidden width; 0 = mlp_dim
     # 'softmax_topk': softmax over every expert's logit, then the k largest (Qwen3-MoE,
-    # Mixtral); 'topk_softmax': the k largest logits, then a softmax over those k (GPT-OSS).
+    # Mixtral, DeepSeek-V2); 'topk_softmax': the k largest logits, then a softmax over those k
+    # (GPT-OSS); 'sigmoid_topk': each expert's sigmoid, the k largest of sigmoid + a correction
+    # bias chosen, weighted by their sigmoids (DeepSeek-V3, GLM-4.5).
     router: str = _fixed(FUNCTION, "softmax_topk")
-    norm_topk_prob: bool = _fixed(FUNCTION, True)  # softmax_topk: the k weights sum to 1
+    norm_topk_prob: bool = _fixed(FUNCTION, True)  # softmax/sigmoid_topk: the k weights sum to 1
+    # Group-limited routing (DeepSeek): the experts in n_group groups, each token choosing among
+    # the topk_group groups of highest score (a group's best expert; with sigmoid_topk its best
+    # two's sum) only.
+    n_group: int = _fixed(FUNCTION, 1)
+    topk_group: int = _fixed(FUNCTION, 1)
+    routed_scaling_factor: float = _fixed(FUNCTION, 1.0)  # the routed experts' weights times this
+    # sigmoid_topk: each step, the correction bias of an expert that got more than its even
+    # share of the tokens goes down by this, one that got fewer up (DeepSeek-V3's auxiliary-
+    # loss-free balancing, outside the gradient; its paper's 0.001); 0 = the bias stays as it is.
+    bias_update_speed: float = _fixed(TRAINING, 0.0)
+    # Shared experts (DeepSeek, GLM-4.5, Qwen2-MoE): a dense gated MLP every token goes through
+    # beside the routed ones, num_shared_experts x shared_expert_mlp_dim wide (0: the routed
+    # experts' width); with shared_expert_gate its output is scaled by sigmoid(x w) (Qwen2-MoE).
+    num_shared_experts: int = _fixed(SHAPE, 0)
+    shared_expert_mlp_dim: int = _fixed(SHAPE, 0)
+    shared_expert_gate: bool = _fixed(SHAPE, False)
+    first_dense_layers: int = _fixed(SHAPE, 0)  # the first k blocks dense (DeepSeek's first_k_dense_replace)
     capacity_factor: float = _fixed(TRAINING, 0.0)  # 0: dropless; c: at most c T k / E tokens
     aux_loss_coef: float = _fixed(TRAINING, 0.0)  # weight of the load-balancing loss
     z_loss_coef: float = _fixed(TRAINING, 0.0)  # weight of the router z-loss
@@ -139,6 +159,17 @@ class MoEConfig:
             if self.decoder_sparse_step < 1 else
             f"capacity_factor {self.capacity_factor} must be 0 (dropless) or positive"
             if self.capacity_factor < 0 else
+            f"n_group {self.n_group} must divide num_experts ({self.num_experts})"
+            if self.n_group < 1 or self.num_experts % self.n_group else
+            f"topk_group {self.topk_group} must be 1 to n_group ({self.n_group})"
+            if not 1 <= self.topk_group <= self.n_group else
+            f"top_k {self.top_k} is more than the {self.topk_group} group(s) of "
+            f"{self.num_experts // self.n_group} experts a token chooses from (topk_group)"
+            if self.top_k > self.topk_group * (self.num_experts // self.n_group) else
+            "bias_update_speed needs router 'sigmoid_topk' (the correction bias is its own)"
+            if self.bias_update_speed and self.router != "sigmoid_topk" else
+            "shared_expert_gate needs num_shared_experts"
+            if self.shared_expert_gate and not self.num_shared_experts else
             f"num_experts {self.num_experts} must split evenly over mesh.expert = "
             f"{self.expert_devices} devices" if self.num_experts % self.expert_devices else None)
         if problem:
@@ -159,7 +190,63 @@ class MoEConfig:
     def sparse(self, i: int) -> bool:
         """Whether block i's MLP is the expert layer."""
         return (self.num_experts > 0 and i not in self.mlp_only_layers
-                and (i + 1) % self.decoder_sparse_step == 0)
+                and i >= self.first_dense_layers and (i + 1) % self.decoder_sparse_step == 0)
+
+    def shared_width(self, mlp_dim: int) -> int:
+        """The shared experts' MLP width (0: none)."""
+        return self.num_shared_experts * (self.shared_expert_mlp_dim or self.width(mlp_dim))
+
+    @property
+    def correction_bias(self) -> bool:
+        """Whether the layer has DeepSeek-V3's per-expert bias on the choice (sigmoid_topk)."""
+        return self.router == "sigmoid_topk"
+
+
+@dataclasses.dataclass(frozen=True)
+class MLAConfig:
+    """Multi-head latent attention (`model.mla` of a run config; model/mla.py): DeepSeek-V2/V3,
+    Kimi K2, Moonlight. kv_lora_rank 0 (the default) is ordinary attention; else every layer's
+    keys and values come from a kv_lora_rank-wide latent and one RoPE key all heads share, and
+    model.head_dim and num_kv_heads do not apply (each head: qk_nope + qk_rope wide keys,
+    v_head_dim wide values)."""
+
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0  # the queries' latent width; 0: queries straight from x (V2-Lite)
+    qk_nope_head_dim: int = 128  # a head's key/query part without RoPE
+    qk_rope_head_dim: int = 64  # the rotated part, the key's shared by every head
+    v_head_dim: int = 128
+    rope_interleave: bool = True  # RoPE pairs (2i, 2i+1), DeepSeek's layout (else halves)
+
+    def __post_init__(self):
+        if not self.kv_lora_rank:
+            return
+        problem = next((f"{name} {getattr(self, name)} must be positive" for name in (
+            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+            if getattr(self, name) < 1), None) or (
+            f"q_lora_rank {self.q_lora_rank} must be 0 (no query latent) or positive"
+            if self.q_lora_rank < 0 else
+            f"qk_rope_head_dim {self.qk_rope_head_dim} must be even (RoPE rotates pairs)"
+            if self.qk_rope_head_dim % 2 else None)
+        if problem:
+            raise ValueError(f"model.mla: {problem}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_width(self) -> int:
+        """What a token's keys and values compress to: the latent and the shared RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @classmethod
+    def from_config(cls, section) -> "MLAConfig":
+        """From `model.mla` (an MLAConfig, a mapping or None)."""
+        return section if isinstance(section, cls) else cls(**dict(section or {}))
 
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -206,6 +293,9 @@ class ModelConfig:
     # a learned logit per head in its softmax (GPT-OSS)
     attention_sinks: bool = _fixed(SHAPE, False)
     attention_bias: bool = _fixed(SHAPE, False)  # biases on the q, k, v and o projections (GPT-OSS)
+    qkv_bias: bool = _fixed(SHAPE, False)  # biases on q, k and v, not o (Qwen2-MoE, GLM-4.5)
+    # RoPE on the first head_dim x this of each head's dimensions only (GLM-4.5: 0.5)
+    partial_rotary_factor: float = _fixed(FUNCTION, 1.0)
     # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
     query_scale: float = _fixed(FUNCTION, 0.0)
     # Gemma's block: a GELU (tanh) gated MLP, norms after attention and the MLP as well as
@@ -214,6 +304,7 @@ class ModelConfig:
     sandwich_norms: bool = _fixed(SHAPE, False)
     embed_scale: bool = _fixed(FUNCTION, False)
     moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (none by default)
+    mla: MLAConfig = _fixed(SHAPE, MLAConfig())  # latent attention (none by default)
 
     @classmethod
     def from_config(cls, model_cfg, attention=None, switches=None, expert_devices: int = 1,
@@ -235,6 +326,7 @@ class ModelConfig:
             raise ValueError(f"model.{unresolved[0]} is 'auto': resolve the run first "
                              f"(planner.resolve_run), or give it a value")
         values["rope_scaling"] = RopeScaling.from_config(values.get("rope_scaling"))
+        values["mla"] = MLAConfig.from_config(values.get("mla"))
         values["moe"] = dataclasses.replace(MoEConfig.from_config(values.get("moe")),
                                             expert_devices=expert_devices,
                                             ragged_exchange=ragged_exchange)
@@ -247,6 +339,14 @@ class ModelConfig:
             raise ValueError("model.scan_layers stacks identical blocks, but model.moe makes "
                              f"layers {list(self.sparse_layers)} sparse and the others dense: "
                              "set model.scan_layers=False")
+        rotary = self.partial_rotary_factor * self.head_dim
+        if not 0 < self.partial_rotary_factor <= 1 or rotary != int(rotary) or rotary % 2:
+            raise ValueError(f"model.partial_rotary_factor {self.partial_rotary_factor} must "
+                             f"rotate an even number of the {self.head_dim} head dimensions")
+        if self.mla.enabled and (self.attention_bias or self.qkv_bias or self.qk_norm
+                                 or self.attention_sinks):
+            raise ValueError("model.mla: latent attention has no biases, q/k norms or sinks: "
+                             "set attention_bias, qkv_bias, qk_norm and attention_sinks False")
 
     @property
     def layout(self) -> str:

@@ -157,9 +157,9 @@ def generate_sharded(graphdef, params, prompts, max_new_tokens: int, mesh, *,
         last = jnp.argmax(laid["order"] == (lengths[:, None] - 1), axis=1)  # each row's slot
         logits = model.logits(jnp.take_along_axis(hidden, last[:, None, None], axis=1))[:, 0]
         slots = jnp.where(laid["segment_ids"] == 0, laid["positions"], -1)
-        tail = (batch, max(max_new_tokens, 1), cfg.num_kv_heads, cfg.head_dim)
-        caches = [ShardedCache(c.k, c.v, slots, jnp.zeros(tail, c.k.dtype),
-                               jnp.zeros(tail, c.v.dtype), lengths) for c in kv]
+        tail = lambda x: jnp.zeros((batch, max(max_new_tokens, 1), *x.shape[2:]),  # noqa: E731
+                                   x.dtype)  # the keys' and values' own heads and widths
+        caches = [ShardedCache(c.k, c.v, slots, tail(c.k), tail(c.v), lengths) for c in kv]
         return logits, caches
 
     @functools.partial(jax.jit, donate_argnums=2)  # the caches: updated in place, not copied

@@ -1,5 +1,6 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS, Gemma 2 and Gemma 3 (text) families
+Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS, Gemma 2, Gemma 3 (text), DeepSeek-V3 (Kimi K2,
+Moonlight), DeepSeek-V2, GLM-4.5 and Qwen2-MoE families
 (model/hf_families.py).
 
     from model import hf
@@ -26,7 +27,8 @@ read from the memory-mapped files, so no host ever holds the whole model, and a 
 (`--config.init_from=hf:PATH`) loads straight onto its mesh, layers stacked or not. Everything a
 checkpoint says is checked before a byte is loaded: HFError, one line, for a missing directory, an
 architecture outside the families, options the model here does not have (biases, another
-activation, shared experts), and tensors whose names or shapes contradict config.json.
+activation, a multi-token prediction head), and tensors whose names or shapes contradict
+config.json.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ def read_config(path: str) -> tuple[dict, str]:
     quantized = (c.get("quantization_config") or {}).get("quant_method")
     if quantized and quantized != "mxfp4":  # MXFP4: model/safetensors_dir.py reads it
         raise HFError(f"{file}: weights quantized by {quantized!r} are not read (unquantized "
-                      f"safetensors, or GPT-OSS's MXFP4 experts): give a dequantized copy")
+                      f"safetensors, or GPT-OSS's MXFP4 experts): give a dequantized copy "
+                      f"(DeepSeek-V3's FP8 blocks: its own fp8_cast_bf16.py makes one)")
     heads = c["num_attention_heads"]
     fields = dict(vocab_size=c["vocab_size"], d_model=c["hidden_size"],
                   num_layers=c["num_hidden_layers"], num_heads=heads,
@@ -151,6 +154,8 @@ def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0,
     reads first) so that either version loads them; Gemma 3's RoPE per layer type."""
     family = _family(cfg)
     scaling = cfg.rope_scaling.parameters()
+    if cfg.partial_rotary_factor != 1.0:  # transformers 5 keeps it with RoPE's parameters
+        scaling["partial_rotary_factor"] = cfg.partial_rotary_factor
     out = {"architectures": [family.architecture], "model_type": family.model_type,
            "vocab_size": cfg.vocab_size,
            "hidden_size": cfg.d_model, "intermediate_size": cfg.mlp_dim,
@@ -250,6 +255,12 @@ def open_weights(path: str, cfg: ModelConfig) -> SafetensorsDir:
     ignored = {"lm_head.weight"} if cfg.tie_embeddings else set()  # a tied copy, if stored
     extra = sorted(n for n in names - set(expected) - ignored
                    if not n.endswith(_IGNORED_SUFFIXES))
+    beyond = [n for n in extra if n.startswith("model.layers.")
+              and n.split(".")[2].isdigit() and int(n.split(".")[2]) >= cfg.num_layers]
+    if beyond:  # DeepSeek-V3's and GLM-4.5's files keep their MTP modules as extra layers
+        raise HFError(f"{path}: tensor {beyond[0]} is a multi-token prediction head's (a layer "
+                      f"past num_hidden_layers={cfg.num_layers}), which this model does not "
+                      f"train or load: give a copy without model.layers.{cfg.num_layers}.*")
     if extra:
         raise HFError(f"{path}: tensor {extra[0]} has no place in a "
                       f"{_family(cfg).architecture} model ({len(extra)} such tensors): not a "

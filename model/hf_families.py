@@ -1,5 +1,5 @@
 """The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Qwen3-MoE,
-Mixtral, GPT-OSS, Gemma 2 and Gemma 3 (text). A family is how one `model_type`'s config.json
+Mixtral, GPT-OSS, Gemma 2, Gemma 3 (text), DeepSeek-V3, DeepSeek-V2, GLM-4.5 and Qwen2-MoE. A family is how one `model_type`'s config.json
 maps onto ModelConfig and back, and how its layers' tensors are named; one `Family` each, and
 one line in FAMILIES.
 
@@ -15,11 +15,19 @@ one line in FAMILIES.
     gemma2        sliding and full alternating         GeGLU, sandwich norms, embedding scale,
                                                        query scale, soft caps (scores, logits)
     gemma3_text   5 sliding : 1 full, local RoPE base  as Gemma 2 with q/k norms, no caps
+    deepseek_v3   latent attention (model/mla.py)      experts: sigmoid + correction bias,
+                  (Kimi K2, Moonlight: this family)    group-limited, scaled; shared experts;
+                                                       the first k blocks dense
+    deepseek_v2   latent attention                     experts: softmax, greedy or group-
+                                                       limited, never renormalised; shared
+    glm4_moe      full, partial rotary, q/k/v biases   DeepSeek-V3's experts
+    qwen2_moe     full, q/k/v biases                   Qwen3-MoE's, and a sigmoid-gated shared
+                                                       expert
 
 Gemma stores its RMSNorm scales as (scale - 1) (its norm multiplies by 1 + weight):
 `norm_offset` adds the 1 on reading and takes it off on writing. An option a family does not
-have, or a model no family holds (shared experts, DeepSeek's latent attention, biases, sinks),
-is a one-line HFError, never a model that loads and computes something else. Each expert is
+have, or a model no family holds (sinks without GPT-OSS's block, latent attention with Qwen's
+experts), is a one-line HFError, never a model that loads and computes something else. Each expert is
 its own tensors in the files (model.layers.i.mlp.experts.e.*), as the hub's checkpoints and
 transformers 5's save_pretrained keep them.
 """
@@ -30,7 +38,7 @@ import dataclasses
 import json
 from typing import Callable
 
-from model.config import (FULL, FUNCTION, SHAPE, SLIDING, ModelConfig, MoEConfig,
+from model.config import (FULL, FUNCTION, SHAPE, SLIDING, MLAConfig, ModelConfig, MoEConfig,
                           weight_fields)
 from model.moe import GPT_OSS_ALPHA
 
@@ -89,6 +97,35 @@ GPT_OSS_LAYER = {**{k: v for k, v in LLAMA_LAYER.items() if k[0] != "mlp"},
                  ("mlp", "up_bias"): Stored("mlp.experts.gate_up_proj_bias", part=1, parts=2),
                  ("mlp", "down"): Stored("mlp.experts.down_proj"),
                  ("mlp", "down_bias"): "mlp.experts.down_proj_bias"}
+
+
+# DeepSeek's latent attention (model/mla.py); its MoE block: the router with the correction bias
+# beside the routed experts, and the shared experts as one gated MLP (GLM-4.5's too).
+MLA_LAYER = {("attention_norm", "scale"): "input_layernorm.weight",
+             ("attention", "q", "kernel"): "self_attn.q_proj.weight",
+             ("attention", "q_a", "kernel"): "self_attn.q_a_proj.weight",
+             ("attention", "q_a_norm", "scale"): "self_attn.q_a_layernorm.weight",
+             ("attention", "q_b", "kernel"): "self_attn.q_b_proj.weight",
+             ("attention", "kv_a", "kernel"): "self_attn.kv_a_proj_with_mqa.weight",
+             ("attention", "kv_a_norm", "scale"): "self_attn.kv_a_layernorm.weight",
+             ("attention", "kv_b", "kernel"): "self_attn.kv_b_proj.weight",
+             ("attention", "o", "kernel"): "self_attn.o_proj.weight",
+             **{k: v for k, v in LLAMA_LAYER.items() if k[0].startswith("mlp")}}
+SHARED_EXPERTS = {("mlp", "shared", p, "kernel"): f"mlp.shared_experts.{p}_proj.weight"
+                  for p in ("gate", "up", "down")}
+DEEPSEEK_MOE = {("mlp", "router"): "mlp.gate.weight",
+                ("mlp", "correction_bias"): "mlp.gate.e_score_correction_bias",
+                **{("mlp", p): f"mlp.experts.{{e}}.{p}_proj.weight" for p in ("gate", "up", "down")},
+                **SHARED_EXPERTS}
+QKV_BIASES = {("attention", p, "bias"): f"self_attn.{p}_proj.bias" for p in "qkv"}
+# Qwen2-MoE: q, k, v biases; one shared expert, gated.
+QWEN2_MOE_LAYER = {**LLAMA_LAYER, **QKV_BIASES,
+                   **{k: v for k, v in QWEN3_MOE_LAYER.items() if k not in LLAMA_LAYER
+                      and k not in QK_NORMS},
+                   **{("mlp", "shared", p, "kernel"): f"mlp.shared_expert.{p}_proj.weight"
+                      for p in ("gate", "up", "down")},
+                   ("mlp", "shared_gate", "kernel"): "mlp.shared_expert_gate.weight"}
+GLM4_MOE_LAYER = {**LLAMA_LAYER, **QKV_BIASES, **QK_NORMS, **DEEPSEEK_MOE}
 
 
 def stored(path: tuple, entry) -> Stored:
@@ -178,6 +215,62 @@ def _gpt_oss(c):
                     aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0)))
 
 
+def _deepseek_moe(c, router: str, norm_topk_prob: bool) -> MoEConfig:
+    """The routed and shared experts of DeepSeek-V2/V3 and GLM-4.5's config.json."""
+    _refuse(c, [("moe_layer_freq", [1, None]), ("mlp_bias", [False, None])])
+    return MoEConfig(
+        num_experts=c["n_routed_experts"], top_k=c["num_experts_per_tok"],
+        expert_mlp_dim=c["moe_intermediate_size"], router=router, norm_topk_prob=norm_topk_prob,
+        n_group=int(c.get("n_group") or 1), topk_group=int(c.get("topk_group") or 1),
+        routed_scaling_factor=float(c.get("routed_scaling_factor") or 1.0),
+        num_shared_experts=int(c.get("n_shared_experts") or 0),
+        first_dense_layers=int(c.get("first_k_dense_replace") or 0))
+
+
+def _mla(c) -> MLAConfig:
+    return MLAConfig(kv_lora_rank=c["kv_lora_rank"], q_lora_rank=int(c.get("q_lora_rank") or 0),
+                     qk_nope_head_dim=c["qk_nope_head_dim"],
+                     qk_rope_head_dim=c["qk_rope_head_dim"], v_head_dim=c["v_head_dim"],
+                     rope_interleave=bool(c.get("rope_interleave", True)))
+
+
+def _deepseek_v3(c):
+    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
+    return dict(mla=_mla(c), moe=_deepseek_moe(c, "sigmoid_topk", bool(c["norm_topk_prob"])))
+
+
+def _deepseek_v2(c):
+    # transformers' V2 router: softmax, greedy or group-limited (a group's best expert), never
+    # renormalised (it ignores norm_topk_prob); its RoPE always interleaved
+    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
+                ("topk_method", ["greedy", "group_limited_greedy", None])])
+    c = {k: v for k, v in c.items() if k != "rope_interleave"}
+    moe = _deepseek_moe(c, "softmax_topk", False)
+    if c.get("topk_method", "greedy") == "greedy":
+        moe = dataclasses.replace(moe, n_group=1, topk_group=1)
+    return dict(mla=_mla(c), moe=moe)
+
+
+def _glm4_moe(c):
+    _refuse(c, [("hidden_act", ["silu"])])
+    rotary = c.get("partial_rotary_factor") or (c.get("rope_parameters") or {}).get(
+        "partial_rotary_factor") or 0.5
+    return dict(qkv_bias=bool(c.get("attention_bias")), qk_norm=bool(c.get("use_qk_norm")),
+                partial_rotary_factor=float(rotary),
+                moe=_deepseek_moe(c, "sigmoid_topk", bool(c["norm_topk_prob"])))
+
+
+def _qwen2_moe(c):
+    _refuse(c, [("hidden_act", ["silu"]), ("use_sliding_window", [False, None])])
+    return dict(qkv_bias=bool(c.get("qkv_bias", True)), moe=MoEConfig(
+        num_experts=c["num_experts"] if c.get("num_experts") else c["num_local_experts"], top_k=c["num_experts_per_tok"],
+        expert_mlp_dim=c["moe_intermediate_size"], norm_topk_prob=bool(c["norm_topk_prob"]),
+        decoder_sparse_step=int(c.get("decoder_sparse_step") or 1),
+        mlp_only_layers=tuple(c.get("mlp_only_layers") or ()),
+        aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0), num_shared_experts=1,
+        shared_expert_mlp_dim=c["shared_expert_intermediate_size"], shared_expert_gate=True))
+
+
 def _gemma(c, *, qk_norm: bool, default_types):
     _refuse(c, [("hidden_activation", ["gelu_pytorch_tanh", "gelu_tanh"]),
                 ("hidden_act", ["gelu_pytorch_tanh", "gelu_tanh", None]),
@@ -249,6 +342,65 @@ def _gpt_oss_json(cfg):
             "router_aux_loss_coef": moe.aux_loss_coef}
 
 
+def _deepseek_moe_json(cfg, router: str) -> dict:
+    moe = _experts_of(cfg)
+    if (moe.router != router or moe.mlp_only_layers or moe.decoder_sparse_step != 1
+            or moe.shared_expert_gate or moe.expert_bias or moe.swiglu_limit
+            or moe.shared_expert_mlp_dim not in (0, cfg.expert_mlp_dim)):
+        raise FamilyError(f"DeepSeek's experts: {router}, ungated shared experts of the routed "
+                          f"width, the first k blocks dense")
+    return {"hidden_act": "silu", "n_routed_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k, "moe_intermediate_size": cfg.expert_mlp_dim,
+            "norm_topk_prob": moe.norm_topk_prob, "n_group": moe.n_group,
+            "topk_group": moe.topk_group, "routed_scaling_factor": moe.routed_scaling_factor,
+            "n_shared_experts": moe.num_shared_experts,
+            "first_k_dense_replace": moe.first_dense_layers}
+
+
+def _mla_json(cfg) -> dict:
+    mla = cfg.mla
+    if not mla.enabled:
+        raise FamilyError("no latent attention")
+    return {"kv_lora_rank": mla.kv_lora_rank, "q_lora_rank": mla.q_lora_rank or None,
+            "qk_nope_head_dim": mla.qk_nope_head_dim, "qk_rope_head_dim": mla.qk_rope_head_dim,
+            "v_head_dim": mla.v_head_dim, "head_dim": mla.qk_rope_head_dim,
+            "attention_bias": False,
+            "num_key_value_heads": cfg.num_heads}
+
+
+def _deepseek_v3_json(cfg):
+    return {**_mla_json(cfg), **_deepseek_moe_json(cfg, "sigmoid_topk"),
+            "rope_interleave": cfg.mla.rope_interleave, "num_nextn_predict_layers": 0}
+
+
+def _deepseek_v2_json(cfg):
+    out = {**_mla_json(cfg), **_deepseek_moe_json(cfg, "softmax_topk"), "mlp_bias": False}
+    if cfg.moe.norm_topk_prob or not cfg.mla.rope_interleave:
+        raise FamilyError("DeepSeek-V2 never renormalises its top-k weights, and interleaves "
+                          "RoPE's pairs")
+    grouped = cfg.moe.n_group > 1
+    return {**out, "topk_method": "group_limited_greedy" if grouped else "greedy"}
+
+
+def _glm4_moe_json(cfg):
+    return {**_deepseek_moe_json(cfg, "sigmoid_topk"), "attention_bias": cfg.qkv_bias,
+            "use_qk_norm": cfg.qk_norm, "partial_rotary_factor": cfg.partial_rotary_factor,
+            "num_nextn_predict_layers": 0}
+
+
+def _qwen2_moe_json(cfg):
+    moe = _experts_of(cfg)
+    if moe.num_shared_experts != 1 or not moe.shared_expert_gate or moe.router != "softmax_topk":
+        raise FamilyError("Qwen2-MoE: softmax top-k routing and one gated shared expert")
+    return {"hidden_act": "silu", "qkv_bias": cfg.qkv_bias, "use_sliding_window": False,
+            "layer_types": [FULL] * cfg.num_layers, "num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
+            "moe_intermediate_size": cfg.expert_mlp_dim, "norm_topk_prob": moe.norm_topk_prob,
+            "decoder_sparse_step": moe.decoder_sparse_step,
+            "mlp_only_layers": list(moe.mlp_only_layers),
+            "shared_expert_intermediate_size": moe.shared_expert_mlp_dim or cfg.expert_mlp_dim,
+            "router_aux_loss_coef": moe.aux_loss_coef}
+
+
 def _int_if_whole(x):
     """transformers' Gemma configs type query_pre_attn_scalar as an int."""
     return int(x) if float(x).is_integer() else float(x)
@@ -266,7 +418,8 @@ def _gemma_json(cfg):
 # The ModelConfig fields a family decides (beyond Llama's shapes and RoPE).
 OPTIONS = ("layer_types", "sliding_window", "rope_local_theta", "qk_norm", "attn_logit_soft_cap",
            "final_logit_soft_cap", "attention_sinks", "attention_bias", "query_scale",
-           "mlp_activation", "sandwich_norms", "embed_scale")
+           "mlp_activation", "sandwich_norms", "embed_scale", "qkv_bias",
+           "partial_rotary_factor", "mla")
 
 
 def _moe_options(moe, mlp_dim: int) -> dict:
@@ -279,6 +432,8 @@ def _moe_options(moe, mlp_dim: int) -> dict:
         return {}
     out = {k: getattr(moe, k) for k in weight_fields(MoEConfig, SHAPE, FUNCTION)}
     out["expert_mlp_dim"] = moe.width(mlp_dim)
+    out["shared_expert_mlp_dim"] = (moe.shared_expert_mlp_dim or out["expert_mlp_dim"]
+                                    if moe.num_shared_experts else 0)
     if out["router"] == "topk_softmax":
         out["norm_topk_prob"] = True  # a softmax over the k: the flag means nothing there
     return out
@@ -291,6 +446,7 @@ def _options(fields: dict, head_dim: int) -> dict:
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in OPTIONS}
     out = {**defaults, **{k: v for k, v in fields.items() if k in OPTIONS}}
     out["moe"] = _moe_options(fields.get("moe"), fields.get("mlp_dim", 0))
+    out["mla"] = MLAConfig.from_config(out["mla"])
     types = tuple(out["layer_types"])
     out["layer_types"] = types if SLIDING in types else ()
     if SLIDING not in types:
@@ -344,6 +500,12 @@ FAMILIES = {f.model_type: f for f in (
                             default_types=lambda i: FULL if (i + 1) % 6 == 0 else SLIDING),
            _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS, **QK_NORMS}, norm_offset=1.0,
            rope_per_layer_type=True),
+    Family("deepseek_v3", "DeepseekV3ForCausalLM", _deepseek_v3, _deepseek_v3_json,
+           {**MLA_LAYER, **DEEPSEEK_MOE}),
+    Family("deepseek_v2", "DeepseekV2ForCausalLM", _deepseek_v2, _deepseek_v2_json,
+           {**MLA_LAYER, **{k: v for k, v in DEEPSEEK_MOE.items() if k[-1] != "correction_bias"}}),
+    Family("glm4_moe", "Glm4MoeForCausalLM", _glm4_moe, _glm4_moe_json, GLM4_MOE_LAYER),
+    Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2_moe, _qwen2_moe_json, QWEN2_MOE_LAYER),
 )}
 
 

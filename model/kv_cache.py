@@ -35,9 +35,14 @@ class KVCache(NamedTuple):
 
 
 def init_cache(cfg, batch: int, max_len: int) -> list[KVCache]:
-    """Zeros for every layer's keys and values, in the compute dtype."""
-    shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return [KVCache(jnp.zeros(shape, cfg.compute_dtype), jnp.zeros(shape, cfg.compute_dtype))
+    """Zeros for every layer's keys and values, in the compute dtype (a latent attention
+    layer's expanded ones: every head's, keys qk_head_dim wide, values v_head_dim)."""
+    if cfg.mla.enabled:
+        k_shape = (batch, max_len, cfg.num_heads, cfg.mla.qk_head_dim)
+        v_shape = (batch, max_len, cfg.num_heads, cfg.mla.v_head_dim)
+    else:
+        k_shape = v_shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    return [KVCache(jnp.zeros(k_shape, cfg.compute_dtype), jnp.zeros(v_shape, cfg.compute_dtype))
             for _ in range(cfg.num_layers)]
 
 
@@ -86,7 +91,7 @@ def attend_cached(q, k, v, positions, cache: KVCache, window=None, sinks=None,
         stats = _merge(stats, _sink_stats(sinks, cache.k.shape[2]))
     _, l, out = stats
     out = out / l[..., None]  # [B, K, G, T, Dh]
-    return jnp.moveaxis(out, 3, 1).reshape(b, t, heads, dim).astype(q.dtype), cache
+    return jnp.moveaxis(out, 3, 1).reshape(b, t, heads, -1).astype(q.dtype), cache
 
 
 class ShardedCache(NamedTuple):
@@ -160,4 +165,4 @@ def attend_sharded(q, k, v, positions, cache: ShardedCache, mesh, window=None, s
         stats = _merge(stats, _sink_stats(sinks, cache.k.shape[2]))
     _, l, out = stats
     out = out / l[..., None]  # [B, K, G, T, Dh]
-    return jnp.moveaxis(out, 3, 1).reshape(b, t, heads, dim).astype(q.dtype), cache
+    return jnp.moveaxis(out, 3, 1).reshape(b, t, heads, -1).astype(q.dtype), cache

@@ -42,9 +42,10 @@ class RMSNorm(nnx.Module):
     whatever the parameters' dtype: D numbers a layer, and Gemma's stored scale - 1 comes back
     exactly (in bfloat16, 1 + w would lose w's low bits)."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dim: int | None = None):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dim: int | None = None,
+                 eps: float | None = None):
         del rngs
-        self.eps, self.dtype = cfg.norm_eps, cfg.compute_dtype
+        self.eps, self.dtype = cfg.norm_eps if eps is None else eps, cfg.compute_dtype
         self.scale = nnx.Param(jnp.ones((dim or cfg.d_model,), jnp.float32),
                                out_sharding=(None,))
 
@@ -84,13 +85,18 @@ def _rms_norm_bwd(eps, dtype, residuals, dy):
 rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
 
 
-def rope(x, positions, theta: float, scaling: RopeScaling = RopeScaling()):
+def rope(x, positions, theta: float, scaling: RopeScaling = RopeScaling(), rotary: float = 1.0):
     """Rotary embedding by ORIGINAL token positions (never local offsets).
 
     x [B, S, heads, Dh]; positions [B, S] int, in the same (permuted) order as x. Pairs dimension
     i with i + Dh/2 and rotates it by positions * inv_freq[i]: theta^(-2i/Dh), or as `scaling`
     rescales it (model/rope.py), which may also scale cos and sin (YaRN's attention factor).
+    rotary < 1: only the first Dh x rotary dimensions are rotated so (as if they were the
+    head), the rest pass unchanged (GLM-4.5's partial rotary).
     """
+    if rotary != 1.0:
+        d = int(x.shape[-1] * rotary)
+        return jnp.concatenate([rope(x[..., :d], positions, theta, scaling), x[..., d:]], -1)
     inv_freq, factor = frequencies(x.shape[-1], float(theta), scaling)
     angle = positions.astype(jnp.float32)[..., None, None] * jnp.asarray(inv_freq)  # [B,S,1,Dh/2]
     sin, cos = jnp.sin(angle), jnp.cos(angle)
@@ -110,12 +116,12 @@ class Attention(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         self.cfg, self.mesh = cfg, mesh
-        bias = cfg.attention_bias
+        bias = cfg.attention_bias or cfg.qkv_bias
         self.q = dense(cfg, cfg.d_model, cfg.num_heads * cfg.head_dim, rngs, bias=bias)
         self.k = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs, bias=bias)
         self.v = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs, bias=bias)
         self.o = dense(cfg, cfg.num_heads * cfg.head_dim, cfg.d_model, rngs,
-                       scale=1.0 / cfg.num_layers, bias=bias)
+                       scale=1.0 / cfg.num_layers, bias=cfg.attention_bias)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg, rngs, dim=cfg.head_dim)
             self.k_norm = RMSNorm(cfg, rngs, dim=cfg.head_dim)
@@ -142,6 +148,23 @@ class Attention(nnx.Module):
         layer's keys and values as they sit, a KVCache. Decoding (cache: this layer's KVCache,
         or ShardedCache after a sequence-parallel prefill): the new tokens against the cache
         (model/kv_cache.py); returns (out, updated cache)."""
+        b, s, _ = x.shape
+        q, k, v = self.project(x, positions, kind)
+        options = self.options(kind)
+        if cache is None:
+            out = parallel.attention(q, k, v, mesh=self.mesh, segment_ids=segment_ids,
+                                     order=order, **self.cfg.attention_kwargs(), **options)
+        elif isinstance(cache, ShardedCache):
+            out, cache = attend_sharded(q, k, v, positions, cache, self.mesh, **options)
+        else:
+            out, cache = attend_cached(q, k, v, positions, cache, **options)
+        out = self.o(out.reshape(b, s, -1))
+        if collect:
+            return out, KVCache(k, v)
+        return out if cache is None else (out, cache)
+
+    def project(self, x, positions, kind: str):
+        """x [B, S, D] -> q [B, S, H, Dh], k, v [B, S, K, Dh], RoPE applied."""
         cfg = self.cfg
         b, s, _ = x.shape
         q = self.q(x).reshape(b, s, cfg.num_heads, cfg.head_dim)
@@ -150,19 +173,9 @@ class Attention(nnx.Module):
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         theta, scaling = cfg.rope_for(kind)
-        q, k = rope(q, positions, theta, scaling), rope(k, positions, theta, scaling)
-        options = self.options(kind)
-        if cache is None:
-            out = parallel.attention(q, k, v, mesh=self.mesh, segment_ids=segment_ids,
-                                     order=order, **cfg.attention_kwargs(), **options)
-        elif isinstance(cache, ShardedCache):
-            out, cache = attend_sharded(q, k, v, positions, cache, self.mesh, **options)
-        else:
-            out, cache = attend_cached(q, k, v, positions, cache, **options)
-        out = self.o(out.reshape(b, s, cfg.num_heads * cfg.head_dim))
-        if collect:
-            return out, KVCache(k, v)
-        return out if cache is None else (out, cache)
+        rotary = cfg.partial_rotary_factor
+        return (rope(q, positions, theta, scaling, rotary),
+                rope(k, positions, theta, scaling, rotary), v)
 
 
 class GatedMLP(nnx.Module):
@@ -170,12 +183,13 @@ class GatedMLP(nnx.Module):
     approximation, Gemma). [B, S, D] -> [B, S, D]; with cfg.mlp_chunk, a chunk of each device's
     tokens at a time (model/chunks.py), so the [B, S, F] hidden values never exist."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, width: int = 0):
         self.mesh, self.chunk, self.dtype = mesh, cfg.mlp_chunk, cfg.compute_dtype
         self.activation = cfg.mlp_activation
-        self.gate = dense(cfg, cfg.d_model, cfg.mlp_dim, rngs)
-        self.up = dense(cfg, cfg.d_model, cfg.mlp_dim, rngs)
-        self.down = dense(cfg, cfg.mlp_dim, cfg.d_model, rngs, scale=1.0 / cfg.num_layers)
+        width = width or cfg.mlp_dim  # another width: the shared experts (model/moe.py)
+        self.gate = dense(cfg, cfg.d_model, width, rngs)
+        self.up = dense(cfg, cfg.d_model, width, rngs)
+        self.down = dense(cfg, width, cfg.d_model, rngs, scale=1.0 / cfg.num_layers)
 
     def __call__(self, x):
         weights = tuple(layer.kernel[...] for layer in (self.gate, self.up, self.down))

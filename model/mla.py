@@ -24,40 +24,16 @@ o [H x v, D].
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax.numpy as jnp
+from flax import nnx
 
-from model.layers import rms_norm, rope
+from model.config import MLAConfig, ModelConfig
+from model.layers import Attention, RMSNorm, dense, rms_norm, rope
 from model.rope import RopeScaling
 
 LATENT_NORM_EPS = 1e-6
-
-
-@dataclasses.dataclass(frozen=True)
-class MLAConfig:
-    """config.model.mla: kv_lora_rank 0 is ordinary attention."""
-
-    kv_lora_rank: int = 0
-    q_lora_rank: int = 0  # 0: queries straight from x (DeepSeek-V2-Lite)
-    qk_nope_head_dim: int = 128
-    qk_rope_head_dim: int = 64
-    v_head_dim: int = 128
-    rope_interleave: bool = True
-
-    @property
-    def enabled(self) -> bool:
-        return self.kv_lora_rank > 0
-
-    @property
-    def qk_head_dim(self) -> int:
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
-
-    @property
-    def latent_width(self) -> int:
-        """What a token's keys and values compress to: the latent and the shared RoPE key."""
-        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 def softmax_scale(mla: MLAConfig, scaling: RopeScaling) -> float:
@@ -120,3 +96,48 @@ def mla_attention(w, x, positions, mla: MLAConfig, num_heads: int, theta: float,
     q = jnp.concatenate([q_nope, q_rope], axis=-1)
     out = attend(q, k, v, softmax_scale(mla, scaling))
     return jnp.dot(out.reshape(*x.shape[:-1], num_heads * mla.v_head_dim), w["o"])
+
+
+class LatentAttention(Attention):
+    """The MLA layer: Attention's training, prefill and decoding paths (model/layers.py) over
+    the keys and values its latent expands to; parameters as the module docstring lists them
+    (q or q_a, q_a_norm, q_b; kv_a, kv_a_norm, kv_b; o), sharded as every dense kernel is."""
+
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+        self.cfg, self.mesh = cfg, mesh
+        mla, heads, d = cfg.mla, cfg.num_heads, cfg.d_model
+        if mla.q_lora_rank:
+            self.q_a = dense(cfg, d, mla.q_lora_rank, rngs)
+            self.q_a_norm = RMSNorm(cfg, rngs, dim=mla.q_lora_rank, eps=LATENT_NORM_EPS)
+            self.q_b = dense(cfg, mla.q_lora_rank, heads * mla.qk_head_dim, rngs)
+        else:
+            self.q = dense(cfg, d, heads * mla.qk_head_dim, rngs)
+        self.kv_a = dense(cfg, d, mla.latent_width, rngs)
+        self.kv_a_norm = RMSNorm(cfg, rngs, dim=mla.kv_lora_rank, eps=LATENT_NORM_EPS)
+        self.kv_b = dense(cfg, mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim),
+                          rngs)
+        self.o = dense(cfg, heads * mla.v_head_dim, d, rngs, scale=1.0 / cfg.num_layers)
+
+    def weights(self) -> dict:
+        """The layer's matrices and norm scales by the names the functions above take."""
+        names = (("q_a", "q_b") if self.cfg.mla.q_lora_rank else ("q",)) + ("kv_a", "kv_b", "o")
+        w = {name: getattr(self, name).kernel[...].astype(self.cfg.compute_dtype)
+             for name in names}
+        norms = ("q_a_norm", "kv_a_norm") if self.cfg.mla.q_lora_rank else ("kv_a_norm",)
+        return w | {name: getattr(self, name).scale[...] for name in norms}
+
+    def options(self, kind: str) -> dict:
+        _, scaling = self.cfg.rope_for(kind)
+        return dict(super().options(kind), scale=softmax_scale(self.cfg.mla, scaling))
+
+    def project(self, x, positions, kind: str):
+        """x [B, S, D] -> q, k [B, S, H, qk_head_dim], v [B, S, H, v_head_dim], RoPE applied."""
+        cfg, w = self.cfg, self.weights()
+        theta, scaling = cfg.rope_for(kind)
+        x = x.astype(cfg.compute_dtype)
+        q_nope, q_rope = queries(w, x, cfg.mla, cfg.num_heads, cfg.compute_dtype)
+        c, k_rope = latent(w, x, cfg.mla, cfg.compute_dtype)
+        q_rope = rotate(q_rope, positions, theta, scaling, cfg.mla.rope_interleave)
+        k_rope = rotate(k_rope, positions, theta, scaling, cfg.mla.rope_interleave)
+        k, v = expand(w["kv_b"], c, k_rope, cfg.mla, cfg.num_heads)
+        return jnp.concatenate([q_nope, q_rope.astype(q_nope.dtype)], axis=-1), k, v

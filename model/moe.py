@@ -5,10 +5,20 @@ Shapes: T tokens of one device (b x n of its [b, n, D] block), D d_model, E expe
 F the expert's hidden width.
 
     logits = x Wr (+ br)               [T, E] float32
-    softmax_topk (Qwen3-MoE, Mixtral):  p = softmax(logits); w, e = top_k(p, k); w /= sum(w)
-                                        (the last only with norm_topk_prob)
+    softmax_topk (Qwen3-MoE, Mixtral,   p = softmax(logits); w, e = top_k(p, k); w /= sum(w)
+      DeepSeek-V2):                     (the last only with norm_topk_prob)
     topk_softmax (GPT-OSS):             l, e = top_k(logits, k); w = softmax(l)
-    y[t] = sum_j w[t, j] expert_{e[t, j]}(x[t])
+    sigmoid_topk (DeepSeek-V3,          p = sigmoid(logits); e = top_k(p + b, k) with b the
+      GLM-4.5):                         correction bias; w = p[e] (/= sum with norm_topk_prob)
+    with n_group > 1 a token chooses among the topk_group groups of E / n_group experts of
+    highest score only (a group's best expert; with sigmoid_topk its best two's sum of p + b);
+    w *= routed_scaling_factor
+    y[t] = sum_j w[t, j] expert_{e[t, j]}(x[t])  (+ shared(x[t]), times sigmoid(x[t] Wsg)
+                                                    with shared_expert_gate)
+
+The correction bias b is not trained by the gradient: after each step an expert's bias goes
+down by bias_update_speed when it got more than its even share of the pairs, up when fewer
+(update_correction_bias: DeepSeek-V3's auxiliary-loss-free balancing).
 
 The T k (token, expert) pairs are sorted by expert, so each expert's tokens are one contiguous
 run, and every expert's gate, up and down matmuls are one grouped matmul over the runs
@@ -44,6 +54,7 @@ from flax import nnx
 import parallel
 from model.chunks import ALL, TOKENS
 from model.config import ModelConfig, MoEConfig
+from model.layers import GatedMLP, dense
 
 GPT_OSS_ALPHA = 1.702  # the sigmoid's slope in GPT-OSS's clamped SwiGLU
 # Backends whose compilers have ragged all-to-alls (XLA:CPU does not: it sends padded slots).
@@ -86,11 +97,20 @@ class Experts(nnx.Module):
             self.router_bias = zeros(e)
             self.gate_bias, self.up_bias, self.down_bias = (
                 zeros(e, f, spec=axes), zeros(e, f, spec=axes), zeros(e, d, spec=axes))
+        if moe.correction_bias:  # float32 whatever the parameters' dtype: steps of 0.001 stay
+            self.correction_bias = nnx.Param(jnp.zeros((e,), jnp.float32), out_sharding=(None,))
+        if moe.num_shared_experts:
+            self.shared = GatedMLP(cfg, mesh, rngs, width=moe.shared_width(cfg.mlp_dim))
+            if moe.shared_expert_gate:
+                self.shared_gate = dense(cfg, d, 1, rngs)
 
     def weights(self) -> dict:
         names = ["router", "gate", "up", "down"] + (
             ["router_bias", "gate_bias", "up_bias", "down_bias"] if self.moe.expert_bias else [])
-        return {name: getattr(self, name)[...] for name in names}
+        out = {name: getattr(self, name)[...] for name in names}
+        if self.moe.correction_bias:  # moved by update_correction_bias, not by the gradient
+            out["correction_bias"] = jax.lax.stop_gradient(self.correction_bias[...])
+        return out
 
     def __call__(self, x, sharded: bool = True):
         """x [B, S, D] sharded P('data', 'seq') -> (y [B, S, D] likewise, stats: module
@@ -105,7 +125,7 @@ class Experts(nnx.Module):
 
         if not sharded:
             y, sums = through(weights, x)
-            return y, layer_stats(sums, self.moe, b * n)
+            return self._with_shared(x, y), layer_stats(sums, self.moe, b * n)
 
         split = self.split if self.split.size > 1 else None
 
@@ -120,7 +140,17 @@ class Experts(nnx.Module):
         specs = {k: jax.P() if k.startswith("router") else stored for k in weights}
         y, sums = jax.shard_map(local, mesh=self.mesh, in_specs=(specs, TOKENS),
                                 out_specs=(TOKENS, jax.P()))(weights, x)
-        return y, layer_stats(sums, self.moe, b * n)
+        return self._with_shared(x, y), layer_stats(sums, self.moe, b * n)
+
+    def _with_shared(self, x, y):
+        """y plus the shared experts' output on x (gated by sigmoid(x Wsg) with a gate)."""
+        if not self.moe.num_shared_experts:
+            return y
+        shared = self.shared(x)
+        if self.moe.shared_expert_gate:
+            shared = jax.nn.sigmoid(self.shared_gate(x).astype(jnp.float32)).astype(
+                shared.dtype) * shared
+        return y + shared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,16 +293,48 @@ def _ragged_send_backward(split, length, residuals, dy):
 ragged_send.defvjp(_ragged_send_forward, _ragged_send_backward)
 
 
-def route(logits, moe: MoEConfig):
+def route(logits, moe: MoEConfig, correction_bias=None):
     """(w [T, k] float32, experts [T, k] int32) from router logits [T, E] float32 (module
-    docstring)."""
+    docstring); correction_bias [E]: sigmoid_topk's b."""
     if moe.router == "topk_softmax":
         top, experts = jax.lax.top_k(logits, moe.top_k)
         return jax.nn.softmax(top, axis=-1), experts
-    w, experts = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), moe.top_k)
+    sigmoid = moe.router == "sigmoid_topk"
+    scores = jax.nn.sigmoid(logits) if sigmoid else jax.nn.softmax(logits, axis=-1)
+    choice = scores + correction_bias if correction_bias is not None else scores
+    if moe.n_group > 1:
+        grouped = choice.reshape(*choice.shape[:-1], moe.n_group, -1)
+        best = jax.lax.top_k(grouped, min(2, grouped.shape[-1]))[0]
+        group_score = jnp.sum(best, axis=-1) if sigmoid else best[..., 0]
+        chosen = jax.lax.top_k(group_score, moe.topk_group)[1]  # [T, topk_group]
+        keep = jnp.any(chosen[..., None] == jnp.arange(moe.n_group), axis=-2)  # [T, n_group]
+        choice = jnp.where(keep[..., None], grouped, -jnp.inf).reshape(choice.shape)
+    experts = jax.lax.top_k(choice, moe.top_k)[1]
+    w = jnp.take_along_axis(scores, experts, axis=-1)
     if moe.norm_topk_prob:
-        w = w / jnp.sum(w, axis=-1, keepdims=True)
-    return w, experts
+        w = w / (jnp.sum(w, axis=-1, keepdims=True) + (1e-20 if sigmoid else 0.0))
+    return w * moe.routed_scaling_factor if moe.routed_scaling_factor != 1.0 else w, experts
+
+
+def update_correction_bias(params, counts, moe: MoEConfig, sparse_layers: tuple[int, ...]):
+    """params with every sparse layer's correction bias moved bias_update_speed against its
+    expert's load: down where it got more than the mean of the layer's counts, up where fewer.
+    counts [L, E]: the pairs each sparse layer sent each expert this step (the layers' stats in
+    order); params: the model's parameters, blocks unrolled (blocks[i]) or stacked (every
+    block sparse, the bias [L, E])."""
+    if not (moe.correction_bias and moe.bias_update_speed):
+        return params
+    step = moe.bias_update_speed * jnp.sign(jnp.mean(counts, axis=-1, keepdims=True) - counts)
+
+    def move(path, leaf):
+        keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))) for k in path]
+        if "correction_bias" not in keys:
+            return leaf
+        layer = next((k for k in keys if isinstance(k, int)), None)
+        delta = step if layer is None else step[sparse_layers.index(layer)]
+        return leaf + delta.astype(leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(move, params)
 
 
 def expert_mlp(weights, xs, sizes, experts, *, dtype, activation: str, limit: float):
@@ -302,7 +364,7 @@ def route_and_run(weights, x, moe: MoEConfig, dtype, activation: str = "silu",
     logits = jnp.dot(x.astype(jnp.float32), weights["router"].astype(jnp.float32))
     if "router_bias" in weights:
         logits = logits + weights["router_bias"].astype(jnp.float32)
-    w, experts = route(logits, moe)
+    w, experts = route(logits, moe, weights.get("correction_bias"))
 
     flat = experts.reshape(-1)  # [T k]: pair j is token j // k's (j % k)-th choice
     order = jnp.argsort(flat, stable=True)  # pairs by expert, tokens in order within one

@@ -10,6 +10,7 @@ from jax.ad_checkpoint import checkpoint_name
 from model.config import BLOCK_INPUT, FULL, REMAT_POLICIES, ModelConfig
 from model.embedding import sharded_lookup
 from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
+from model.mla import LatentAttention
 from model.moe import Experts
 from parallel import SAVED_BY_NAME
 
@@ -21,7 +22,8 @@ class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, sparse: bool = False):
         self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
-        self.attention = Attention(cfg, mesh, rngs)
+        # latent attention (model/mla.py) where model.mla gives a latent
+        self.attention = (LatentAttention if cfg.mla.enabled else Attention)(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
         # sparse: the mixture-of-experts layer in place of the dense MLP (model/moe.py)
         self.mlp = Experts(cfg, mesh, rngs) if sparse else GatedMLP(cfg, mesh, rngs)

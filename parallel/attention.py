@@ -124,7 +124,8 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
 
     Args:
       q: [batch, seq, q_heads, head_dim]; k, v: [batch, seq, kv_heads, head_dim], with
-        q_heads % kv_heads == 0 (query head i uses KV head i // (q_heads // kv_heads)).
+        q_heads % kv_heads == 0 (query head i uses KV head i // (q_heads // kv_heads)); v may
+        be of another width than q and k (latent attention), the output then of v's.
         The seq axis is in `layout`'s order (see `permutation`); batch is sharded over
         'data', seq over 'seq'.
       mesh: a ('data', 'seq') mesh from `make_mesh`.
@@ -162,12 +163,28 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
       y = attention(x[:, perm], x[:, perm], x[:, perm], mesh=mesh, layout='striped')
       y[:, inverse_permutation('striped', 1024, 8)]   # natural order again
     """
+    width = v.shape[-1] if v.ndim == k.ndim == 4 and v.shape[-1] != k.shape[-1] else None
+    if width is not None:  # values of another width (latent attention)
+        q, k, v, scale = _one_width(q, k, v, scale)
     spec = make_spec(q, k, v, segment_ids, order, mesh=mesh, layout=layout, strategy=strategy,
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
                      ulysses_degree=ulysses_degree, window=window, sinks=sinks,
                      logit_soft_cap=logit_soft_cap)
     with jax.named_scope("attention"):  # its ops' names in a profile (training/profile.py)
-        return _attention(spec, q, k, v, segment_ids, order, sinks)
+        out = _attention(spec, q, k, v, segment_ids, order, sinks)
+    return out if width is None else out[..., :width]
+
+
+def _one_width(q, k, v, scale):
+    """Values of another head width than the keys (latent attention: qk 192, v 128): the
+    strategies and kernels move and tile one width, so the narrower side is padded with zeros
+    to the wider. Exact: zero columns of q and k add nothing to a score, zero columns of v
+    give zero output columns, sliced off again (their gradients are zeros too). The padding's
+    bytes travel on every ring step; model.mla's latent exchange moves the latent instead."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    d = max(k.shape[-1], v.shape[-1])
+    pad = lambda x: jnp.pad(x, [(0, 0)] * 3 + [(0, d - x.shape[-1])])  # noqa: E731
+    return pad(q), pad(k), pad(v), scale
 
 
 def attention_with_stats(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=True,

@@ -124,8 +124,9 @@ def _check_shapes(q, k, v, segment_ids):
         raise ValueError(
             f"q, k, v must be [batch, seq, heads, head_dim]; got shapes {q.shape}, {k.shape}, "
             f"{v.shape}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape; got {k.shape} and {v.shape}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree in batch, seq and heads; got {k.shape} and "
+                         f"{v.shape}")
     if q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise ValueError(f"q {q.shape} and k/v {k.shape} must agree in batch, seq and head_dim")
     if q.shape[2] % k.shape[2]:

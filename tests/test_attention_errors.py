@@ -27,7 +27,7 @@ GOOD_Q, GOOD_KV = (2, 64, 4, 8), (2, 64, 2, 8)
 
 
 @pytest.mark.parametrize("q,k,v,match", [
-    (GOOD_Q, GOOD_KV, (2, 64, 1, 8), "same shape"),
+    (GOOD_Q, GOOD_KV, (2, 64, 1, 8), "agree in batch, seq and heads"),
     (GOOD_Q, (2, 32, 2, 8), (2, 32, 2, 8), "agree in batch, seq and head_dim"),
     (GOOD_Q, (4, 64, 2, 8), (4, 64, 2, 8), "agree in batch, seq and head_dim"),
     (GOOD_Q, (2, 64, 2, 16), (2, 64, 2, 16), "agree in batch, seq and head_dim"),

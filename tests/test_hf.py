@@ -1,5 +1,7 @@
 """model.hf against Hugging Face transformers' own models (Llama, Mistral, Qwen3, Gemma 2, Gemma 3,
-Qwen3-MoE, Mixtral, GPT-OSS).
+Qwen3-MoE, Mixtral, GPT-OSS, DeepSeek-V3 and V2-Lite (latent attention, YaRN with DeepSeek's mscale,
+sigmoid group-limited routing with a correction bias, shared experts, a dense first layer),
+GLM-4.5 (partial rotary, q/k/v biases) and Qwen2-MoE (a gated shared expert)).
 
 The checkpoints under tests/fixtures/hf were saved by transformers, and logits.npz holds the
 logits its PyTorch model computed from them (scripts/make_hf_fixtures.py: every RoPE rule, GQA,
@@ -24,7 +26,8 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 CASES = ["default_untied_sharded", "linear_tied", "llama3_untied_bf16", "yarn_tied",
          "mistral_window", "qwen3_window", "gemma2_caps", "gemma3_local_global",
          "qwen3_moe_experts", "mixtral_experts", "gpt_oss_experts",
-         "gpt_oss_mxfp4"]  # experts in MXFP4, as GPT-OSS's published files keep them
+         "gpt_oss_mxfp4",  # experts in MXFP4, as GPT-OSS's published files keep them
+         "deepseek_v3_mla", "deepseek_v2_lite_mla", "glm4_moe_shared", "qwen2_moe_shared"]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +71,9 @@ def test_onto_a_sharded_mesh_with_stacked_layers(reference):
 
 @pytest.mark.parametrize("case", ["default_untied_sharded", "yarn_tied", "qwen3_window",
                                   "gemma2_caps", "gemma3_local_global", "qwen3_moe_experts",
-                                  "mixtral_experts", "gpt_oss_experts"])
+                                  "mixtral_experts", "gpt_oss_experts", "deepseek_v3_mla",
+                                  "deepseek_v2_lite_mla", "glm4_moe_shared",
+                                  "qwen2_moe_shared"])
 def test_save_writes_what_transformers_writes(case, reference, tmp_path):
     """hf.save: the tensors transformers saved (names, shapes, values), sharded with an index
     past the shard size, a config.json that loads back to the same model and logits."""
@@ -92,8 +97,15 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
                 "tie_word_embeddings", "intermediate_size", "layer_types", "sliding_window",
                 "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
                 "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
-                "mlp_only_layers", "swiglu_limit", "attention_bias"):
-        assert config.get(key) == original.get(key), key
+                "mlp_only_layers", "swiglu_limit", "attention_bias", "n_routed_experts",
+                "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                "v_head_dim", "rope_interleave", "n_group", "topk_group",
+                "routed_scaling_factor", "n_shared_experts", "first_k_dense_replace",
+                "topk_method", "qkv_bias", "shared_expert_intermediate_size", "use_qk_norm"):
+        if key == "sliding_window":  # 0 or None: no window
+            assert (config.get(key) or None) == (original.get(key) or None)
+        else:
+            assert config.get(key) == original.get(key), key
     # the expert count under either of its names (transformers 5 writes num_local_experts)
     count = lambda c: c.get("num_experts") or c.get("num_local_experts")  # noqa: E731
     assert count(config) == count(original)
@@ -171,10 +183,12 @@ def test_bad_checkpoints_are_one_line(edit, expected, tmp_path):
     ("mistral_window", dict(model_type="mixtral", architectures=["MixtralForCausalLM"]),
      "a MixtralForCausalLM config.json lacks num_local_experts"),
     ("qwen3_moe_experts", dict(model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"]),
-     "Qwen2MoeForCausalLM .* is not a family model.hf reads"),  # shared experts
-    ("qwen3_moe_experts", dict(model_type="deepseek_v3",
-                               architectures=["DeepseekV3ForCausalLM"]),  # MLA, shared experts
-     "DeepseekV3ForCausalLM .* is not a family model.hf reads"),
+     "a Qwen2MoeForCausalLM config.json lacks shared_expert_intermediate_size"),
+    ("deepseek_v3_mla", dict(model_type="deepseek_v32", architectures=["DeepseekV32ForCausalLM"],
+                             index_topk=2048),  # DeepSeek-V3.2's sparse attention
+     "DeepseekV32ForCausalLM .* is not a family model.hf reads"),
+    ("deepseek_v2_lite_mla", dict(topk_method="noaux_tc"), "topk_method='noaux_tc' is not"),
+    ("deepseek_v3_mla", dict(moe_layer_freq=2), "moe_layer_freq=2 is not supported"),
     ("gemma3_local_global", dict(rope_parameters={
         "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
         "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
@@ -196,6 +210,20 @@ def test_a_model_no_family_holds_is_not_saved(tmp_path):
     with pytest.raises(hf.HFError, match="attention sinks"):
         hf.save(m, str(tmp_path / "out"))
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
+
+
+def test_a_multi_token_prediction_head_is_refused_in_one_line(tmp_path):
+    """DeepSeek-V3's published files keep its MTP module as layer 61 of 61 (0-based): not a
+    tensor to drop silently, nor one to load into nothing."""
+    from safetensors.numpy import save_file
+    path = _copy(tmp_path, "deepseek_v3_mla")
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors["model.layers.2.eh_proj.weight"] = np.zeros((48, 96), np.float32)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(hf.HFError, match="layers.2.eh_proj.weight is a multi-token prediction"
+                                         ) as e:
+        hf.load(str(path))
+    assert "\n" not in str(e.value)
 
 
 def test_a_tensor_the_model_has_no_place_for(tmp_path):

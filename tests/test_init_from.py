@@ -144,8 +144,8 @@ def test_bad_sources_are_refused_before_anything_is_written(edit, expected, mode
 
 
 @pytest.mark.parametrize("change,expected", [
-    ({"model_type": "qwen2_moe", "architectures": ["Qwen2MoeForCausalLM"]},  # shared experts
-     "Qwen2MoeForCausalLM .* is not a family model.hf reads"),
+    ({"model_type": "deepseek_v32", "architectures": ["DeepseekV32ForCausalLM"]},
+     "DeepseekV32ForCausalLM .* is not a family model.hf reads"),  # sparse attention
     ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]},  # no expert counts
      "lacks num_local_experts"),
     ({"intermediate_size": 64}, "has shape"),  # the tensors are 96 wide

@@ -30,8 +30,9 @@ def _matrices(params):
     """True for the parameters weight decay applies to: every matrix (kernels, the embedding),
     not the RMSNorm scales. By name, not by rank: with model.scan_layers the scales of the
     stacked blocks are [num_layers, d_model], two-dimensional but still scales."""
-    def is_matrix(path, _):
-        return not any(getattr(key, "key", getattr(key, "name", None)) == "scale"
+    def is_matrix(path, _):  # nor the experts' correction bias, which no gradient moves
+        return not any(getattr(key, "key", getattr(key, "name", None)) in ("scale",
+                                                                           "correction_bias")
                        for key in path)
     return jax.tree_util.tree_map_with_path(is_matrix, params)
 

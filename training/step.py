@@ -15,6 +15,7 @@ from flax import nnx
 
 import parallel
 from model import loss
+from model.moe import update_correction_bias
 
 
 def token_loss_sums(graphdef, params, batch, mask_documents: bool):
@@ -93,15 +94,18 @@ def jit_train_step(config, program, arrays, platform: str):
     train_step = make_train_step(program.graphdef, program.tx, program.schedule,
                                  mask_documents=config.data.mask_documents,
                                  grad_accum_steps=config.optim.grad_accum_steps,
-                                 skip_nonfinite=config.optim.skip_nonfinite)
+                                 skip_nonfinite=config.optim.skip_nonfinite,
+                                 model_cfg=program.model)
     return jax.jit(train_step, donate_argnums=0,
                    out_shardings=(jax.tree.map(lambda x: x.sharding, arrays), None),
                    compiler_options=parallel.compiler_options(platform))
 
 
 def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_steps: int = 1,
-                    skip_nonfinite: bool = False):
+                    skip_nonfinite: bool = False, model_cfg=None):
     """train_step(state, batch) -> (state, metrics); state = {'step', 'params', 'opt_state'}.
+    model_cfg: the model's config, whose experts' correction bias (moe.bias_update_speed)
+    moves after each step by the step's loads (model.moe.update_correction_bias).
 
     With skip_nonfinite, a step whose loss or gradients are not finite leaves parameters and
     optimizer state unchanged (the step counter still advances) and reports learning/skipped 1.
@@ -134,6 +138,9 @@ def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_
         grads = jax.tree.map(lambda g: g / weight, grads)
         updates, opt_state = tx.update(grads, state["opt_state"], params)
         new_params = optax.apply_updates(params, updates)
+        if stats is not None and model_cfg is not None:
+            new_params = update_correction_bias(new_params, stats["counts"], model_cfg.moe,
+                                                model_cfg.sparse_layers)
         loss, grad_norm = total / weight, optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         if skip_nonfinite:
