@@ -17,6 +17,8 @@ Public API:
             strategy='ring', kernel='auto', tile_q=None, tile_k=None, scale=None,
             ulysses_degree=None)
   attention_with_stats(...)                      (out, tiles per device and step, K/V received)
+  latent_attention(q, c, k_rope, kv_b, *, mesh, layout, ...)   MLA whose devices pass the latent
+                                                 (parallel/latent.py), exact as attention()
   SAVED_BY_NAME                                  the checkpoint names of attention's output and
                                                  lse (model.remat_policy 'attention' keeps them)
   choose(layout=, strategy=, kernel=, tile_q=, tile_k=, seq_len=, num_shards=, platform=,
@@ -29,6 +31,7 @@ Public API:
 
 from parallel import cost, strategy_cost
 from parallel.attention import SAVED_BY_NAME, attention, attention_with_stats
+from parallel.latent import latent_attention
 from parallel.kernels import KERNELS, resolve_kernel
 from parallel.layouts import (LAYOUTS, block_positions, check_divisible, get_layout,
                               inverse_permutation, permutation, row_order)
@@ -39,7 +42,7 @@ from parallel.xla_options import compiler_options
 
 __all__ = [
     "AttentionChoice", "DATA", "KERNELS", "LAYOUTS", "SAVED_BY_NAME", "SEQ", "STRATEGIES",
-    "attention", "attention_with_stats", "block_positions", "check_divisible", "choose", "cost",
+    "attention", "attention_with_stats", "latent_attention", "block_positions", "check_divisible", "choose", "cost",
     "compiler_options", "default_tile", "get_layout", "get_strategy", "inverse_permutation",
     "make_mesh", "mesh_shape", "permutation", "resolve_kernel", "row_order", "strategy_cost",
 ]

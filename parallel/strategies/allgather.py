@@ -33,6 +33,7 @@ from parallel import strategy_cost
 from parallel.kernels.base import varying
 from parallel.mesh import SEQ
 from parallel.strategies import base
+from parallel.strategies.latent_codec import LatentCodec
 
 
 def _gather(tree, num_shards):
@@ -111,6 +112,51 @@ class AllGather(base.Strategy):
             (jnp.zeros(qh.shape, jnp.float32), zeros, zeros), spec.tiles))
         return (base.from_heads(dq).astype(q.dtype), base.from_heads(dk).astype(k.dtype),
                 base.from_heads(dv).astype(v.dtype))
+
+    passes_latents = True
+
+    def latent_forward(self, spec, shape, q, c, k_rope, kv_b, seg, order):
+        """The latents gathered, each block expanded as it is met (strategies/latent_codec.py)."""
+        n_shards, qh = spec.num_shards, base.to_heads(q)
+        q_pos = base.positions(spec, order, *q.shape[:2])
+        gathered = _gather((c, k_rope, seg, q_pos), n_shards)
+        codec = LatentCodec(kv_b, shape, spec.tiles.precision)
+        step = functools.partial(base.forward_step, spec, qh, q_pos, seg, codec=codec)
+        out, lse = lax.fori_loop(
+            0, base.trip_count(n_shards),
+            lambda s, acc: step(_pick(gathered, _source(s, n_shards)), acc)[0],
+            base.empty_result(qh, spec.tiles))
+        return base.from_heads(out).astype(q.dtype), lse
+
+    def latent_backward(self, spec, shape, q, c, k_rope, kv_b, seg, order, out, lse, dout):
+        """One pass over the gathered latents: each block's dc, dk_rope into an [N, ...]
+        buffer (the latent's width: a ring step's worth of keys is small here), one
+        psum_scatter hands each device its own block's sums; d kv_b stays local."""
+        n_shards = spec.num_shards
+        qh, doh, delta = base.to_heads(q), base.to_heads(dout), base.delta_rows(out, dout)
+        q_pos = base.positions(spec, order, *q.shape[:2])
+        gathered = _gather((c, k_rope, seg, q_pos), n_shards)
+        codec = LatentCodec(kv_b, shape, spec.tiles.precision)
+
+        def body(s, carry):
+            dq, (dc, d_rope), d_kv_b = carry
+            src = _source(s, n_shards)
+            block = _pick(gathered, src)
+            k_s, v_s, seg_s, k_pos = codec.expand(block)
+            ddq, ddk, ddv = base.pair_backward(spec, qh, k_s, v_s, doh, lse, delta, q_pos,
+                                               k_pos, seg, seg_s)
+            (ddc, dd_rope), dd_kv_b = codec.pull(block, ddk, ddv)
+            return dq + ddq, (dc.at[src].set(ddc), d_rope.at[src].set(dd_rope)), \
+                d_kv_b + dd_kv_b
+
+        zeros = lambda x: jnp.zeros((n_shards, *x.shape), jnp.float32)  # noqa: E731
+        carry = varying((jnp.zeros(qh.shape, jnp.float32), (zeros(c), zeros(k_rope)),
+                         jnp.zeros(kv_b.shape, jnp.float32)), spec.tiles)
+        dq, latent, d_kv_b = lax.fori_loop(0, base.trip_count(n_shards), body, carry)
+        if n_shards > 1:  # every device's share of block i onto device i
+            latent = tuple(lax.psum_scatter(x, SEQ, scatter_dimension=0, tiled=True)
+                           for x in latent)
+        return (base.from_heads(dq).astype(q.dtype), latent[0][0], latent[1][0], d_kv_b)
 
     def cost(self, shape, net, degree, documents=None, step_counts=None):
         """The all-gather, then nothing to wait for: the busiest device's whole work; dK/dV

@@ -102,6 +102,13 @@ class Strategy:
         them (`empty_result`)."""
         raise NotImplementedError
 
+    # Latent attention (parallel/latent.py): the same passes over a latent block
+    # (strategies/latent_codec.py), for a strategy that sets passes_latents:
+    #   latent_forward(spec, shape, q, c, k_rope, kv_b, seg, order) -> out, lse
+    #   latent_backward(spec, shape, q, c, k_rope, kv_b, seg, order, out, lse, dout)
+    #       -> dq, dc, d_rope (float32), this device's share of d kv_b (float32)
+    passes_latents: ClassVar[bool] = False
+
     def backward(self, spec, q, k, v, seg, order, out, lse, dout):
         raise NotImplementedError
 
@@ -161,9 +168,31 @@ def key_block(k, v, seg, pos):
     return to_heads(k), to_heads(v), seg, pos
 
 
-def forward_step(spec, qh, q_pos, q_seg, block, acc):
+class Codec:
+    """How a travelling key block becomes the kernel's keys and values, and how their gradients
+    become the block's. This one: the block is (K, V, segment ids, positions) itself, and its
+    gradients dK, dV. parallel/latent.py's passes a latent instead and expands it on arrival."""
+
+    def expand(self, block):
+        """block -> (K, V head-major, segment ids, positions) for the kernel."""
+        return block
+
+    def pull(self, block, ddk, ddv):
+        """The kernel's dK, dV (float32, head-major) of one block -> (what travels home with
+        the block's sums, what stays on this device: summed there over every block met)."""
+        return (ddk, ddv), ()
+
+    def zeros(self, block):
+        """pull's two parts as float32 zeros (a backward loop's starting sums)."""
+        return (jnp.zeros(block[0].shape, F32), jnp.zeros(block[1].shape, F32)), ()
+
+
+PLAIN = Codec()
+
+
+def forward_step(spec, qh, q_pos, q_seg, block, acc, codec: Codec = PLAIN):
     """The query block against one key block, merged into acc: (acc, tiles computed)."""
-    k_s, v_s, seg_s, k_pos = block
+    k_s, v_s, seg_s, k_pos = codec.expand(block)
     out, lse, count = pair_forward(spec, qh, k_s, v_s, q_pos, k_pos, q_seg, seg_s)
     return merge(acc, out, lse), count
 

@@ -29,6 +29,7 @@ from parallel import strategy_cost
 from parallel.layouts import get_layout
 from parallel.mesh import SEQ
 from parallel.strategies import base, halo
+from parallel.strategies.latent_codec import LatentCodec
 from parallel.kernels.base import varying
 
 
@@ -72,11 +73,11 @@ class Hops:
         return jax.tree.unflatten(treedef, moved), inputs
 
 
-def ring_forward(spec, hops, qh, q_pos, q_seg, block, sinks=None):
+def ring_forward(spec, hops, qh, q_pos, q_seg, block, sinks=None, codec=base.PLAIN):
     """The query block (head-major) against every block of the ring, starting with `block`
-    (this device's key_block) and from `sinks` of qh's heads (base.empty_result):
-    (out f32, lse f32 [b, H, n], tiles int32 [hops.steps])."""
-    step = functools.partial(base.forward_step, spec, qh, q_pos, q_seg)
+    (this device's key_block, or what `codec` expands to one) and from `sinks` of qh's heads
+    (base.empty_result): (out f32, lse f32 [b, H, n], tiles int32 [hops.steps])."""
+    step = functools.partial(base.forward_step, spec, qh, q_pos, q_seg, codec=codec)
 
     def body(s, carry):
         block, acc, counts = carry
@@ -93,30 +94,35 @@ def ring_forward(spec, hops, qh, q_pos, q_seg, block, sinks=None):
     return out, lse, counts.at[hops.steps - 1].set(count)
 
 
-def ring_backward(spec, hops, qh, doh, lse, delta, q_pos, q_seg, block):
-    """The second pass: (dq, dk, dv) float32 head-major, dk/dv those of this device's block.
+def ring_backward(spec, hops, qh, doh, lse, delta, q_pos, q_seg, block, codec=base.PLAIN):
+    """The second pass: (dq float32 head-major, the gradients of this device's block as
+    `codec` pulls them back (dK, dV float32 head-major for a plain block), what the codec
+    keeps on this device summed over every block met (nothing for a plain block)).
 
     dK and dV run one step behind their K and V so that both transfers overlap a kernel: step
     s sends the K/V block on, and the dK/dV sums of the block this device held at step s - 1
     (every earlier device's share plus its own) to the device that holds that block now, which
     adds its share at the end of step s. A last hop after the loop brings each block's sums
     home: N hops, as many as if they travelled with K and V, N - 1 of them hidden."""
+    add = functools.partial(jax.tree.map, jnp.add)
+
     def body(s, carry):
-        block, dq, pending = carry
+        block, dq, pending, kept = carry
         # Both issued first: they overlap the kernel.
         (arriving, partial), block = hops.send_before((block, pending), block)
-        k_s, v_s, seg_s, k_pos = block
+        k_s, v_s, seg_s, k_pos = codec.expand(block)
         ddq, ddk, ddv = base.pair_backward(spec, qh, k_s, v_s, doh, lse, delta, q_pos, k_pos,
                                            q_seg, seg_s)
-        return arriving, dq + ddq, (partial[0] + ddk, partial[1] + ddv)
+        travels, stays = codec.pull(block, ddk, ddv)
+        return arriving, dq + ddq, add(partial, travels), add(kept, stays)
 
     dq = varying(jnp.zeros(qh.shape, jnp.float32), spec.tiles)
-    zeros = varying((jnp.zeros(block[0].shape, jnp.float32),) * 2, spec.tiles)
+    pending, kept = varying(codec.zeros(block), spec.tiles)
     # `steps` identical steps: step 0 sends zeros as its 'pending' sums and the last step sends
     # K/V nobody reads, so the backward kernel is traced and compiled once, not twice.
-    _, dq, pending = lax.fori_loop(0, base.trip_count(hops.steps), body, (block, dq, zeros))
-    dk, dv = hops.send(pending)  # the sums of the block that started here, home
-    return dq, dk, dv
+    _, dq, pending, kept = lax.fori_loop(0, base.trip_count(hops.steps), body,
+                                         (block, dq, pending, kept))
+    return dq, hops.send(pending), kept  # the sums of the block that started here, home
 
 
 def _halo_plan(spec, block):
@@ -163,12 +169,28 @@ class Ring(base.Strategy):
                 seg, base.key_block(k, v, seg, q_pos))
         shifts = _halo_plan(spec, q.shape[1])
         if shifts is None:
-            dq, dk, dv = ring_backward(spec, Hops(spec.num_shards), *args)
+            dq, (dk, dv), _ = ring_backward(spec, Hops(spec.num_shards), *args)
         else:
             dq, dk, dv = halo.halo_backward(spec, shifts, *args)
         return (base.from_heads(dq).astype(q.dtype), base.from_heads(dk).astype(k.dtype),
                 base.from_heads(dv).astype(v.dtype))
 
+    passes_latents = True
+
+    def latent_forward(self, spec, shape, q, c, k_rope, kv_b, seg, order):
+        q_pos = base.positions(spec, order, *q.shape[:2])
+        codec = LatentCodec(kv_b, shape, spec.tiles.precision)
+        out, lse, _ = ring_forward(spec, Hops(spec.num_shards), base.to_heads(q), q_pos, seg,
+                                   (c, k_rope, seg, q_pos), codec=codec)
+        return base.from_heads(out).astype(q.dtype), lse
+
+    def latent_backward(self, spec, shape, q, c, k_rope, kv_b, seg, order, out, lse, dout):
+        q_pos = base.positions(spec, order, *q.shape[:2])
+        codec = LatentCodec(kv_b, shape, spec.tiles.precision)
+        dq, (dc, d_rope), d_kv_b = ring_backward(
+            spec, Hops(spec.num_shards), base.to_heads(q), base.to_heads(dout), lse,
+            base.delta_rows(out, dout), q_pos, seg, (c, k_rope, seg, q_pos), codec)
+        return base.from_heads(dq).astype(q.dtype), dc, d_rope, d_kv_b
 
     def cost(self, shape, net, degree, documents=None, step_counts=None):
         """Devices wait at every hop: step s costs the busiest device's tiles on it. Under a

@@ -40,6 +40,7 @@ from jax import lax
 from parallel import cost, strategy_cost
 from parallel.mesh import SEQ
 from parallel.strategies import base
+from parallel.strategies.latent_codec import LatentCodec
 from parallel.strategies.ring import Hops, ring_backward, ring_forward
 
 
@@ -93,6 +94,21 @@ class _Group:
         if self.degree > 1:
             x = lax.all_to_all(x, SEQ, 1, 2, tiled=True, axis_index_groups=self.groups)
         return self._sort(x, self.perm, 2)
+
+    def gather_tokens(self, x):
+        """A per-token array [b, n, X] -> the group's tokens [b, u n, X], sorted (each member
+        holds all of them)."""
+        return self._sort(self._gather(x), self.perm, 1)
+
+    def sum_tokens(self, dx):
+        """gather_tokens' transpose: [b, u n, X] on every member (its share of each token's
+        gradient) -> [b, n, X], this device's tokens summed over the group."""
+        dx = self._sort(dx, self.inverse, 1)
+        if self.degree == 1:
+            return dx
+        dx = dx.reshape(dx.shape[0], self.degree, -1, *dx.shape[2:])
+        return jnp.sum(lax.all_to_all(dx, SEQ, 1, 1, tiled=True,
+                                      axis_index_groups=self.groups), axis=1)
 
     def to_seq(self, x):
         """The inverse of to_heads: [b, H/u, u n, ...] -> [b, H, n, ...]."""
@@ -165,10 +181,47 @@ class Ulysses(base.Strategy):
         rows = group.to_heads(jnp.stack([lse, base.delta_rows(out, dout)], axis=-1))
         qh, doh = group.to_heads(base.to_heads(q)), group.to_heads(base.to_heads(dout))
         block = (self._kv_to_heads(group, k), self._kv_to_heads(group, v), group.seg, group.pos)
-        dq, dk, dv = ring_backward(spec, hops, qh, doh, rows[..., 0], rows[..., 1], group.pos,
-                                   group.seg, block)
+        dq, (dk, dv), _ = ring_backward(spec, hops, qh, doh, rows[..., 0], rows[..., 1],
+                                        group.pos, group.seg, block)
         return (base.from_heads(group.to_seq(dq.astype(q.dtype))),
                 self._kv_from_heads(group, dk, k), self._kv_from_heads(group, dv, v))
+
+    passes_latents = True
+
+    def _latent_setup(self, spec, shape, q, c, k_rope, kv_b, seg, order):
+        """(group, hops, the group's latent block, a codec of this device's heads' kv_b)."""
+        group, hops = self._setup(spec, q, seg, order)
+        heads = shape.heads // group.degree
+        per_head = kv_b.reshape(kv_b.shape[0], shape.heads, -1)
+        own = lax.dynamic_slice_in_dim(per_head, (lax.axis_index(SEQ) % group.degree) * heads,
+                                       heads, axis=1).reshape(kv_b.shape[0], -1)
+        block = (group.gather_tokens(c), group.gather_tokens(k_rope), group.seg, group.pos)
+        return group, hops, block, LatentCodec(own, shape, spec.tiles.precision)
+
+    def latent_forward(self, spec, shape, q, c, k_rope, kv_b, seg, order):
+        """The queries by all-to-all as ever; the group's latents gathered, each device
+        expanding its own heads (strategies/latent_codec.py); the ring over the groups."""
+        group, hops, block, codec = self._latent_setup(spec, shape, q, c, k_rope, kv_b, seg,
+                                                       order)
+        out, lse, _ = ring_forward(spec, hops, group.to_heads(base.to_heads(q)), group.pos,
+                                   group.seg, block, codec=codec)
+        out = group.to_seq(out.astype(q.dtype))
+        return base.from_heads(out), group.to_seq(lse[..., None])[..., 0]
+
+    def latent_backward(self, spec, shape, q, c, k_rope, kv_b, seg, order, out, lse, dout):
+        group, hops, block, codec = self._latent_setup(spec, shape, q, c, k_rope, kv_b, seg,
+                                                       order)
+        rows = group.to_heads(jnp.stack([lse, base.delta_rows(out, dout)], axis=-1))
+        qh, doh = group.to_heads(base.to_heads(q)), group.to_heads(base.to_heads(dout))
+        dq, (dc, d_rope), own = ring_backward(spec, hops, qh, doh, rows[..., 0], rows[..., 1],
+                                              group.pos, group.seg, block, codec)
+        heads = shape.heads // group.degree
+        d_kv_b = lax.dynamic_update_slice_in_dim(
+            jnp.zeros((kv_b.shape[0], shape.heads, own.shape[1] // heads), jnp.float32),
+            own.reshape(kv_b.shape[0], heads, -1), (lax.axis_index(SEQ) % group.degree) * heads,
+            axis=1)
+        return (base.from_heads(group.to_seq(dq.astype(q.dtype))), group.sum_tokens(dc),
+                group.sum_tokens(d_rope), d_kv_b.reshape(kv_b.shape))
 
     @staticmethod
     def _kv_from_heads(group, dx, like):
