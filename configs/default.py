@@ -78,6 +78,11 @@ def get_config():
     # (256, 128) | 0 (the kernel's largest default that divides the block)
     config.parallel.tile = config_dict.placeholder(object)  # 'auto' or a size or a pair
     config.parallel.tile = "auto"
+    # mla_exchange (latent attention, model.mla): what the devices pass of a token's keys and
+    # values: 'latent' (its latent and RoPE key: 576 values for DeepSeek-V3; each device expands
+    # the blocks it receives) | 'full' (the expanded keys and values: 40,960) | 'auto' (the
+    # planner prices both: scripts/plan.py --explain)
+    config.parallel.mla_exchange = "auto"
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)

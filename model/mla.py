@@ -29,7 +29,8 @@ import math
 import jax.numpy as jnp
 from flax import nnx
 
-from model.config import MLAConfig, ModelConfig
+import parallel
+from model.config import FULL, MLAConfig, ModelConfig
 from model.layers import Attention, RMSNorm, dense, rms_norm, rope
 from model.rope import RopeScaling
 
@@ -130,8 +131,26 @@ class LatentAttention(Attention):
         _, scaling = self.cfg.rope_for(kind)
         return dict(super().options(kind), scale=softmax_scale(self.cfg.mla, scaling))
 
-    def project(self, x, positions, kind: str):
-        """x [B, S, D] -> q, k [B, S, H, qk_head_dim], v [B, S, H, v_head_dim], RoPE applied."""
+    def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
+                 collect: bool = False, kind: str = FULL):
+        """Attention's, but for training with the latent exchange (the run's attention says
+        mla_exchange 'latent'): the devices pass each token's latent and RoPE key
+        (parallel.latent_attention), not the keys and values the other paths expand here."""
+        cfg = self.cfg
+        if cache is not None or collect or cfg.attention is None \
+                or cfg.attention.mla_exchange != "latent":
+            return super().__call__(x, positions, segment_ids, order, cache, collect, kind)
+        b, s, _ = x.shape
+        q, c, k_rope, w = self._latent(x, positions, kind)
+        kwargs = cfg.attention_kwargs()
+        out = parallel.latent_attention(q, c, k_rope[:, :, 0], w["kv_b"], mesh=self.mesh,
+                                        segment_ids=segment_ids, order=order,
+                                        scale=self.options(kind)["scale"], **kwargs)
+        return self.o(out.reshape(b, s, -1))
+
+    def _latent(self, x, positions, kind: str):
+        """(q [B, S, H, qk_head_dim], c [B, S, R], k_rope [B, S, 1, r], the weights), RoPE
+        applied."""
         cfg, w = self.cfg, self.weights()
         theta, scaling = cfg.rope_for(kind)
         x = x.astype(cfg.compute_dtype)
@@ -139,5 +158,11 @@ class LatentAttention(Attention):
         c, k_rope = latent(w, x, cfg.mla, cfg.compute_dtype)
         q_rope = rotate(q_rope, positions, theta, scaling, cfg.mla.rope_interleave)
         k_rope = rotate(k_rope, positions, theta, scaling, cfg.mla.rope_interleave)
-        k, v = expand(w["kv_b"], c, k_rope, cfg.mla, cfg.num_heads)
-        return jnp.concatenate([q_nope, q_rope.astype(q_nope.dtype)], axis=-1), k, v
+        q = jnp.concatenate([q_nope, q_rope.astype(q_nope.dtype)], axis=-1)
+        return q, c, k_rope.astype(c.dtype), w
+
+    def project(self, x, positions, kind: str):
+        """x [B, S, D] -> q, k [B, S, H, qk_head_dim], v [B, S, H, v_head_dim], RoPE applied."""
+        q, c, k_rope, w = self._latent(x, positions, kind)
+        k, v = expand(w["kv_b"], c, k_rope, self.cfg.mla, self.cfg.num_heads)
+        return q, k, v

@@ -34,6 +34,9 @@ class AttentionChoice:
     tile_q: int
     tile_k: int
     why: str = dataclasses.field(default="configured", compare=False)  # how the strategy was picked
+    # latent attention: what the devices pass, 'latent' (parallel.latent_attention) or 'full'
+    # (the expanded keys and values: parallel.attention); 'full' for any other model
+    mla_exchange: str = "full"
 
     @property
     def balance_unit(self) -> int:
@@ -59,16 +62,18 @@ class AttentionChoice:
     def label(self) -> str:
         """'striped attention (ring strategy, xla kernel, tiles 32x32)'; usp shows its degree."""
         strategy = get_strategy(self.strategy).label(self.ulysses_degree)
+        latent = ", latent exchange" if self.mla_exchange == "latent" else ""
         return (f"{self.layout} attention ({strategy} strategy, {self.kernel} kernel, tiles "
-                f"{self.tile_q}x{self.tile_k})")
+                f"{self.tile_q}x{self.tile_k}{latent})")
 
     def record(self) -> dict:
         """What the metrics, wandb and the checkpoint record carry."""
         return {"layout": self.layout, "strategy": self.strategy,
                 "ulysses_degree": self.ulysses_degree, "kernel": self.kernel,
-                "tile_q": self.tile_q, "tile_k": self.tile_k}
+                "tile_q": self.tile_q, "tile_k": self.tile_k, "mla_exchange": self.mla_exchange}
 
 
+MLA_EXCHANGES = ("latent", "full")  # parallel.mla_exchange, resolved
 AUTO = "auto"  # a setting left to the planner: parallel.layout/strategy/tile, memory switches
 
 
@@ -144,10 +149,13 @@ def resolve_tiles(layout, kernel, block: int, tile_q, tile_k) -> tuple[int, int]
 
 def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int, seq_len: int,
            num_shards: int, platform: str, q_heads: int, ulysses_degree: int | None = None,
-           why: str = "configured") -> AttentionChoice:
+           why: str = "configured", mla_exchange: str = "full") -> AttentionChoice:
     """The resolved attention of a run on `num_shards` 'seq' devices of `platform` (a tile of 0
     or None: the default); ValueError, one line, for any choice that cannot run (unknown names,
-    tiles, the Ulysses degree)."""
+    tiles, the Ulysses degree, an mla_exchange other than 'latent' or 'full')."""
+    if mla_exchange not in MLA_EXCHANGES:
+        raise ValueError(f"parallel.mla_exchange={mla_exchange!r}: choose 'latent', 'full' or "
+                         f"'auto'")
     lay, strat = get_layout(layout), get_strategy(strategy)
     kern = resolve_kernel(kernel, platform)
     lay.check_divisible(seq_len, num_shards)
@@ -155,4 +163,5 @@ def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int,
     tq, tk = resolve_tiles(lay, kern, seq_len // num_shards, tile_q or None, tile_k or None)
     kern.check_tiles(tq, tk, kern.interpreted_on(platform))
     return AttentionChoice(layout=lay.name, strategy=strat.name, ulysses_degree=degree,
-                           kernel=kern.name, tile_q=tq, tile_k=tk, why=why)
+                           kernel=kern.name, tile_q=tq, tile_k=tk, why=why,
+                           mla_exchange=mla_exchange)

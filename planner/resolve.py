@@ -21,7 +21,7 @@ import model
 import parallel
 import run_config
 from model.moe import RAGGED_PLATFORMS
-from planner import recommend
+from planner import mla_exchange, recommend
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host
 from planner.run import make_run
@@ -113,6 +113,9 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
                                                      switches, documents)
     if attention != stand_in:
         switches, rows = resolve_switches(config, run, attention, device, documents)
+    shapes = model.ModelConfig.from_config(config.model, switches=switches)
+    attention = dataclasses.replace(attention, mla_exchange=mla_exchange.resolve(
+        config, attention, shapes, mesh_shape[1], device))
     best = rows[0]
     return ResolvedRun(
         mesh_shape=tuple(mesh_shape), attention=attention, switches=switches,

@@ -24,6 +24,7 @@ class ParallelConfig:
     ulysses_degree: int
     kernel: str
     tile: object  # 'auto', a size, 'QxK' or (q, k), 0: as the config gives it; read `tiles`
+    mla_exchange: str  # 'auto' | 'latent' | 'full' (latent attention only)
 
     @property
     def tiles(self) -> tuple[int, int] | None:

@@ -16,11 +16,13 @@ SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=
 S, B = 32, 2
 
 
-def attention(layout: str, strategy: str = "ring", tile: int = 4) -> parallel.AttentionChoice:
+def attention(layout: str, strategy: str = "ring", tile: int = 4,
+              mla_exchange: str = "full") -> parallel.AttentionChoice:
     """The attention a model built by hand runs (a run's comes from planner.resolve_run); a
     tile of 0: the kernel's default for each call's length."""
     return parallel.AttentionChoice(layout=layout, strategy=strategy, ulysses_degree=1,
-                                    kernel="xla", tile_q=tile, tile_k=tile)
+                                    kernel="xla", tile_q=tile, tile_k=tile,
+                                    mla_exchange=mla_exchange)
 
 
 def natural_batch():
@@ -34,9 +36,10 @@ def natural_batch():
                 segment_ids=segment_ids, weights=weights)
 
 
-def loss_and_grads(layout, data, seq, strategy="ring", **overrides):
+def loss_and_grads(layout, data, seq, strategy="ring", mla_exchange="full", **overrides):
     mesh = parallel.make_mesh(data, seq, devices=jax.devices()[: data * seq])
-    cfg = model.ModelConfig(attention=attention(layout, strategy), **{**SIZES, **overrides})
+    cfg = model.ModelConfig(attention=attention(layout, strategy, mla_exchange=mla_exchange),
+                            **{**SIZES, **overrides})
     net = model.create(cfg, mesh, seed=0)
     graphdef, params = nnx.split(net, nnx.Param)
     fields = natural_batch()

@@ -1,0 +1,117 @@
+"""Latent attention under context parallelism: parallel.latent_attention (the devices pass each
+token's latent and RoPE key) against float64 dense attention over the expanded keys, and the MLA
+model's loss and gradients with mla_exchange 'latent' and 'full' against the one-device model;
+every layout and strategy, on 1x4, 2x4 and 1x8 meshes, with documents."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import parallel
+from tests import dense_reference
+from model.config import MLAConfig, MoEConfig
+from tests.test_attention import layout_order, take
+from tests.test_model import SIZES, loss_and_grads
+
+B, S, H, NOPE, ROPE, R, V = 2, 64, 8, 8, 4, 16, 6
+LAYOUTS = ("ring", "striped", "zigzag", "balanced")
+STRATEGIES = (("ring", None), ("allgather", None), ("ulysses", None), ("usp", 2))
+MESHES = ((1, 4), (2, 4), (1, 8))
+
+
+def inputs():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(B, S, H, NOPE + ROPE))
+    c = rng.normal(size=(B, S, R))
+    k_rope = rng.normal(size=(B, S, ROPE))
+    kv_b = rng.normal(size=(R, H * (NOPE + V))) / 4
+    dout = rng.normal(size=(B, S, H, V))
+    seg = np.zeros((B, S), np.int32)
+    seg[:, 21:] = 1  # documents of 21, 30 and 13 tokens
+    seg[:, 51:] = 2
+    return (q, c, k_rope, kv_b), dout, seg
+
+
+def dense(q, c, k_rope, kv_b, seg, dout):
+    """Causal attention within documents over the expanded keys and values (float64,
+    tests/dense_reference.py, v padded to the keys' width), and the gradients of q, c, k_rope
+    and kv_b by the chain rule through the expansion: (out, grads)."""
+    kv = (c @ kv_b).reshape(B, S, H, NOPE + V)
+    k = np.concatenate([kv[..., :NOPE], np.broadcast_to(k_rope[:, :, None], (B, S, H, ROPE))],
+                       axis=-1)
+    pad = np.zeros((B, S, H, NOPE + ROPE - V))
+    out, (dq, dk, dv) = dense_reference.attention(
+        q, k, np.concatenate([kv[..., NOPE:], pad], -1), seg,
+        dout=np.concatenate([dout, pad], -1))
+    d_kv = np.concatenate([dk[..., :NOPE], dv[..., :V]], axis=-1).reshape(B, S, -1)
+    return out[..., :V], (dq, d_kv @ kv_b.T, dk[..., NOPE:].sum(axis=2),
+                          np.einsum("bsr,bso->ro", c, d_kv))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    args, dout, seg = inputs()
+    return dense(*args, seg, dout)
+
+
+CASES = [(layout, strategy, degree, MESHES[(i + j) % 3])
+         for i, layout in enumerate(LAYOUTS) for j, (strategy, degree) in enumerate(STRATEGIES)]
+
+
+@pytest.mark.parametrize("layout,strategy,degree,mesh_shape", CASES)
+def test_passing_latents_is_exact(reference, layout, strategy, degree, mesh_shape):
+    """Every layout x strategy, each on one of the three meshes: output and the gradients of q,
+    the latent, the RoPE key and kv_b, float32 against float64, within 1e-5 relative."""
+    want_out, want_grads = reference
+    args, dout, seg = inputs()
+    data, seq = mesh_shape
+    mesh = parallel.make_mesh(data, seq, devices=jax.devices()[:data * seq])
+    order = layout_order(layout, seg, B, S, seq, tile=4)
+    laid = [jnp.asarray(take(a, order), jnp.float32) for a in args[:3]]
+    kv_b = jnp.asarray(args[3], jnp.float32)
+
+    def run(q, c, k_rope, kv_b):
+        return parallel.latent_attention(q, c, k_rope, kv_b, mesh=mesh, layout=layout,
+                                         segment_ids=jnp.asarray(take(seg, order)),
+                                         order=jnp.asarray(order), strategy=strategy,
+                                         ulysses_degree=degree, kernel="xla", tile_q=4,
+                                         tile_k=4)
+
+    out = run(*laid, kv_b)
+    grads = jax.grad(lambda *a: jnp.sum(run(*a) * jnp.asarray(take(dout, order), jnp.float32)),
+                     argnums=(0, 1, 2, 3))(*laid, kv_b)
+    relative = lambda got, want: np.abs(got - want).max() / np.abs(want).max()  # noqa: E731
+    assert relative(np.asarray(out), take(want_out, order)) < 1e-5
+    for i, (got, want) in enumerate(zip(grads, want_grads)):
+        assert relative(np.asarray(got), want if i == 3 else take(want, order)) < 1e-5, i
+
+
+# A DeepSeek-shaped model: latent attention with a query latent, a dense first block, then
+# experts routed by sigmoid with a correction bias among groups, scaled, with a shared expert.
+MLA_MODEL = dict(mla=MLAConfig(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8,
+                               qk_rope_head_dim=4, v_head_dim=6),
+                 moe=MoEConfig(num_experts=4, top_k=2, expert_mlp_dim=16, router="sigmoid_topk",
+                               n_group=2, topk_group=1, routed_scaling_factor=2.0,
+                               num_shared_experts=1, first_dense_layers=1))
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    return loss_and_grads("ring", 1, 1, **MLA_MODEL)
+
+
+@pytest.mark.parametrize("layout,data,seq,strategy,exchange", [
+    ("striped", 1, 4, "ring", "latent"), ("zigzag", 2, 4, "allgather", "latent"),
+    ("balanced", 1, 8, "ring", "latent"), ("ring", 1, 4, "ulysses", "latent"),
+    ("zigzag", 1, 4, "ring", "full"), ("balanced", 2, 4, "allgather", "full")])
+def test_the_mla_model_is_the_one_device_model(one_device, layout, data, seq, strategy,
+                                               exchange):
+    want_loss, want_grads, _ = one_device
+    loss, grads, _ = loss_and_grads(layout, data, seq, strategy, mla_exchange=exchange,
+                                    **MLA_MODEL)
+    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
+    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / max(np.abs(w).max(), 1e-30),
+                          grads, want_grads)
+    assert max(jax.tree.leaves(errors)) < 1e-4
+    assert SIZES["num_heads"] == 4  # ulysses on 4 devices: a head each
