@@ -26,7 +26,6 @@ one): parallel.attention with the expanded keys moves a window's halo.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from data.document_lengths import document_lengths
-from model.config import MoEConfig
+from model.config import MLAConfig, MoEConfig
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {
@@ -58,9 +58,28 @@ def matmul_params(m, active: bool = True) -> int:
     """Parameters that take part in matmuls, for a model.ModelConfig. With experts, `active`
     counts the top_k experts a token goes through (what its FLOPs are: MFU counts these),
     else all of them (what memory holds)."""
-    attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
-    return (sum(attention + mlp_params(m, i, active) for i in range(m.num_layers))
+    return (sum(attention_params(m) + mlp_params(m, i, active) for i in range(m.num_layers))
             + m.d_model * m.vocab_size)
+
+
+def attention_params(m) -> int:
+    """The matrices of one attention layer: q, k, v, o; with latent attention (model/mla.py)
+    q (or q_a, q_b), kv_a, kv_b, o."""
+    mla = MLAConfig.from_config(getattr(m, "mla", None))
+    if not mla.enabled:
+        return m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+    heads, qk = m.num_heads, mla.qk_head_dim
+    queries = (m.d_model * mla.q_lora_rank + mla.q_lora_rank * heads * qk if mla.q_lora_rank
+               else m.d_model * heads * qk)
+    return (queries + m.d_model * mla.latent_width
+            + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+            + heads * mla.v_head_dim * m.d_model)
+
+
+def head_widths(m) -> tuple[int, int]:
+    """(query/key width, value width) of a head: head_dim twice, or latent attention's."""
+    mla = MLAConfig.from_config(getattr(m, "mla", None))
+    return (mla.qk_head_dim, mla.v_head_dim) if mla.enabled else (m.head_dim, m.head_dim)
 
 
 def mlp_params(m, i: int, active: bool = True) -> int:
@@ -70,7 +89,9 @@ def mlp_params(m, i: int, active: bool = True) -> int:
     if not moe.sparse(i):
         return 3 * m.d_model * m.mlp_dim
     experts = moe.top_k if active else moe.num_experts
-    return experts * 3 * m.d_model * moe.width(m.mlp_dim) + m.d_model * moe.num_experts
+    shared = 3 * m.d_model * moe.shared_width(m.mlp_dim) + m.d_model * moe.shared_expert_gate
+    return (experts * 3 * m.d_model * moe.width(m.mlp_dim) + m.d_model * moe.num_experts
+            + shared)
 
 
 def experts_of(m):
@@ -106,7 +127,8 @@ def flops_per_token(m, seq_len: int, causal: bool = True,
             w = min(window or seq_len, seq_len)
             kpq = full if w >= seq_len else (w - w * w / (2 * seq_len)) * (1 if causal else 2)
         attention += layers * kpq
-    return dense + 3 * 4 * attention * m.num_heads * m.head_dim
+    qk, v = head_widths(m)
+    return dense + 3 * 2 * attention * m.num_heads * (qk + v)
 
 
 def document_keys_per_query(segment_ids, window: int | None = None) -> float | None:

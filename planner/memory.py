@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from model import chunks
 from model.embedding import splits
-from planner.flops import experts_of, matmul_params, mlp_params
+from model.config import MLAConfig
+from planner.flops import attention_params, experts_of, head_widths, matmul_params, mlp_params
 from planner.devices import Device
 from planner.run import Run
 
@@ -32,8 +33,11 @@ def param_counts(m) -> dict:
         + m.num_heads * m.attention_sinks
         + m.attention_bias * (
             (m.num_heads + 2 * m.num_kv_heads) * m.head_dim + m.d_model))
-    attention = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
-    layer = attention + max(mlp_params(m, i, active=False) for i in range(m.num_layers))
+    mla = MLAConfig.from_config(m.mla)
+    if mla.enabled:  # the latent's norms
+        vectors += m.num_layers * (mla.kv_lora_rank + mla.q_lora_rank)
+    layer = attention_params(m) + max(mlp_params(m, i, active=False)
+                                      for i in range(m.num_layers))
     return {"total": matmul + embed + vectors, "matmul": matmul, "matrices": matmul + embed,
             "vectors": vectors, "layer": layer, "active": matmul_params(m) + embed + vectors}
 
@@ -79,6 +83,13 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
     """Bytes per device of activations; the formulas are in plan.py's docstring table."""
     b, n, c, f32 = run.rows, run.block, dtype_bytes(m.dtype), 4
     d, heads, kv, dh, v = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size
+    mla = MLAConfig.from_config(m.mla)
+    latent = mla.enabled and getattr(m.attention, "mla_exchange", "full") == "latent"
+    if mla.enabled:  # every head its keys and values, as wide as the kernel tiles them
+        kv, dh = heads, max(head_widths(m))
+    # what travels of a token: its keys and values, or its latent and RoPE key (then a block's
+    # expansion to keys and values is alive while its tiles run)
+    travels = mla.latent_width if latent else 2 * kv * dh
     kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
     tokens = b * n
     mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk or n  # loss: 0 = n at once
@@ -101,7 +112,7 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
                                         + d * (c + f32)),
         # One layer's exchange at a time: the slots sent, received, sorted and returned.
         "expert_exchange": 4 * x * tokens * k * c * d if x > 1 else 0,
-        "attention_residuals": kept * tokens * (c * dh * (2 * heads + 2 * kv) + f32 * heads
+        "attention_residuals": kept * tokens * (c * (2 * heads * dh + travels) + f32 * heads
                                                 + 2 * f32 * dh),
         # remat_policy 'attention': every layer keeps its attention's output and float32 lse.
         "attention_outputs": (m.num_layers * tokens * heads * (c * dh + f32)
@@ -109,7 +120,8 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         # remat_policy 'dots': every layer keeps its q, k, v, o, gate and up matmul outputs.
         "dot_outputs": (m.num_layers * tokens * c * (dh * (heads + 2 * kv) + d + 2 * m.mlp_dim)
                         if m.remat and m.remat_policy == "dots" else 0),
-        "kv_ring_buffers": tokens * (4 * c * kv * dh + 4 * f32 * kv * dh + 2 * 4),
+        "kv_ring_buffers": tokens * (2 * c * travels + 2 * f32 * travels + 2 * 4
+                                     + (2 * c * kv * dh if latent else 0)),
         "kernel_accumulators": tokens * f32 * (heads * dh + heads),
         "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
         "final_norm": tokens * (c * d + f32),

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.flops import peak_flops
+
 BACKWARD = 3.0  # the backward's share of the expansion and the tiles, against the forward's
 
 
@@ -48,7 +50,7 @@ def price(cfg, degree: int, seq_len: int, num_shards: int, device, batch_rows: i
     # every block a device meets, its own too, expanded for its heads
     expand_flops = (num_shards * block * batch_rows * 2.0 * r_latent * heads / degree
                     * (nope + v) * (1 + BACKWARD))
-    flops = device.peak_flops * device.calibration.matmul_efficiency
+    flops = peak_flops(device.flops_key) * device.calibration.matmul_efficiency
     # the attention's own tiles: causal, about half of each (query, key) pair, every head
     tiles = (2.0 * block * seq_len * heads * (nope + rope + v) / 2 * batch_rows
              * (1 + BACKWARD) / flops)

@@ -224,3 +224,48 @@ def test_planner_prices_the_all_to_alls_the_compiler_emits():
         if dims and dims[0][-2:] == (slot, m.d_model):  # the pairs, not the embedding's
             sent += sum(np.prod(d) * 4 for d in dims) * 3 / 4  # 3 of the 4 slots leave
     assert sent == planner_time.expert_exchange_bytes(m, run) > 0
+
+
+def test_the_correction_bias_moves_the_busiest_expert_down_with_no_auxiliary_loss():
+    """DeepSeek-V3's balancing outside the gradient: a model whose expert 0 is favoured (its
+    correction bias +0.5, as a checkpoint may carry it), trained 12 steps by AdamW with the
+    auxiliary loss off. With bias_update_speed 0.02 the busiest expert's share falls towards
+    1 / 4 and the bias of expert 0 goes down; with 0 (the gradient alone: the bias has none)
+    the bias stays where it was and the share stays high."""
+    from configs import tiny
+    from flax import nnx
+
+    from training import optim
+    from training import step as step_lib
+    from tests.test_model import attention, natural_batch
+
+    mesh = parallel.make_mesh(1, 2, devices=jax.devices()[:2])
+    shares, biases = {}, {}
+    for speed in (0.0, 0.02):
+        moe = MoEConfig(num_experts=4, top_k=1, expert_mlp_dim=16, router="sigmoid_topk",
+                        bias_update_speed=speed, num_shared_experts=1)
+        cfg = model.ModelConfig(attention=attention("striped"), moe=moe, **SIZES)
+        graphdef, params = nnx.split(model.create(cfg, mesh, seed=0), nnx.Param)
+        params = jax.tree_util.tree_map_with_path(
+            lambda path, x: x.at[..., 0].add(0.5) if "correction_bias" in str(path) else x,
+            params)
+        tx, schedule = optim.make_optimizer(tiny.get_config().optim, 12)
+        fn = jax.jit(step_lib.make_train_step(graphdef, tx, schedule, mask_documents=True,
+                                              model_cfg=cfg))
+        perm = parallel.permutation("striped", 32, 2)
+        batch = {k: jax.device_put(v[:, perm], jax.NamedSharding(mesh, jax.P("data", "seq")))
+                 for k, v in natural_batch().items()}
+        state = {"step": jnp.zeros((), jnp.int32), "params": params,
+                 "opt_state": tx.init(params)}
+        trace = []
+        with jax.set_mesh(mesh):
+            for _ in range(12):
+                state, metrics = fn(state, batch)
+                trace.append(float(metrics["moe/share_max"]))
+        shares[speed] = trace
+        biases[speed] = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(
+            state["params"]) if "correction_bias" in str(p)]
+    assert shares[0.0][0] == shares[0.02][0] > 0.5  # the same first step: expert 0 favoured
+    assert shares[0.02][-1] < shares[0.02][0] - 0.15 and shares[0.02][-1] < shares[0.0][-1]
+    assert all(np.allclose(b[..., 0], 0.5) for b in biases[0.0])
+    assert all((b[..., 0] < 0.5).all() for b in biases[0.02])

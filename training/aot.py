@@ -23,7 +23,7 @@ from data.batches import FIELDS
 from planner.run import Run
 from run_config import ConfigError
 from training import step as step_lib
-from training.hlo_overlap import loop_overlaps, summary
+from training.hlo_overlap import collective_bytes, loop_overlaps, summary
 from training.state import create_train_state
 
 # --compile auto compiles when P x seq_len x rows (P x tokens per data shard) is at most this.
@@ -147,10 +147,13 @@ def compile_train_step(config, run: Run, resolved, devices=None):
     figures["host_temp"] = host["temp"]
     figures["compile_s"] = time.perf_counter() - start  # state, optimizer init and the step
     figures["step_compile_s"] = step_compile_s  # the train step's lower + compile alone
-    figures["hlo_lines"] = compiled.as_text().count("\n")  # program size, after optimisation
+    text = compiled.as_text()
+    figures["hlo_lines"] = text.count("\n")  # program size, after optimisation
+    # each collective's bytes as the program is written (a ring loop's hop once: one step's)
+    figures["collective_bytes"] = collective_bytes(text)
     figures["platform"] = mesh.devices.flat[0].platform
     if figures["platform"] == "tpu":
-        figures["transfers"] = summary(loop_overlaps(compiled.as_text()))
+        figures["transfers"] = summary(loop_overlaps(text))
     return figures, compiled
 
 
