@@ -31,9 +31,10 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
-from parallel.attention import _QKV, _LSE, _SEG, _no_cotangent, _sharded
+from parallel.attention import _QKV, _LSE, _SEG, SAVED_BY_NAME, _no_cotangent, _sharded
 from parallel.mesh import DATA, SEQ
 from parallel.spec import make_spec
 from parallel.strategies.latent_codec import LatentShape
@@ -93,6 +94,8 @@ def _latent(spec, shape, q, c, k_rope, kv_b, seg, order):
 
 def _latent_fwd(spec, shape, q, c, k_rope, kv_b, seg, order):
     out, lse = _forward(spec, shape, q, c, k_rope, kv_b, seg, order)
+    # named as parallel.attention names them: remat_policy 'attention' keeps these two
+    out, lse = (checkpoint_name(x, name) for x, name in zip((out, lse), SAVED_BY_NAME))
     return out, (q, c, k_rope, kv_b, seg, order, out, lse)
 
 

@@ -83,6 +83,9 @@ class LayerShape:
     tiles: tuple[int, int]
     with_segments: bool = False
     window: int | None = None  # a sliding layer's window (causal)
+    # latent attention passing latents (parallel/latent.py): what travels of a token, its
+    # latent and RoPE key (kv_lora_rank + qk_rope_head_dim values), in place of K and V
+    latent_width: int = 0
 
     @property
     def block(self) -> int:
@@ -124,8 +127,12 @@ def block_bytes(x: LayerShape, heads_kv: int):
     """(Q, KV, dKV) bytes of one device's block with `heads_kv` KV heads; KV includes the int32
     segment ids and int32 original positions that travel with it when documents are masked."""
     tokens = x.rows * x.block
-    kv = 2 * tokens * heads_kv * x.head_dim * x.itemsize + (8 * tokens if x.with_segments else 0)
-    return tokens * x.q_heads * x.head_dim * x.itemsize, kv, 8 * tokens * heads_kv * x.head_dim
+    ids = 8 * tokens if x.with_segments else 0
+    q = tokens * x.q_heads * x.head_dim * x.itemsize
+    if x.latent_width:  # a latent block and its float32 gradient
+        return q, tokens * x.latent_width * x.itemsize + ids, 4 * tokens * x.latent_width
+    kv = 2 * tokens * heads_kv * x.head_dim * x.itemsize + ids
+    return q, kv, 8 * tokens * heads_kv * x.head_dim
 
 
 def tile_seconds(x: LayerShape, net: Network, head_share: float = 1.0) -> float:

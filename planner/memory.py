@@ -31,8 +31,8 @@ def param_counts(m) -> dict:
         2 * m.head_dim * m.qk_norm  # q and k norms
         + 2 * m.d_model * m.sandwich_norms  # Gemma's norms after
         + m.num_heads * m.attention_sinks
-        + m.attention_bias * (
-            (m.num_heads + 2 * m.num_kv_heads) * m.head_dim + m.d_model))
+        + (m.attention_bias or m.qkv_bias) * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
+        + m.attention_bias * m.d_model)
     mla = MLAConfig.from_config(m.mla)
     if mla.enabled:  # the latent's norms
         vectors += m.num_layers * (mla.kv_lora_rank + mla.q_lora_rank)
@@ -49,13 +49,14 @@ def _sparse_top_k(m) -> int:
 
 
 def _expert_biases(m) -> int:
-    """GPT-OSS's biases of every sparse layer (replicated): router E, gate and up E F_e, down
-    E d."""
+    """The vectors of every sparse layer (replicated): GPT-OSS's biases, router E, gate and up
+    E F_e, down E d; DeepSeek-V3's correction bias E."""
     moe = experts_of(m)
+    sparse = len(moe.sparse_layers(m.num_layers))
+    correction = sparse * moe.num_experts if moe.correction_bias else 0
     if not moe.expert_bias:
-        return 0
-    return (len(moe.sparse_layers(m.num_layers)) * moe.num_experts
-            * (1 + 2 * moe.width(m.mlp_dim) + m.d_model))
+        return correction
+    return correction + sparse * moe.num_experts * (1 + 2 * moe.width(m.mlp_dim) + m.d_model)
 
 
 def state_memory(m, run: Run) -> dict:

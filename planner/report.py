@@ -200,7 +200,26 @@ def format_candidates(resolved) -> str:
     """plan.py --explain: every candidate the planner weighed for what the config leaves
     'auto', best first: the strategy and tile (planner/recommend.py), then the memory switches
     (planner/switches.py); the fastest that fits wins each."""
-    return "\n\n".join((_attention_candidates(resolved), _switch_candidates(resolved)))
+    return "\n\n".join((_attention_candidates(resolved), *_mla_exchange(resolved),
+                        _switch_candidates(resolved)))
+
+
+def _mla_exchange(resolved) -> list[str]:
+    """Latent attention: both exchanges as planner/mla_exchange.py prices them, one layer on
+    one device, forward and backward."""
+    p = resolved.mla_prices
+    if not p:
+        return []
+    how = "'auto'" if p["configured"] == "auto" else f"set to {p['configured']!r}"
+    crossover = ("latent stays faster up to 16M tokens a device" if p["crossover"] is None else
+                 f"full is faster past {p['crossover']:,} tokens a device")
+    return [f"Latent attention exchange ({how}: {resolved.attention.mla_exchange}), one layer "
+            f"on one device, forward and backward:\n"
+            f"  latent  {p['latent'] * 1e3:10.3f} ms  {p['latent_bytes'] / GB:8.3f} GB received "
+            f"+ {p['expand_flops'] / 1e12:.3f} TFLOP expanding the blocks\n"
+            f"  full    {p['full'] * 1e3:10.3f} ms  {p['full_bytes'] / GB:8.3f} GB received "
+            f"(the attention's own tiles: {p['tiles_s'] * 1e3:.3f} ms)\n"
+            f"  {crossover}"]
 
 
 def _attention_candidates(resolved) -> str:

@@ -46,6 +46,8 @@ class ResolvedRun:
     # The (strategy, degree, tile) candidates weighed where the config leaves them 'auto', best
     # first (planner/recommend.py); none where it sets them.
     attention_candidates: tuple = dataclasses.field(default=(), compare=False, repr=False)
+    # latent attention: planner/mla_exchange.price's figures for both exchanges ({} without)
+    mla_prices: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def fits(self) -> bool:
@@ -116,6 +118,11 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     shapes = model.ModelConfig.from_config(config.model, switches=switches)
     attention = dataclasses.replace(attention, mla_exchange=mla_exchange.resolve(
         config, attention, shapes, mesh_shape[1], device))
+    mla_prices = {} if not shapes.mla.enabled else dict(
+        mla_exchange.price(shapes, attention.ulysses_degree, config.seq_len, mesh_shape[1],
+                           device, run.rows),
+        crossover=mla_exchange.crossover(shapes, attention.ulysses_degree, mesh_shape[1],
+                                         device), configured=config.parallel.mla_exchange)
     best = rows[0]
     return ResolvedRun(
         mesh_shape=tuple(mesh_shape), attention=attention, switches=switches,
@@ -127,4 +134,4 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
         auto_switches=tuple(k for k in model.MemorySwitches.fields()
                             if k not in given(config.model)),
         candidates=tuple(rows), attention_candidates=tuple(weighed),
-        auto_attention=recommend.left_open(config))
+        auto_attention=recommend.left_open(config), mla_prices=mla_prices)

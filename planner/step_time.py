@@ -8,10 +8,11 @@ import math
 
 import numpy as np
 
+from model.config import MLAConfig
 from parallel import cost, strategies, strategy_cost
 from parallel.kernels import resolve_kernel
 from planner.devices import Device
-from planner.flops import experts_of, layer_windows, matmul_params, peak_flops
+from planner.flops import experts_of, head_widths, layer_windows, matmul_params, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 
@@ -33,10 +34,15 @@ def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
 def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool, window=None):
     """One attention layer on one device, as parallel.strategy_cost takes it (window: a
     sliding layer's)."""
+    mla = MLAConfig.from_config(m.mla)
+    kv_heads, head_dim = (m.num_heads, max(head_widths(m))) if mla.enabled else (
+        m.num_kv_heads, m.head_dim)  # latent attention: every head, the width the kernel tiles
+    latent = mla.enabled and getattr(m.attention, "mla_exchange", "full") == "latent"
     return strategy_cost.LayerShape(
         rows=run.rows, seq_len=run.seq_len, num_shards=run.seq, q_heads=m.num_heads,
-        kv_heads=m.num_kv_heads, head_dim=m.head_dim, itemsize=dtype_bytes(m.dtype),
-        layout=layout, tiles=tuple(tiles), with_segments=with_segments, window=window)
+        kv_heads=kv_heads, head_dim=head_dim, itemsize=dtype_bytes(m.dtype),
+        layout=layout, tiles=tuple(tiles), with_segments=with_segments, window=window,
+        latent_width=mla.latent_width if latent else 0)
 
 
 def ring_step_tiles(layout: str, num_shards: int, block: int, tiles, documents=None) -> list:
@@ -65,7 +71,7 @@ def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.
     critical = counts.max(axis=1).mean(axis=0)
     compute = strategy_cost.step_seconds(shape, net, counts, shape.pair_tiles)
     compute = compute.max(axis=1).mean(axis=0).tolist()
-    kv = strategy_cost.block_bytes(shape, m.num_kv_heads)[1] / net.link_bytes_per_s
+    kv = strategy_cost.block_bytes(shape, shape.kv_heads)[1] / net.link_bytes_per_s
     kv = kv if run.seq > 1 else 0.0
     return {"tiles_per_side": run.block / math.sqrt(tiles[0] * tiles[1]),
             "critical_path_tiles": float(critical.sum()),

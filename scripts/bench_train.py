@@ -10,6 +10,8 @@ Usage:
       --tiles 128 256 512                     # every layout x tile beside what 'auto' picks
   python scripts/bench_train.py --config configs/moe_tiny.py --processes 4 --experts 1 2 4 \
       --layouts zigzag --masked-layouts --seq-lens 8192   # experts over 1, 2, 4 devices
+  python scripts/bench_train.py --config configs/mla_tiny.py --processes 4 --layouts zigzag \
+      --masked-layouts --mla-exchanges latent full --seq-lens 2048   # what the ring passes
   python scripts/bench_train.py --layouts ring --masked-layouts --remat-policies nothing \
       attention -- --config.model.remat=True --config.model.scan_layers=True  # what remat keeps
 
@@ -72,6 +74,9 @@ def parse_args(argv=None):
     p.add_argument("--remat-policies", nargs="+", default=["auto"],
                    help="model.remat_policy values, each a kind of its own ('auto': the "
                         "config's; give model.remat=True after --)")
+    p.add_argument("--mla-exchanges", nargs="+", default=["auto"],
+                   help="parallel.mla_exchange values, each a kind of its own (a config with "
+                        "model.mla: 'latent' or 'full'; 'auto': the config's)")
     p.add_argument("--steps", type=int, default=4, help="timed steps per run (after the first)")
     p.add_argument("--rounds", type=int, default=3, help="runs of every kind, interleaved")
     p.add_argument("--workdir", default="runs/bench_train", help="runs and the data cache")
@@ -89,14 +94,15 @@ def kinds_of(args) -> list[dict]:
     kinds = []
     for masked, layouts in ((False, args.layouts), (True, args.masked_layouts)):
         kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile,
-                       experts=experts, remat_policy=policy)
+                       experts=experts, remat_policy=policy, mla_exchange=exchange)
                   for strategy in args.strategies for layout in layouts if layout != "auto"
                   for tile in args.tiles for experts in args.experts
-                  for policy in args.remat_policies]
+                  for policy in args.remat_policies for exchange in args.mla_exchanges]
         if "auto" in layouts:
             kinds += [dict(layout="auto", strategy="auto", masked=masked, tile="auto",
-                           experts=experts, remat_policy=policy)
-                      for experts in args.experts for policy in args.remat_policies]
+                           experts=experts, remat_policy=policy, mla_exchange=exchange)
+                      for experts in args.experts for policy in args.remat_policies
+                      for exchange in args.mla_exchanges]
     return kinds
 
 
@@ -104,8 +110,9 @@ def kind_name(kind: dict, seq_len: int) -> str:
     docs = "masked" if kind["masked"] else "unmasked"
     experts = f"-e{kind['experts']}" if kind.get("experts", 1) != 1 else ""
     remat = f"-remat_{kind['remat_policy']}" if kind.get("remat_policy", "auto") != "auto" else ""
+    mla = f"-mla_{kind['mla_exchange']}" if kind.get("mla_exchange", "auto") != "auto" else ""
     return (f"S{seq_len}-{kind['layout']}-{kind['strategy']}-t{kind['tile']}-{docs}{experts}"
-            f"{remat}")
+            f"{remat}{mla}")
 
 
 def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
@@ -122,6 +129,8 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
                  "parallel.tile": kind["tile"]})
     if kind["remat_policy"] != "auto":
         sets["model.remat_policy"] = kind["remat_policy"]
+    if kind.get("mla_exchange", "auto") != "auto":
+        sets["parallel.mla_exchange"] = kind["mla_exchange"]
     return ["train.py", "--config", args.config, "--workdir", workdir,
             *(f"--config.{k}={v}" for k, v in sets.items()), *args.overrides]
 
@@ -133,7 +142,8 @@ def ran_label(row: dict, shards: int) -> str:
     import parallel
     a = {k.split("/")[1]: v for k, v in row.items() if k.startswith("attention/")}
     label = parallel.get_strategy(a["strategy"]).label(a["ulysses_degree"], shards)
-    return f"{a['layout']} {label} {a['tile_q']}x{a['tile_k']}"
+    latent = " latent" if a.get("mla_exchange") == "latent" else ""
+    return f"{a['layout']} {label} {a['tile_q']}x{a['tile_k']}{latent}"
 
 
 def read_run(workdir: str, shards: int) -> dict:
@@ -204,7 +214,8 @@ def summarize(results: list[dict]) -> list[dict]:
         r["median_tokens_per_sec"] = statistics.median(r["windows"])
     for r in results:
         ring = sorted((x for x in results if x["layout"] == "ring" and all(
-            x[k] == r[k] for k in SAME_WORK) and (r["layout"] == "auto" or (
+            x[k] == r[k] for k in SAME_WORK) and x.get("mla_exchange") == r.get(
+                "mla_exchange") and (r["layout"] == "auto" or (
                 x["tile"] == r["tile"] and x["strategy"] == r["strategy"]))),
             key=lambda x: -x["median_tokens_per_sec"])
         if not ring:
@@ -221,19 +232,19 @@ def step_ratio(kind: dict, base: dict) -> float:
                              in zip(kind["steps"], kind["windows"]))
 
 
-def against_first_policy(results: list[dict], policies: list[str]) -> list[str]:
-    """One line per kind run with a later --remat-policies value: its step-by-step ratio to
-    the same kind with the first one."""
+def against_first(results: list[dict], key: str, values: list[str]) -> list[str]:
+    """One line per kind run with a later value of `key` (--remat-policies, --mla-exchanges):
+    its step-by-step ratio to the same kind with the first value."""
     lines = []
     for r in results:
-        if r["remat_policy"] == policies[0]:
+        if r.get(key) == values[0]:
             continue
-        base = next(x for x in results if x["remat_policy"] == policies[0] and all(
-            x[k] == r[k] for k in ("layout", "strategy", "tile", *SAME_WORK)
-            if k != "remat_policy"))
-        lines.append(f"remat_policy {r['remat_policy']} against {policies[0]} ({r['layout']} "
-                     f"{r['strategy']} tile {r['tile']}, {r['seq_len']:,}): "
-                     f"{step_ratio(r, base):.2f}x the tokens/s on the same steps")
+        base = next(x for x in results if x.get(key) == values[0] and all(
+            x.get(k) == r.get(k) for k in ("layout", "strategy", "tile", "remat_policy",
+                                           "mla_exchange", *SAME_WORK) if k != key))
+        lines.append(f"{key} {r[key]} against {values[0]} ({r['layout']} {r['strategy']} tile "
+                     f"{r['tile']}, {r['seq_len']:,}): {step_ratio(r, base):.2f}x the tokens/s "
+                     f"on the same steps")
     return lines
 
 
@@ -244,22 +255,27 @@ def print_table(results, args):
           f"{args.steps} steady-state steps; x ring: median of step-by-step ratios to ring")
     experts = args.experts != [1]  # a column only where expert degrees are compared
     remat = args.remat_policies != ["auto"]  # likewise remat policies
+    mla = args.mla_exchanges != ["auto"]  # and latent attention's exchanges
     print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tile':>5} "
           + (f"{'experts':>7} " if experts else "") + (f"{'remat':>9} " if remat else "")
+          + (f"{'exchange':>8} " if mla else "")
           + f"{'tokens/s':>9} {'min':>7} {'max':>7} {'x ring':>7}  ran")
     for r in results:
         ratio = "-" if r["x_ring"] is None else f"{r['x_ring']:.2f}"
         print(f"{r['seq_len']:>7,} {'masked' if r['masked'] else 'unmasked':<9} "
               f"{r['layout']:<9} {r['strategy']:<10} {r['tile']:>5} "
               + (f"{r['experts']:>7} " if experts else "")
-              + (f"{r['remat_policy']:>9} " if remat else "") +
+              + (f"{r['remat_policy']:>9} " if remat else "")
+              + (f"{r['mla_exchange']:>8} " if mla else "") +
               f"{r['median_tokens_per_sec']:>9,.0f} {min(r['windows']):>7,.0f} "
               f"{max(r['windows']):>7,.0f} {ratio:>7}  {r['ran'] or ''}")
     for r in results:
         if r["layout"] == "auto":
             print(auto_against_fastest(r, results))
     if remat:
-        print("\n".join(against_first_policy(results, args.remat_policies)))
+        print("\n".join(against_first(results, "remat_policy", args.remat_policies)))
+    if mla:
+        print("\n".join(against_first(results, "mla_exchange", args.mla_exchanges)))
 
 
 def auto_against_fastest(auto: dict, results: list[dict]) -> str:

@@ -106,6 +106,21 @@ def test_gpt_oss_with_its_experts_over_the_sequence_devices(corpus, tmp_path):
     assert max(shares) == evaluated["moe/layer1/share_max"]
 
 
+def test_deepseek_v3_passing_latents_over_the_sequence_devices(corpus, tmp_path):
+    """DeepSeek-V3 saved by transformers (latent attention with a query latent, YaRN with its
+    mscale, interleaved RoPE; sigmoid group-limited routing with its correction bias, a shared
+    expert, a dense first block) trained on a 2 x 4 mesh whose ring passes latents: the first
+    step's loss is the loaded model's on one device."""
+    deepseek = (make_model_dir(str(tmp_path / "model"), corpus, case="deepseek_v3_mla"), corpus,
+                str(tmp_path / "cache"))
+    train_and_evaluate(run_config(deepseek, "zigzag", **{"parallel.mla_exchange": "latent"}),
+                       str(tmp_path / "run"))
+    rows = read_metrics(tmp_path / "run")
+    first, reference = losses(rows)[1], single_device_loss(deepseek)
+    assert abs(first - reference) < 1e-5 * abs(reference), (first, reference)
+    assert next(r for r in rows if r["step"] == 1)["attention/mla_exchange"] == "latent"
+
+
 def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):
     """train.py from the Hugging Face directory (its tokenizer, config.json's shapes and RoPE),
     then a second stage from that run at twice the length, another mesh and another RoPE base:

@@ -14,7 +14,7 @@ import model
 import parallel
 import run_config
 from model import moe as moe_lib
-from model.config import MoEConfig
+from model.config import MLAConfig, MoEConfig
 from planner import memory
 from tests.test_model import SIZES, assert_as_one_device, loss_and_grads
 
@@ -111,12 +111,18 @@ def test_mixed_sparse_and_dense_layers_cannot_be_stacked():
     assert dataclasses.replace(moe, mlp_only_layers=()).mixed(2) is False
 
 
-@pytest.mark.parametrize("moe", [
-    MoEConfig(num_experts=4, top_k=2, expert_mlp_dim=16, mlp_only_layers=(0,)),
-    MoEConfig(num_experts=4, top_k=1, router="topk_softmax", expert_bias=True)])
-def test_planner_counts_the_experts_parameters(moe):
-    options = {} if moe.router == "softmax_topk" else dict(  # GPT-OSS's attention too
-        attention_bias=True, attention_sinks=True)
+@pytest.mark.parametrize("moe,options", [
+    (MoEConfig(num_experts=4, top_k=2, expert_mlp_dim=16, mlp_only_layers=(0,)), {}),
+    (MoEConfig(num_experts=4, top_k=1, router="topk_softmax", expert_bias=True),
+     dict(attention_bias=True, attention_sinks=True)),  # GPT-OSS's attention too
+    (MoEConfig(num_experts=4, top_k=2, expert_mlp_dim=16, router="sigmoid_topk",  # DeepSeek-V3
+               num_shared_experts=2, first_dense_layers=1),
+     dict(mla=MLAConfig(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                        v_head_dim=6))),
+    (MoEConfig(num_experts=4, top_k=2, expert_mlp_dim=16, num_shared_experts=1,  # Qwen2-MoE
+               shared_expert_mlp_dim=24, shared_expert_gate=True),
+     dict(qkv_bias=True, partial_rotary_factor=0.5))])
+def test_planner_counts_the_experts_parameters(moe, options):
     cfg = model.ModelConfig(**SIZES, moe=moe, **options)
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
     counts = memory.param_counts(cfg)

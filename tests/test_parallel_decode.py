@@ -97,3 +97,20 @@ def test_local_and_global_layers_decode_as_they_train(prompts):
         with jax.set_mesh(one[0]):
             logits = np.asarray(forward(one[2], np.array([row[:-1]]))[0])
         assert list(logits[len(prompt) - 1:].argmax(-1)) == list(row[len(prompt):])
+
+
+def test_latent_attention_decodes_as_it_trains(prompts):
+    """Latent attention (a query latent, keys 8 + 4 and values 6 wide) with DeepSeek-V3's
+    experts: each greedy token, prefilled over 4 devices (the prompt's keys expanded where they
+    sit) or on one with the cache, is the training forward's argmax on the finished row."""
+    from tests.test_mla_parallel import MLA_MODEL
+    one = build("ring", 1, **MLA_MODEL)
+    forward = jax.jit(lambda p, t: nnx.merge(one[1], p)(t))
+    mesh, graphdef, params = build("striped", 4, **MLA_MODEL)
+    rows = decode.generate_sharded(graphdef, params, prompts, 6, mesh)
+    for prompt, row in zip(prompts, rows):
+        cached = decode.generate(one[1], one[2], np.array([prompt]), 6)[0]
+        assert list(row) == list(cached)
+        with jax.set_mesh(one[0]):
+            logits = np.asarray(forward(one[2], np.array([row[:-1]]))[0])
+        assert list(logits[len(prompt) - 1:].argmax(-1)) == list(row[len(prompt):])

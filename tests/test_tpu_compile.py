@@ -183,10 +183,12 @@ def test_plan_compiles_for_two_slices_with_the_ring_inside_each():
 
 
 @heavy
-@pytest.mark.parametrize("config", ["configs/qwen3_30b_a3b_v5p.py", "configs/gpt_oss_20b_v5p.py"])
+@pytest.mark.parametrize("config", ["configs/qwen3_30b_a3b_v5p.py", "configs/gpt_oss_20b_v5p.py",
+                                    "configs/deepseek_v2_lite_v5p.py"])
 def test_the_mixture_of_experts_configs_fit_a_v5p_128(config, tmp_path):
-    """Qwen3-30B-A3B and GPT-OSS-20B at their real sizes, 131,072 tokens, the experts over the
-    4 data-parallel groups' chips: the TPU compiler's train step fits a v5p chip."""
+    """Qwen3-30B-A3B, GPT-OSS-20B and DeepSeek-V2-Lite (latent attention, the ring passing
+    latents) at their real sizes, 131,072 tokens, the experts over the 4 data-parallel groups'
+    chips: the TPU compiler's train step fits a v5p chip."""
     result = plan(f"--config={config}", "--topology=v5p-128", f"--json={tmp_path / 'plan.json'}")
     assert result.returncode == 0, result.stderr
     assert "for v5p-128, per chip" in result.stdout and ": FITS;" in result.stdout
