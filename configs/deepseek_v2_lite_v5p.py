@@ -12,8 +12,9 @@ attention (kv_lora_rank 512, no query latent, qk 128 + 64, v 128), the first blo
 of 10,944, the other 26 blocks 64 routed experts of 1,408 (6 a token, softmax, not
 renormalised) beside 2 shared ones, vocab 102,400; YaRN x 40 over its 4,096 pretrained tokens
 with DeepSeek's mscale 0.707. 15.7B parameters, 2.7B active a token. bf16 compute, float32
-weights and AdamW state, blocks rematerialised (not scanned: the dense first block differs from
-the others), the loss in chunks.
+weights and AdamW state, blocks rematerialised, the dense first block on its own and the 26
+sparse ones in one lax.scan (unrolled, the TPU compiler kept every layer's gathered weights:
+94.2 GB a chip, against 14.9 scanned; BENCHMARKS.md), the loss in chunks.
 """
 
 from configs import default, llama_7b
@@ -55,7 +56,7 @@ def get_config():
     m.moe.first_dense_layers = 1  # first_k_dense_replace
     m.moe.aux_loss_coef = 0.001  # aux_loss_alpha
     llama_7b.set_accelerator_precision(m)
-    m.scan_layers = False  # a dense first block beside 26 sparse ones: not stacked
+    m.scan_layers = True  # block 0 (dense) alone, then one scanned program for the 26 sparse
     m.remat = True  # every block recomputed in the backward
     m.remat_policy = "nothing"
     m.loss_chunk = 2048  # 102k-word logits 2,048 tokens at a time

@@ -176,8 +176,17 @@ class MoEConfig:
             raise ValueError(f"model.moe: {problem}")
 
     def mixed(self, num_layers: int) -> bool:
-        """Whether some blocks are sparse and some dense (they cannot be stacked: scan_layers)."""
+        """Whether some blocks are sparse and some dense."""
         return 0 < len(self.sparse_layers(num_layers)) < num_layers
+
+    def dense_prefix(self, num_layers: int) -> int | None:
+        """How many blocks lead the model dense before only sparse ones follow (DeepSeek's
+        first_k_dense_replace): 0 when all blocks are alike, None when sparse and dense blocks
+        interleave otherwise (then they cannot be stacked: scan_layers)."""
+        sparse = self.sparse_layers(num_layers)
+        if not self.mixed(num_layers):
+            return 0
+        return sparse[0] if sparse == tuple(range(sparse[0], num_layers)) else None
 
     def sparse_layers(self, num_layers: int) -> tuple[int, ...]:
         """The blocks whose MLP is the expert layer (model/moe.py), in order."""
@@ -335,10 +344,10 @@ class ModelConfig:
     def __post_init__(self):
         # JSON gives lists: a tuple keeps the config hashable (static in jit).
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        if self.scan_layers is True and self.moe.mixed(self.num_layers):  # not 'auto'
-            raise ValueError("model.scan_layers stacks identical blocks, but model.moe makes "
-                             f"layers {list(self.sparse_layers)} sparse and the others dense: "
-                             "set model.scan_layers=False")
+        if self.scan_layers is True and self.moe.dense_prefix(self.num_layers) is None:
+            raise ValueError("model.scan_layers stacks identical blocks (after a dense first "
+                             f"few), but model.moe makes layers {list(self.sparse_layers)} "
+                             "sparse and the others dense: set model.scan_layers=False")
         rotary = self.partial_rotary_factor * self.head_dim
         if not 0 < self.partial_rotary_factor <= 1 or rotary != int(rotary) or rotary % 2:
             raise ValueError(f"model.partial_rotary_factor {self.partial_rotary_factor} must "
@@ -360,6 +369,12 @@ class ModelConfig:
             return {"layout": "striped", "strategy": BASELINE, "kernel": "auto"}
         kwargs = self.attention.attention_kwargs()
         return dict(kwargs, tile_q=kwargs["tile_q"] or None, tile_k=kwargs["tile_k"] or None)
+
+    @property
+    def first_stacked(self) -> int:
+        """With scan_layers, the first block of the stack: the dense blocks before it run one
+        by one (DeepSeek's first_k_dense_replace); 0 when every block is alike."""
+        return self.moe.dense_prefix(self.num_layers) or 0
 
     @property
     def sparse_layers(self) -> tuple[int, ...]:

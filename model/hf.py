@@ -193,16 +193,17 @@ def _source(path: tuple, cfg: ModelConfig) -> tuple[np.ndarray, Stored]:
     """Our parameter's path -> (the Hugging Face tensor names it is read from, an array shaped
     like its leading axes: [layers] when stacked, [experts] where each expert is its own tensor
     ({e} in the name), both or neither; how they are stored)."""
-    if path[0] != "blocks":
+    if path[0] not in ("blocks", "first_blocks"):
         return np.asarray(_TOP[path]), stored(path, _TOP[path])
     inner = path[2:] if isinstance(path[1], int) else path[1:]
     how = stored(inner, _family(cfg).layer[inner])
     experts = range(cfg.moe.num_experts) if "{e}" in how.name else None
     per_layer = lambda i: (f"model.layers.{i}.{how.name}" if experts is None  # noqa: E731
                            else [f"model.layers.{i}.{how.name.format(e=e)}" for e in experts])
-    if isinstance(path[1], int):  # blocks[i]...
+    if isinstance(path[1], int):  # blocks[i]..., or first_blocks[i] (dense, before a stack)
         return np.asarray(per_layer(path[1])), how
-    return np.asarray([per_layer(i) for i in range(cfg.num_layers)]), how
+    stacked = range(cfg.first_stacked if cfg.scan_layers else 0, cfg.num_layers)
+    return np.asarray([per_layer(i) for i in stacked]), how
 
 
 def _stored_shape(shape: tuple, how: Stored) -> tuple:

@@ -69,10 +69,12 @@ def _remat_policy(name: str):
 
 
 def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
-    """One Block whose parameters carry a leading [num_layers] axis (unsharded: each device holds
-    its FSDP shard of every layer). The blocks are drawn exactly as the unrolled model draws them
-    and then stacked, so a run starts from the same weights whether or not it scans."""
-    layers = [Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i)) for i in range(cfg.num_layers)]
+    """One Block whose parameters carry a leading [layers] axis for blocks cfg.first_stacked ..
+    num_layers - 1 (unsharded: each device holds its FSDP shard of every layer). The blocks are
+    drawn exactly as the unrolled model draws them and then stacked, so a run starts from the
+    same weights whether or not it scans (the dense blocks before the stack are drawn first)."""
+    layers = [Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i))
+              for i in range(cfg.first_stacked, cfg.num_layers)]
     graphdef, _ = nnx.split(layers[0])
 
     def stack(*variables):
@@ -109,6 +111,9 @@ class Transformer(nnx.Module):
                                param_dtype=cfg.weights_dtype, embedding_init=embed_init,
                                rngs=rngs)
         if cfg.scan_layers:
+            if cfg.first_stacked:  # DeepSeek's dense first blocks, one by one before the stack
+                self.first_blocks = nnx.List([Block(cfg, mesh, rngs)
+                                              for _ in range(cfg.first_stacked)])
             self.blocks = _stacked_blocks(cfg, mesh, rngs)
         else:
             self.blocks = nnx.List([Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i))
@@ -150,6 +155,8 @@ class Transformer(nnx.Module):
         if self.cfg.remat:
             run = nnx.remat(run, policy=_remat_policy(self.cfg.remat_policy), static_argnums=2)
         if self.cfg.scan_layers:
+            for i in range(self.cfg.first_stacked):  # dense: no statistics
+                x, _ = run(self.first_blocks[i], x, self.cfg.layer_type(i))
             x, stats = _scan_blocks(run, self.blocks, x, self.cfg)
         else:
             per_layer = []
@@ -216,19 +223,23 @@ class Transformer(nnx.Module):
         if not self.cfg.scan_layers:
             yield from self.blocks
             return
+        if self.cfg.first_stacked:
+            yield from self.first_blocks
         graphdef, state = nnx.split(self.blocks)
-        for i in range(self.cfg.num_layers):
+        for i in range(self.cfg.num_layers - self.cfg.first_stacked):
             yield nnx.merge(graphdef, jax.tree.map(lambda a, i=i: a[i], state))
 
 
 def _scan_blocks(run, blocks, x, cfg: ModelConfig):
-    """(x, stats) through the stacked blocks with one lax.scan: the program holds one block's code
-    whatever the depth, so compile time and program size stay flat in num_layers. Blocks of
+    """(x, stats) through the stacked blocks (cfg.first_stacked on) with one lax.scan: the program
+    holds one block's code whatever the depth, so compile time and program size stay flat in
+    num_layers. Blocks of
     mixed attention kinds (local and global) share their parameters' shapes: each step switches
     to its layer's kind, so the program holds one block per kind."""
     graphdef, state = nnx.split(blocks)
     kinds = cfg.kinds
-    index = jnp.asarray([kinds.index(cfg.layer_type(i)) for i in range(cfg.num_layers)])
+    index = jnp.asarray([kinds.index(cfg.layer_type(i))
+                         for i in range(cfg.first_stacked, cfg.num_layers)])
 
     def body(x, step):
         layer_state, which = step

@@ -58,12 +58,13 @@ def all_given(model_cfg) -> MemorySwitches | None:
 def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
     """Every combination of the values the 'auto' switches may take (the given ones fixed)."""
     fixed = given(model_cfg)
-    mixed = model_cfg.moe.mixed(model_cfg.num_layers)
+    mixed = model_cfg.moe.dense_prefix(model_cfg.num_layers) is None
     options = {
         "remat": [False, True],
         "remat_policy": ["nothing", "attention", "dots"] + ([] if platform == "cpu"
                                                              else ["offload"]),
-        "scan_layers": [False] if mixed else [False, True],  # sparse and dense blocks: no stack
+        # sparse and dense blocks interleaved: no stack (a dense first few run before one)
+        "scan_layers": [False] if mixed else [False, True],
         **{name: [0] + [c for c in [largest_divisor(block, most)] if 0 < c < block]
            for name, most in CHUNKS.items()},
     }

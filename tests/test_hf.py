@@ -69,6 +69,20 @@ def test_onto_a_sharded_mesh_with_stacked_layers(reference):
         assert relative_error(m(reference["tokens"]), reference["yarn_tied"]) < 1e-4
 
 
+def test_deepseek_stacked_after_its_dense_first_block(reference, tmp_path):
+    """DeepSeek-V3 read with scan_layers: its dense block 0 alone (first_blocks), the sparse
+    blocks 1.. stacked; the same logits, and hf.save writes the same tensors back."""
+    source = os.path.join(FIXTURES, "deepseek_v3_mla")
+    m = hf.load(source, scan_layers=True)
+    assert m.cfg.first_stacked == 1 and m.blocks.attention.kv_b.kernel[...].shape[0] == 1
+    assert relative_error(m(reference["tokens"]), reference["deepseek_v3_mla"]) < 1e-4
+    hf.save(m, str(tmp_path / "saved"))
+    ours, theirs = SafetensorsDir(str(tmp_path / "saved")), SafetensorsDir(source)
+    assert ours.names() == theirs.names()
+    for name in theirs.names():
+        np.testing.assert_array_equal(ours.read(name), theirs.read(name))
+
+
 @pytest.mark.parametrize("case", ["default_untied_sharded", "yarn_tied", "qwen3_window",
                                   "gemma2_caps", "gemma3_local_global", "qwen3_moe_experts",
                                   "mixtral_experts", "gpt_oss_experts", "deepseek_v3_mla",

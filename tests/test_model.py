@@ -105,10 +105,14 @@ def assert_as_one_device(loss, grads, single_device, stacked: bool = False):
     want_loss, want_grads, _ = single_device
     assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
     grads, want_grads = nnx.to_pure_dict(grads), nnx.to_pure_dict(want_grads)
-    if stacked:
-        grads["blocks"] = {i: jax.tree.map(lambda a, i=i: a[i], grads["blocks"])
-                           for i in range(SIZES["num_layers"])}
-    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / np.abs(w).max(), grads, want_grads)
+    if stacked:  # dense first blocks (first_blocks) one by one, then the stack
+        first = grads.pop("first_blocks", {})
+        stack = grads["blocks"]
+        size = len(jax.tree.leaves(stack)[0])
+        grads["blocks"] = {**first, **{len(first) + i: jax.tree.map(lambda a, i=i: a[i], stack)
+                                       for i in range(size)}}
+    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / max(np.abs(w).max(), 1e-30),
+                          grads, want_grads)
     assert max(jax.tree.leaves(errors)) < 1e-4
 
 
