@@ -55,14 +55,28 @@ def reference():
     return dense(*args, seg, dout)
 
 
-CASES = [(layout, strategy, degree, MESHES[(i + j) % 3])
-         for i, layout in enumerate(LAYOUTS) for j, (strategy, degree) in enumerate(STRATEGIES)]
+# every layout x strategy x exchange; the two exchanges of a pair on different meshes
+CASES = [(layout, strategy, degree, MESHES[(i + j + (exchange == "full")) % 3], exchange)
+         for i, layout in enumerate(LAYOUTS) for j, (strategy, degree) in enumerate(STRATEGIES)
+         for exchange in ("latent", "full")]
 
 
-@pytest.mark.parametrize("layout,strategy,degree,mesh_shape", CASES)
-def test_passing_latents_is_exact(reference, layout, strategy, degree, mesh_shape):
-    """Every layout x strategy, each on one of the three meshes: output and the gradients of q,
-    the latent, the RoPE key and kv_b, float32 against float64, within 1e-5 relative."""
+def expanded(q, c, k_rope, kv_b):
+    """'full': the keys and values every device would exchange, expanded where they are made
+    (the model's own expand), for parallel.attention (values narrower than keys)."""
+    kv = (c @ kv_b).reshape(*c.shape[:2], H, NOPE + V)
+    k = jnp.concatenate([kv[..., :NOPE], jnp.broadcast_to(k_rope[:, :, None],
+                                                          (*c.shape[:2], H, ROPE))], axis=-1)
+    return q, k, kv[..., NOPE:]
+
+
+@pytest.mark.parametrize("layout,strategy,degree,mesh_shape,exchange", CASES)
+def test_latent_attention_is_exact_passing_latents_or_keys(reference, layout, strategy, degree,
+                                                            mesh_shape, exchange):
+    """Every layout x strategy x exchange, on one of the three meshes: output and the gradients
+    of q, the latent, the RoPE key and kv_b, float32 against float64, within 1e-5 relative.
+    'latent': parallel.latent_attention; 'full': parallel.attention on the expanded keys and
+    values (narrower), whose gradients reach the latent through the expansion."""
     want_out, want_grads = reference
     args, dout, seg = inputs()
     data, seq = mesh_shape
@@ -72,11 +86,12 @@ def test_passing_latents_is_exact(reference, layout, strategy, degree, mesh_shap
     kv_b = jnp.asarray(args[3], jnp.float32)
 
     def run(q, c, k_rope, kv_b):
-        return parallel.latent_attention(q, c, k_rope, kv_b, mesh=mesh, layout=layout,
-                                         segment_ids=jnp.asarray(take(seg, order)),
-                                         order=jnp.asarray(order), strategy=strategy,
-                                         ulysses_degree=degree, kernel="xla", tile_q=4,
-                                         tile_k=4)
+        options = dict(mesh=mesh, layout=layout, segment_ids=jnp.asarray(take(seg, order)),
+                       order=jnp.asarray(order), strategy=strategy, ulysses_degree=degree,
+                       kernel="xla", tile_q=4, tile_k=4)
+        if exchange == "full":
+            return parallel.attention(*expanded(q, c, k_rope, kv_b), **options)
+        return parallel.latent_attention(q, c, k_rope, kv_b, **options)
 
     out = run(*laid, kv_b)
     grads = jax.grad(lambda *a: jnp.sum(run(*a) * jnp.asarray(take(dout, order), jnp.float32)),

@@ -104,11 +104,16 @@ def test_balance_loss_with_equal_router_logits():
     assert abs(float(stats["balance"]) - 2.0) < 1e-6  # E * (1 + 1 + 0 + 0) / E = 2
 
 
-def test_mixed_sparse_and_dense_layers_cannot_be_stacked():
-    moe = MoEConfig(num_experts=4, mlp_only_layers=(0,))
+def test_interleaved_sparse_and_dense_layers_cannot_be_stacked():
+    """A dense first few then sparse blocks stack (the first run alone: DeepSeek's
+    first_k_dense_replace); dense blocks between sparse ones do not."""
+    moe = MoEConfig(num_experts=4, mlp_only_layers=(1,))  # sparse 0 and 2, dense 1
     with pytest.raises(ValueError, match="scan_layers=False"):
-        model.ModelConfig(**SIZES, moe=moe, scan_layers=True)
+        model.ModelConfig(**{**SIZES, "num_layers": 3}, moe=moe, scan_layers=True)
     assert dataclasses.replace(moe, mlp_only_layers=()).mixed(2) is False
+    first = model.ModelConfig(**{**SIZES, "num_layers": 3}, scan_layers=True,
+                              moe=MoEConfig(num_experts=4, first_dense_layers=2))
+    assert first.first_stacked == 2 and first.sparse_layers == (2,)
 
 
 @pytest.mark.parametrize("moe,options", [
