@@ -46,7 +46,8 @@ from jax.experimental import multihost_utils
 import parallel
 
 from model.config import FULL, SLIDING, ModelConfig
-from model.hf_families import FAMILIES, Family, FamilyError, Stored, family_of, stored
+from model.hf_families import FAMILIES, Family, FamilyError, family_of
+from model.hf_tensors import Stored, stored
 from model.rope import RopeScaling
 from model.safetensors_dir import SafetensorsDir, write
 from model.transformer import Transformer

@@ -82,34 +82,26 @@ def test_a_prompt_longer_than_a_device_holds_is_sharded(prompts):
     assert len(rows[0]) == 1004
 
 
-def test_local_and_global_layers_decode_as_they_train(prompts):
-    """Sliding-window and global layers with sinks, caps, q/k norms (tests/test_model.py's
-    MIXED, window 6): each greedy token, prefilled over 4 devices or on one, is the training
-    forward's argmax on the finished row (and windows shorter than the prompts bite)."""
-    from tests.test_model import MIXED
-    one = build("ring", 1, **MIXED)
-    forward = jax.jit(lambda p, t: nnx.merge(one[1], p)(t))
-    mesh, graphdef, params = build("zigzag", 4, **MIXED)
-    rows = decode.generate_sharded(graphdef, params, prompts, 8, mesh)
-    for prompt, row in zip(prompts, rows):
-        cached = decode.generate(one[1], one[2], np.array([prompt]), 8)[0]
-        assert list(row) == list(cached)
-        with jax.set_mesh(one[0]):
-            logits = np.asarray(forward(one[2], np.array([row[:-1]]))[0])
-        assert list(logits[len(prompt) - 1:].argmax(-1)) == list(row[len(prompt):])
-
-
-def test_latent_attention_decodes_as_it_trains(prompts):
-    """Latent attention (a query latent, keys 8 + 4 and values 6 wide) with DeepSeek-V3's
-    experts: each greedy token, prefilled over 4 devices (the prompt's keys expanded where they
-    sit) or on one with the cache, is the training forward's argmax on the finished row."""
+def _options(name):
     from tests.test_mla_parallel import MLA_MODEL
-    one = build("ring", 1, **MLA_MODEL)
+    from tests.test_model import MIXED
+    return {"mixed": MIXED, "latent": MLA_MODEL}[name]
+
+
+@pytest.mark.parametrize("options,layout,new", [("mixed", "zigzag", 8), ("latent", "striped", 6)])
+def test_model_options_decode_as_they_train(prompts, options, layout, new):
+    """mixed: sliding-window and global layers with sinks, caps, q/k norms (tests/test_model.py's
+    MIXED, window 6); latent: latent attention with a query latent (keys 8 + 4, values 6 wide)
+    and DeepSeek-V3's experts (tests/test_mla_parallel.py's MLA_MODEL). Each greedy token,
+    prefilled over 4 devices (the prompt's keys made where they sit) or on one with the cache,
+    is the training forward's argmax on the finished row (and windows shorter than the prompts
+    bite)."""
+    one = build("ring", 1, **_options(options))
     forward = jax.jit(lambda p, t: nnx.merge(one[1], p)(t))
-    mesh, graphdef, params = build("striped", 4, **MLA_MODEL)
-    rows = decode.generate_sharded(graphdef, params, prompts, 6, mesh)
+    mesh, graphdef, params = build(layout, 4, **_options(options))
+    rows = decode.generate_sharded(graphdef, params, prompts, new, mesh)
     for prompt, row in zip(prompts, rows):
-        cached = decode.generate(one[1], one[2], np.array([prompt]), 6)[0]
+        cached = decode.generate(one[1], one[2], np.array([prompt]), new)[0]
         assert list(row) == list(cached)
         with jax.set_mesh(one[0]):
             logits = np.asarray(forward(one[2], np.array([row[:-1]]))[0])
