@@ -8,6 +8,7 @@ reads the files; it needs no PyTorch).
     /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --mxfp4-only   # add (or redo) that case
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --latent-only  # add (or redo) LATENT_CASES
+    /tmp/ref/bin/python scripts/make_hf_fixtures.py --hybrid-only  # add (or redo) HYBRID_CASES
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --mla-attention  # one MLA layer alone
 
 gpt_oss_mxfp4 keeps its experts in MXFP4, as GPT-OSS's published checkpoints do: quantized
@@ -15,7 +16,8 @@ here (each block of 32 weights scaled by the power of two that brings its larges
 weight rounded to the nearest e2m1 value), its reference logits from transformers' own
 dequantization (`Mxfp4Config(dequantize=True)`). Written with torch 2.13.0 and transformers
 5.24.0, as LATENT_CASES (DeepSeek-V3 and V2-Lite with latent attention, GLM-4.5's and Qwen2-MoE's
-shared experts: issue 62's families, which model.hf does not read yet); the other cases:
+shared experts) and HYBRID_CASES (Qwen3-Next's Gated DeltaNet and Granite 4.0's Mamba2 hybrids:
+issue 63's families, which model.hf does not read yet); the other cases:
 torch 2.14.1 and transformers 5.24.0. Each case is a 2-layer model with grouped
 query heads (4 query, 2 key/value heads) under one RoPE rule, tied or untied, float32 or
 bfloat16, one file or sharded with an index; one case keeps the older config.json layout
@@ -143,6 +145,38 @@ LATENT_CASES = {
                               mlp_only_layers=[0],
                               rope_parameters={"rope_type": "default", "rope_theta": THETA}),
                          False, torch.float32),
+}
+
+
+# Issue 63's hybrids, added by --hybrid-only: Qwen3-Next (three Gated DeltaNet layers of 2 key
+# heads of 8 for 4 value heads of 8, a causal convolution of 4, then a gated softmax layer with
+# partial rotary; experts with a sigmoid-gated shared one) and Granite 4.0's GraniteMoeHybrid
+# (Mamba2 layers of 6 heads of 16 (2 x d_model), state 16, 2 groups, chunks of 16 over the 96 tokens, an
+# attention layer; experts with a shared MLP; Granite's multipliers).
+HYBRID_CASES = {
+    "qwen3_next_hybrid": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                          dict(num_hidden_layers=4, layer_types=["linear_attention"] * 3
+                               + ["full_attention"], linear_num_key_heads=2,
+                               linear_num_value_heads=4, linear_key_head_dim=8,
+                               linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                               num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                               shared_expert_intermediate_size=32, norm_topk_prob=True,
+                               rope_parameters={"rope_type": "default", "rope_theta": THETA,
+                                                "partial_rotary_factor": 0.25}),
+                          False, torch.float32),
+    "granite_hybrid_mamba2": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+                              dict(num_hidden_layers=4, layer_types=["mamba", "mamba",
+                                                                     "attention", "mamba"],
+                                   mamba_n_heads=6, mamba_d_head=16, mamba_d_state=16,
+                                   mamba_n_groups=2, mamba_d_conv=4, mamba_expand=2,
+                                   mamba_chunk_size=16, num_local_experts=4,
+                                   num_experts_per_tok=2, shared_intermediate_size=32,
+                                   intermediate_size=16, embedding_multiplier=2.0,
+                                   logits_scaling=4.0, residual_multiplier=0.5,
+                                   attention_multiplier=0.3, position_embedding_type="rope",
+                                   rope_parameters={"rope_type": "default",
+                                                    "rope_theta": THETA}),
+                              False, torch.float32),
 }
 
 
@@ -292,6 +326,14 @@ def main() -> None:
         np.savez(os.path.join(OUT, "mla_attention.npz"), **mla_attention_cases())
         print(f"torch {torch.__version__}, transformers {transformers.__version__}")
         return
+    if "--hybrid-only" in sys.argv:  # issue 63's families, added to what is there
+        logits = dict(np.load(os.path.join(OUT, "logits.npz")))
+        start = len(CASES) + len(FAMILY_CASES) + len(LATENT_CASES) + 1
+        for i, (name, case) in enumerate(HYBRID_CASES.items(), start=start):
+            logits[name] = family_case(name, case, logits["tokens"], i)
+        np.savez(os.path.join(OUT, "logits.npz"), **logits)
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+        return
     if "--latent-only" in sys.argv:  # issue 62's families, added to what is there
         logits = dict(np.load(os.path.join(OUT, "logits.npz")))
         start = len(CASES) + len(FAMILY_CASES) + 1
@@ -334,6 +376,9 @@ def main() -> None:
         logits[name] = family_case(name, case, tokens, i)
     start = len(CASES) + len(FAMILY_CASES) + 1
     for i, (name, case) in enumerate(LATENT_CASES.items(), start=start):
+        logits[name] = family_case(name, case, tokens, i)
+    start = len(CASES) + len(FAMILY_CASES) + len(LATENT_CASES) + 1
+    for i, (name, case) in enumerate(HYBRID_CASES.items(), start=start):
         logits[name] = family_case(name, case, tokens, i)
     logits["gpt_oss_mxfp4"] = mxfp4_case(tokens, len(CASES) + len(FAMILY_CASES))
     np.savez(os.path.join(OUT, "logits.npz"), **logits)
