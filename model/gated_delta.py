@@ -24,6 +24,9 @@ state were reset at each document's start (pairs across documents are masked, no
 huge factor: exact in float32).
 
     gated_delta_rule(q, k, v, g, beta, chunk=64) -> (o [B, S, H, dv], final state [B, H, dk, dv])
+    block_summary(...)       -> a block from zero, its (T, R), and what its start state reads
+    sequence_parallel(..., mesh)  the rule over contiguous blocks of the 'seq' devices, passing
+                                  each block's (T, R): bytes independent of the length
 
 q, k [B, S, H, dk] (already one per value head, normalised and scaled as the layer wants them),
 v [B, S, H, dv], g, beta [B, S, H]; float32 inside.
@@ -34,6 +37,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+import parallel
 
 F32 = jnp.float32
 
@@ -101,3 +106,60 @@ def _chunk(q, k, v, g, beta, seg, before, state):
     state = keep * state + jnp.einsum("bhtk,bhtv->bhkv", to_end[..., None] * k, u,
                                       precision=lax.Precision.HIGHEST)
     return out, state
+
+
+def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None):
+    """One device's block from a zero state, and what the state it really starts from would add:
+    (o [B, n, H, dv], reads [B, n, H, dk], R [B, H, dk, dv], T [B, H, dk, dk]) with
+
+        o_true = o + reads . S_in        S_out = T S_in + R      (S_in: the state before it)
+
+    The rule is linear in (values, start state) together, so both come from one run with dk more
+    value columns: values [v | 0], start state [0 | I]; the extra columns carry d S / d S_in
+    (zeroed, as the state is, at a document's start: T and reads then vanish past it)."""
+    b, _, h, dk = k.shape
+    ones = jnp.broadcast_to(jnp.eye(dk, dtype=F32), (b, h, dk, dk))
+    start = jnp.concatenate([jnp.zeros((b, h, dk, v.shape[-1]), F32), ones], axis=-1)
+    wide = jnp.concatenate([v.astype(F32), jnp.zeros((*v.shape[:-1], dk), F32)], axis=-1)
+    out, state = gated_delta_rule(q, k, wide, g, beta, chunk, start, segment_ids)
+    dv = v.shape[-1]
+    return out[..., :dv], out[..., dv:], state[..., :dv], state[..., dv:]
+
+
+def sequence_parallel(q, k, v, g, beta, mesh, chunk: int = 64, segment_ids=None):
+    """gated_delta_rule over the mesh's 'seq' devices, each holding a contiguous block of the
+    sequence ([B, S, ...] sharded P('data', 'seq'), the 'ring' layout's order): each scans its
+    block from a zero state (block_summary), the devices all-gather their (T, R) and the
+    documents at their blocks' ends, and each folds the blocks before it into its incoming state
+    and adds what that state reads. What travels is H (dk^2 + dk dv) numbers a row per device,
+    whatever the length. Returns o [B, S, H, dv] in v's dtype, sharded as v."""
+    seg = (jnp.zeros(q.shape[:2], jnp.int32) if segment_ids is None
+           else segment_ids.astype(jnp.int32))
+    tokens = jax.P(parallel.DATA, parallel.SEQ)
+
+    def local(q, k, v, g, beta, seg):
+        out, reads, r, t = block_summary(q, k, v, g, beta, chunk, seg)
+        ends = jnp.stack([seg[:, 0], seg[:, -1]], axis=-1)  # [B, 2]: first and last documents
+        r_all, t_all, ends_all = (jax.lax.all_gather(x, parallel.SEQ) for x in (r, t, ends))
+        me = jax.lax.axis_index(parallel.SEQ)
+
+        def fold(state, d):  # the state after block d, from the state before it
+            carried = (ends_all[d, :, 0] == jnp.where(d > 0, ends_all[d - 1, :, 1], -1)) | (d == 0)
+            state = jnp.where(carried[:, None, None, None], state, 0.0)
+            after = jnp.einsum("bhkj,bhjv->bhkv", t_all[d], state,
+                               precision=lax.Precision.HIGHEST) + r_all[d]
+            return after, state  # (into the next block, the state block d started from)
+
+        zero = jnp.zeros_like(r)
+        _, before = lax.scan(fold, zero, jnp.arange(r_all.shape[0]))
+        incoming = before[me]
+        # a document that starts at this block's first token does not see the state before it
+        previous_last = jnp.where(me > 0, ends_all[jnp.maximum(me - 1, 0), :, 1], -1)
+        incoming = jnp.where((seg[:, 0] == previous_last)[:, None, None, None], incoming, 0.0)
+        extra = jnp.einsum("bshk,bhkv->bshv", reads, incoming, precision=lax.Precision.HIGHEST)
+        return (out + extra).astype(v.dtype)
+
+    heads = jax.P(parallel.DATA, parallel.SEQ, None, None)
+    return jax.shard_map(local, mesh=mesh, in_specs=(heads, heads, heads, jax.P(
+        parallel.DATA, parallel.SEQ, None), jax.P(parallel.DATA, parallel.SEQ, None), tokens),
+        out_specs=heads, check_vma=False)(q, k, v, g, beta, seg)
