@@ -163,3 +163,54 @@ def sequence_parallel(q, k, v, g, beta, mesh, chunk: int = 64, segment_ids=None)
     return jax.shard_map(local, mesh=mesh, in_specs=(heads, heads, heads, jax.P(
         parallel.DATA, parallel.SEQ, None), jax.P(parallel.DATA, parallel.SEQ, None), tokens),
         out_specs=heads, check_vma=False)(q, k, v, g, beta, seg)
+
+
+def causal_conv(x, w, activation=jax.nn.silu):
+    """A depthwise causal convolution over the sequence: x [B, S, C], w [K, C] ->
+    act(sum_j w[j] x[t - K + 1 + j]) (zeros before the first token), [B, S, C] float32."""
+    kernel = w.shape[0]
+    padded = jnp.pad(x.astype(F32), [(0, 0), (kernel - 1, 0), (0, 0)])
+    out = sum(w[j].astype(F32) * padded[:, j:j + x.shape[1]] for j in range(kernel))
+    return activation(out)
+
+
+def l2_normalize(x, eps: float = 1e-6):
+    return x * lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def gated_deltanet(w, x, key_heads: int, value_heads: int, key_dim: int, value_dim: int,
+                   chunk: int = 64, eps: float = 1e-6, segment_ids=None):
+    """Qwen3-Next's linear-attention layer, x [B, S, D] -> [B, S, D], from its weights (ours are
+    [in, out]): qkvz [D, 2 Hk dk + 2 Hv dv] and ba [D, 2 Hv] laid out by key head (each key
+    head's q, k, then its Hv / Hk value heads' v and z; its b's then its a's), conv [K, 2 Hk dk
+    + Hv dv] over q | k | v, dt_bias and A_log [Hv], norm [dv], out [Hv dv, D].
+
+        q, k = l2norm(conv(...)) (q / sqrt(dk)), one key head per Hv / Hk value heads
+        beta = sigmoid(b),  g = -exp(A_log) softplus(a + dt_bias)
+        o = gated_delta_rule(...);  out = (rmsnorm(o) norm silu(z)) W_out
+    """
+    b_, s, _ = x.shape
+    group = value_heads // key_heads
+    x = x.astype(F32)
+    qkvz = (x @ w["qkvz"].astype(F32)).reshape(b_, s, key_heads,
+                                                2 * key_dim + 2 * group * value_dim)
+    q, k = qkvz[..., :key_dim], qkvz[..., key_dim:2 * key_dim]
+    v = qkvz[..., 2 * key_dim:2 * key_dim + group * value_dim].reshape(b_, s, value_heads,
+                                                                      value_dim)
+    z = qkvz[..., 2 * key_dim + group * value_dim:].reshape(b_, s, value_heads, value_dim)
+    ba = (x @ w["ba"].astype(F32)).reshape(b_, s, key_heads, 2 * group)
+    beta = jax.nn.sigmoid(ba[..., :group].reshape(b_, s, value_heads))
+    a = ba[..., group:].reshape(b_, s, value_heads)
+    g = -jnp.exp(w["A_log"].astype(F32)) * jax.nn.softplus(a + w["dt_bias"].astype(F32))
+    mixed = causal_conv(jnp.concatenate([q.reshape(b_, s, -1), k.reshape(b_, s, -1),
+                                         v.reshape(b_, s, -1)], axis=-1), w["conv"])
+    q = mixed[..., :key_heads * key_dim].reshape(b_, s, key_heads, key_dim)
+    k = mixed[..., key_heads * key_dim:2 * key_heads * key_dim].reshape(b_, s, key_heads,
+                                                                       key_dim)
+    v = mixed[..., 2 * key_heads * key_dim:].reshape(b_, s, value_heads, value_dim)
+    q = jnp.repeat(l2_normalize(q) * key_dim ** -0.5, group, axis=2)
+    k = jnp.repeat(l2_normalize(k), group, axis=2)
+    o, _ = gated_delta_rule(q, k, v, g, beta, chunk, segment_ids=segment_ids)
+    o = o * lax.rsqrt(jnp.mean(o * o, axis=-1, keepdims=True) + eps) * w["norm"].astype(F32)
+    o = o * jax.nn.silu(z)
+    return o.reshape(b_, s, -1) @ w["out"].astype(F32)

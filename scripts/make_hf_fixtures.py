@@ -10,6 +10,7 @@ reads the files; it needs no PyTorch).
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --latent-only  # add (or redo) LATENT_CASES
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --hybrid-only  # add (or redo) HYBRID_CASES
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --mla-attention  # one MLA layer alone
+    /tmp/ref/bin/python scripts/make_hf_fixtures.py --gated-deltanet  # one Gated DeltaNet layer
 
 gpt_oss_mxfp4 keeps its experts in MXFP4, as GPT-OSS's published checkpoints do: quantized
 here (each block of 32 weights scaled by the power of two that brings its largest under 6, every
@@ -151,8 +152,8 @@ LATENT_CASES = {
 # Issue 63's hybrids, added by --hybrid-only: Qwen3-Next (three Gated DeltaNet layers of 2 key
 # heads of 8 for 4 value heads of 8, a causal convolution of 4, then a gated softmax layer with
 # partial rotary; experts with a sigmoid-gated shared one) and Granite 4.0's GraniteMoeHybrid
-# (Mamba2 layers of 6 heads of 16 (2 x d_model), state 16, 2 groups, chunks of 16 over the 96 tokens, an
-# attention layer; experts with a shared MLP; Granite's multipliers).
+# (Mamba2 layers of 6 heads of 16 (2 x d_model), state 16, 2 groups, chunks of 16 over the 96
+# tokens, an attention layer; experts with a shared MLP; Granite's multipliers).
 HYBRID_CASES = {
     "qwen3_next_hybrid": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
                           dict(num_hidden_layers=4, layer_types=["linear_attention"] * 3
@@ -321,7 +322,32 @@ def mla_attention_cases() -> dict:
     return out
 
 
+def gated_deltanet_case() -> dict:
+    """{NAME: array}: one Qwen3NextGatedDeltaNet layer alone (qwen3_next_hybrid's shapes; its
+    torch path: the conv, then the chunked rule in chunks of 64), its weights (transformers'
+    names), input x [2, 96, 48] and output [2, 96, 48], float32."""
+    from transformers.models.qwen3_next import modeling_qwen3_next as qwen3_next
+    torch.manual_seed(200)
+    _, _, options, _, _ = HYBRID_CASES["qwen3_next_hybrid"]
+    config = transformers.Qwen3NextConfig(**{**SIZES, **options})
+    layer = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            p.copy_(0.5 + 0.3 * torch.randn_like(p) if name.endswith("norm.weight")
+                    else 0.3 * torch.randn_like(p))
+    x = torch.randn(2, TOKENS, SIZES["hidden_size"])
+    with torch.no_grad():
+        y = layer(x)
+    out = {name: p.numpy().astype(np.float32) for name, p in layer.state_dict().items()}
+    print("gated_deltanet", float(y.abs().mean()))
+    return {**out, "x": x.numpy(), "out": y.numpy()}
+
+
 def main() -> None:
+    if "--gated-deltanet" in sys.argv:
+        np.savez(os.path.join(OUT, "gated_deltanet.npz"), **gated_deltanet_case())
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+        return
     if "--mla-attention" in sys.argv:
         np.savez(os.path.join(OUT, "mla_attention.npz"), **mla_attention_cases())
         print(f"torch {torch.__version__}, transformers {transformers.__version__}")
