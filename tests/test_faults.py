@@ -255,6 +255,34 @@ def test_a_disk_the_checkpoints_fill_is_one_line_and_the_last_checkpoint_resumes
     assert [r["restored_step"] for r in rows if r.get("event") == "resumed"] == [kept[-1]]
 
 
+_UNRETRIEVED = """
+import asyncio, gc, sys
+from absl import logging
+logging.use_absl_handler()
+from training.thread_log import ThreadLog
+background = ThreadLog().install()
+async def save():
+    raise OSError(28, "No space left on device")
+loop = asyncio.new_event_loop()
+task = loop.create_task(save())
+loop.run_until_complete(asyncio.sleep(0))
+del task
+gc.collect()
+print("where:", background.save(sys.argv[1]), file=sys.stderr)
+"""
+
+
+def test_a_failed_save_task_that_asyncio_reports_at_collection_goes_to_the_log(tmp_path):
+    """The flake behind a CI failure: an Orbax save task failed as the process ended, and asyncio
+    printed 'Task exception was never retrieved' with its traceback under the one-line error."""
+    result = subprocess.run([sys.executable, "-c", _UNRETRIEVED, str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == f"where: {tmp_path / 'errors.log'}", result.stderr
+    kept = (tmp_path / "errors.log").read_text()
+    assert "Task exception was never retrieved" in kept and "No space left on device" in kept
+
+
 def test_wandb_is_rewound_to_the_checkpoint_online_and_continued_offline(tmp_path, monkeypatch):
     """wandb drops points below its last step: online, a resume rewinds the run (resume_from)."""
     import types

@@ -14,7 +14,8 @@ and a run that ends in an error writes them to a file that the error's line name
         where = background.save(workdir)      # WORKDIR/errors.log, or None: nothing kept
         print(f"error: {e}" + (f" (tracebacks in {where})" if where else ""))
 
-Kept: records of the Orbax and tensorstore loggers at ERROR and above (from any thread), and
+Kept: records of the Orbax, tensorstore and asyncio loggers at ERROR and above (from any thread:
+asyncio reports an Orbax save task's failure when the task is collected, on whichever thread), and
 whatever a thread other than the main one writes to sys.stderr. The main thread's own output, the
 progress lines and the one-line errors, reaches the terminal as before. Installed, it stays to
 the end of the process: Orbax's threads can outlive the run by a moment (a failed save ends while
@@ -33,7 +34,9 @@ import time
 
 from storage.run_dir import RunDir
 
-LIBRARIES = ("orbax", "tensorstore")  # whose threads' reports are kept
+# whose threads' reports are kept; asyncio's: an Orbax save task that failed while the process was
+# ending is reported by asyncio ("Task exception was never retrieved") when it is collected
+LIBRARIES = ("orbax", "tensorstore", "asyncio")
 LIMIT = 1 << 20  # characters kept at most (one failure repeats itself; the first are enough)
 
 
