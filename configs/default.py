@@ -121,7 +121,9 @@ def get_config():
     config.model.tie_embeddings = False  # output projection = embedding transposed
     # Attention per layer, as Hugging Face names it (Mistral, Qwen3, Gemma 2/3, GPT-OSS); the
     # defaults are a Llama model: every layer full causal attention, nothing else.
-    config.model.layer_types = ()  # per layer 'full_attention' | 'sliding_attention'; () = all full
+    # per layer 'full_attention' | 'sliding_attention' | 'linear_attention' (model.linear_attention
+    # below); () = all full
+    config.model.layer_types = ()
     config.model.sliding_window = 0  # keys a sliding layer's query sees, itself included
     config.model.rope_local_theta = 0.0  # RoPE base of sliding layers (unscaled); 0 = rope_theta
     config.model.qk_norm = False  # RMSNorm of every query and key head (Qwen3, Gemma 3)
@@ -131,6 +133,9 @@ def get_config():
     config.model.attention_bias = False  # biases on the q, k, v, o projections (GPT-OSS)
     config.model.qkv_bias = False  # biases on q, k, v only (Qwen2-MoE, GLM-4.5)
     config.model.partial_rotary_factor = 1.0  # RoPE on this share of each head (GLM-4.5: 0.5)
+    # Qwen3-Next's softmax layers: each head's output times sigmoid of a gate the query
+    # projection makes beside the query (twice as wide)
+    config.model.attention_output_gate = False
     config.model.query_scale = 0.0  # scores scaled by query_scale^-0.5 (Gemma); 0 = head_dim
     config.model.mlp_activation = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU, Gemma)
     config.model.sandwich_norms = False  # Gemma: a norm after attention and the MLP as well
@@ -167,6 +172,16 @@ def get_config():
         qk_nope_head_dim=128, qk_rope_head_dim=64,  # a head's query/key parts without, with RoPE
         v_head_dim=128,  # a head's value width
         rope_interleave=True))  # RoPE pairs (2i, 2i+1), DeepSeek's layout (False: halves)
+    # Gated DeltaNet layers (model/linear_attention.py: Qwen3-Next), the blocks whose layer_types
+    # entry is 'linear_attention': none by default. A state of key_head_dim x value_head_dim a
+    # value head replaces the keys and values; its sequence is split over the 'seq' devices by
+    # passing states (parallel.linear_strategy).
+    config.model.linear_attention = ml_collections.ConfigDict(dict(
+        num_key_heads=0,  # heads of q and k (Qwen3-Next-80B: 16); 0 = no such layers
+        num_value_heads=0,  # heads of v, a multiple of num_key_heads (Qwen3-Next-80B: 32)
+        key_head_dim=128, value_head_dim=128,
+        conv_kernel=4,  # the short causal convolution over q, k and v, in tokens
+        chunk_size=64))  # tokens the rule takes at once (numerics only)
     # Memory switches, 'auto': the planner turns on what the run needs to fit its devices and
     # no more, the fastest setting it predicts to fit (planner/switches.py; the run's first
     # lines say what it chose). A value set here, in a config or on the command line wins.

@@ -1,5 +1,4 @@
-"""The gated delta rule (Gated DeltaNet: Qwen3-Next's linear-attention layers), computed in chunks;
-the layer, its convolution and norms build on this.
+"""The gated delta rule (Gated DeltaNet: Qwen3-Next's linear-attention layers), computed in chunks.
 
 Per value head, a state S [dk, dv] is decayed, corrected towards each token's value and read by
 its query, one token after the other:
@@ -27,6 +26,9 @@ huge factor: exact in float32).
     block_summary(...)       -> a block from zero, its (T, R), and what its start state reads
     sequence_parallel(..., mesh)  the rule over contiguous blocks of the 'seq' devices, passing
                                   each block's (T, R): bytes independent of the length
+    pass_states(...)              the same, inside a shard_map of the caller's (the layer's)
+
+The layer around it (projections, convolution, norms): model/linear_attention.py.
 
 q, k [B, S, H, dk] (already one per value head, normalised and scaled as the layer wants them),
 v [B, S, H, dv], g, beta [B, S, H]; float32 inside.
@@ -128,89 +130,40 @@ def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None):
 
 def sequence_parallel(q, k, v, g, beta, mesh, chunk: int = 64, segment_ids=None):
     """gated_delta_rule over the mesh's 'seq' devices, each holding a contiguous block of the
-    sequence ([B, S, ...] sharded P('data', 'seq'), the 'ring' layout's order): each scans its
-    block from a zero state (block_summary), the devices all-gather their (T, R) and the
-    documents at their blocks' ends, and each folds the blocks before it into its incoming state
-    and adds what that state reads. What travels is H (dk^2 + dk dv) numbers a row per device,
-    whatever the length. Returns o [B, S, H, dv] in v's dtype, sharded as v."""
+    sequence ([B, S, ...] sharded P('data', 'seq'), the 'ring' layout's order): pass_states in
+    a shard_map. Returns o [B, S, H, dv] in v's dtype, sharded as v."""
     seg = (jnp.zeros(q.shape[:2], jnp.int32) if segment_ids is None
            else segment_ids.astype(jnp.int32))
-    tokens = jax.P(parallel.DATA, parallel.SEQ)
-
-    def local(q, k, v, g, beta, seg):
-        out, reads, r, t = block_summary(q, k, v, g, beta, chunk, seg)
-        ends = jnp.stack([seg[:, 0], seg[:, -1]], axis=-1)  # [B, 2]: first and last documents
-        r_all, t_all, ends_all = (jax.lax.all_gather(x, parallel.SEQ) for x in (r, t, ends))
-        me = jax.lax.axis_index(parallel.SEQ)
-
-        def fold(state, d):  # the state after block d, from the state before it
-            carried = (ends_all[d, :, 0] == jnp.where(d > 0, ends_all[d - 1, :, 1], -1)) | (d == 0)
-            state = jnp.where(carried[:, None, None, None], state, 0.0)
-            after = jnp.einsum("bhkj,bhjv->bhkv", t_all[d], state,
-                               precision=lax.Precision.HIGHEST) + r_all[d]
-            return after, state  # (into the next block, the state block d started from)
-
-        zero = jnp.zeros_like(r)
-        _, before = lax.scan(fold, zero, jnp.arange(r_all.shape[0]))
-        incoming = before[me]
-        # a document that starts at this block's first token does not see the state before it
-        previous_last = jnp.where(me > 0, ends_all[jnp.maximum(me - 1, 0), :, 1], -1)
-        incoming = jnp.where((seg[:, 0] == previous_last)[:, None, None, None], incoming, 0.0)
-        extra = jnp.einsum("bshk,bhkv->bshv", reads, incoming, precision=lax.Precision.HIGHEST)
-        return (out + extra).astype(v.dtype)
-
     heads = jax.P(parallel.DATA, parallel.SEQ, None, None)
-    return jax.shard_map(local, mesh=mesh, in_specs=(heads, heads, heads, jax.P(
-        parallel.DATA, parallel.SEQ, None), jax.P(parallel.DATA, parallel.SEQ, None), tokens),
-        out_specs=heads, check_vma=False)(q, k, v, g, beta, seg)
+    tokens = jax.P(parallel.DATA, parallel.SEQ)
+    per_head = jax.P(parallel.DATA, parallel.SEQ, None)
+    return jax.shard_map(lambda *a: pass_states(*a, chunk=chunk), mesh=mesh,
+                         in_specs=(heads, heads, heads, per_head, per_head, tokens),
+                         out_specs=heads, check_vma=False)(q, k, v, g, beta, seg)
 
 
-def causal_conv(x, w, activation=jax.nn.silu):
-    """A depthwise causal convolution over the sequence: x [B, S, C], w [K, C] ->
-    act(sum_j w[j] x[t - K + 1 + j]) (zeros before the first token), [B, S, C] float32."""
-    kernel = w.shape[0]
-    padded = jnp.pad(x.astype(F32), [(0, 0), (kernel - 1, 0), (0, 0)])
-    out = sum(w[j].astype(F32) * padded[:, j:j + x.shape[1]] for j in range(kernel))
-    return activation(out)
+def pass_states(q, k, v, g, beta, seg, chunk: int = 64):
+    """One device's block of the rule inside a shard_map over 'seq' (its local [B, n, ...]
+    arrays, the blocks contiguous and in device order): it scans its block from a zero state
+    (block_summary), the devices all-gather their (T, R) and the documents at their blocks'
+    ends, and each folds the blocks before it into its incoming state and adds what that state
+    reads. What travels is H (dk^2 + dk dv) numbers a row per device, whatever the length."""
+    out, reads, r, t = block_summary(q, k, v, g, beta, chunk, seg)
+    ends = jnp.stack([seg[:, 0], seg[:, -1]], axis=-1)  # [B, 2]: first and last documents
+    r_all, t_all, ends_all = (jax.lax.all_gather(x, parallel.SEQ) for x in (r, t, ends))
+    me = jax.lax.axis_index(parallel.SEQ)
 
+    def fold(state, d):  # the state after block d, from the state before it
+        carried = (ends_all[d, :, 0] == jnp.where(d > 0, ends_all[d - 1, :, 1], -1)) | (d == 0)
+        state = jnp.where(carried[:, None, None, None], state, 0.0)
+        after = jnp.einsum("bhkj,bhjv->bhkv", t_all[d], state,
+                           precision=lax.Precision.HIGHEST) + r_all[d]
+        return after, state  # (into the next block, the state block d started from)
 
-def l2_normalize(x, eps: float = 1e-6):
-    return x * lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
-
-
-def gated_deltanet(w, x, key_heads: int, value_heads: int, key_dim: int, value_dim: int,
-                   chunk: int = 64, eps: float = 1e-6, segment_ids=None):
-    """Qwen3-Next's linear-attention layer, x [B, S, D] -> [B, S, D], from its weights (ours are
-    [in, out]): qkvz [D, 2 Hk dk + 2 Hv dv] and ba [D, 2 Hv] laid out by key head (each key
-    head's q, k, then its Hv / Hk value heads' v and z; its b's then its a's), conv [K, 2 Hk dk
-    + Hv dv] over q | k | v, dt_bias and A_log [Hv], norm [dv], out [Hv dv, D].
-
-        q, k = l2norm(conv(...)) (q / sqrt(dk)), one key head per Hv / Hk value heads
-        beta = sigmoid(b),  g = -exp(A_log) softplus(a + dt_bias)
-        o = gated_delta_rule(...);  out = (rmsnorm(o) norm silu(z)) W_out
-    """
-    b_, s, _ = x.shape
-    group = value_heads // key_heads
-    x = x.astype(F32)
-    qkvz = (x @ w["qkvz"].astype(F32)).reshape(b_, s, key_heads,
-                                                2 * key_dim + 2 * group * value_dim)
-    q, k = qkvz[..., :key_dim], qkvz[..., key_dim:2 * key_dim]
-    v = qkvz[..., 2 * key_dim:2 * key_dim + group * value_dim].reshape(b_, s, value_heads,
-                                                                      value_dim)
-    z = qkvz[..., 2 * key_dim + group * value_dim:].reshape(b_, s, value_heads, value_dim)
-    ba = (x @ w["ba"].astype(F32)).reshape(b_, s, key_heads, 2 * group)
-    beta = jax.nn.sigmoid(ba[..., :group].reshape(b_, s, value_heads))
-    a = ba[..., group:].reshape(b_, s, value_heads)
-    g = -jnp.exp(w["A_log"].astype(F32)) * jax.nn.softplus(a + w["dt_bias"].astype(F32))
-    mixed = causal_conv(jnp.concatenate([q.reshape(b_, s, -1), k.reshape(b_, s, -1),
-                                         v.reshape(b_, s, -1)], axis=-1), w["conv"])
-    q = mixed[..., :key_heads * key_dim].reshape(b_, s, key_heads, key_dim)
-    k = mixed[..., key_heads * key_dim:2 * key_heads * key_dim].reshape(b_, s, key_heads,
-                                                                       key_dim)
-    v = mixed[..., 2 * key_heads * key_dim:].reshape(b_, s, value_heads, value_dim)
-    q = jnp.repeat(l2_normalize(q) * key_dim ** -0.5, group, axis=2)
-    k = jnp.repeat(l2_normalize(k), group, axis=2)
-    o, _ = gated_delta_rule(q, k, v, g, beta, chunk, segment_ids=segment_ids)
-    o = o * lax.rsqrt(jnp.mean(o * o, axis=-1, keepdims=True) + eps) * w["norm"].astype(F32)
-    o = o * jax.nn.silu(z)
-    return o.reshape(b_, s, -1) @ w["out"].astype(F32)
+    _, before = lax.scan(fold, jnp.zeros_like(r), jnp.arange(r_all.shape[0]))
+    incoming = before[me]
+    # a document that starts at this block's first token does not see the state before it
+    previous_last = jnp.where(me > 0, ends_all[jnp.maximum(me - 1, 0), :, 1], -1)
+    incoming = jnp.where((seg[:, 0] == previous_last)[:, None, None, None], incoming, 0.0)
+    extra = jnp.einsum("bshk,bhkv->bshv", reads, incoming, precision=lax.Precision.HIGHEST)
+    return (out + extra).astype(v.dtype)

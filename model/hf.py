@@ -209,6 +209,8 @@ def _source(path: tuple, cfg: ModelConfig) -> tuple[np.ndarray, Stored]:
 
 def _stored_shape(shape: tuple, how: Stored) -> tuple:
     """The file's tensor shape for our parameter's shape (less its leading axes)."""
+    if how.depthwise:
+        return (shape[1], 1, shape[0])
     shape = shape[::-1] if how.transposed else shape
     return (*shape[:-1], shape[-1] * how.parts) if shape else shape
 
@@ -297,6 +299,9 @@ def load_params(weights: SafetensorsDir, cfg: ModelConfig, abstract, mesh):
 
 def _read_part(weights: SafetensorsDir, name: str, index: tuple, how: Stored) -> np.ndarray:
     """Our slice `index` of the parameter stored as `how` in tensor `name`."""
+    if how.depthwise:  # ours [K, C] <- [C, 1, K]
+        taps, channels = (tuple(index) + (slice(None),) * 2)[:2]
+        return weights.read(name, (channels, slice(None), taps))[:, 0].T
     if how.transposed:
         return weights.read(name, index[::-1]).T
     if how.parts == 1 or not index:
@@ -354,6 +359,8 @@ def hf_tensors(params, cfg: ModelConfig, dtype: str):
         for name, part in zip(names.reshape(-1), parts):
             if offset:
                 part = part.astype(np.float32) - offset
+            if how.depthwise:
+                part = part.T[:, None, :]
             part = (part.T if how.transposed else part).astype(jax.numpy.dtype(dtype))
             if how.parts == 1:
                 yield str(name), part

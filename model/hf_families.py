@@ -1,5 +1,6 @@
 """The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Qwen3-MoE,
-Mixtral, GPT-OSS, Gemma 2, Gemma 3 (text), DeepSeek-V3, DeepSeek-V2, GLM-4.5 and Qwen2-MoE. A family is how one `model_type`'s config.json
+Mixtral, GPT-OSS, Gemma 2, Gemma 3 (text), DeepSeek-V3, DeepSeek-V2, GLM-4.5, Qwen2-MoE and
+Qwen3-Next. A family is how one `model_type`'s config.json
 maps onto ModelConfig and back, and how its layers' tensors are named; one `Family` each, and
 one line in FAMILIES.
 
@@ -23,8 +24,10 @@ one line in FAMILIES.
     glm4_moe      full, partial rotary, q/k/v biases   DeepSeek-V3's experts
     qwen2_moe     full, q/k/v biases                   Qwen3-MoE's, and a sigmoid-gated shared
                                                        expert
+    qwen3_next    Gated DeltaNet, and gated softmax    Qwen2-MoE's experts, zero-centred norms
+                  every 4th layer (model/hf_hybrid.py)
 
-Gemma stores its RMSNorm scales as (scale - 1) (its norm multiplies by 1 + weight):
+Gemma and Qwen3-Next store their RMSNorm scales as (scale - 1) (the norm multiplies by 1 + weight):
 `norm_offset` adds the 1 on reading and takes it off on writing. An option a family does not
 have, or a model no family holds (sinks without GPT-OSS's block, latent attention with Qwen's
 experts), is a one-line HFError, never a model that loads and computes something else. Each expert is
@@ -38,61 +41,43 @@ import dataclasses
 import json
 from typing import Callable
 
-from model.config import (FULL, FUNCTION, SHAPE, SLIDING, MLAConfig, ModelConfig, MoEConfig,
-                          weight_fields)
+from model.config import (FULL, FUNCTION, LINEAR, SHAPE, SLIDING, LinearAttentionConfig,
+                          MLAConfig, ModelConfig, MoEConfig, weight_fields)
+from model.hf_hybrid import qwen3_next, qwen3_next_json
 from model.hf_tensors import (DEEPSEEK_MOE, GEMMA_NORMS, GLM4_MOE_LAYER, GPT_OSS_LAYER,
                               LLAMA_LAYER, MIXTRAL_LAYER, MLA_LAYER, QK_NORMS, QWEN2_MOE_LAYER,
-                              QWEN3_MOE_LAYER)
+                              QWEN3_MOE_LAYER, QWEN3_NEXT_LAYER)
+from model.hf_rules import (FamilyError, experts_of, layer_types_of, refuse,
+                            sliding_window_of)
 from model.moe import GPT_OSS_ALPHA
-
-class FamilyError(ValueError):
-    """config.json asks for something the family's model here does not compute (one line)."""
-
-
-def _refuse(c: dict, checks) -> None:
-    """FamilyError for the first (key, allowed values) config.json contradicts."""
-    for key, allowed in checks:
-        if key in c and c[key] not in allowed:
-            raise FamilyError(f"{key}={c[key]!r} is not supported (this model has "
-                              f"{key} in {list(allowed)})")
-
-
-def _window(c: dict) -> int:
-    return int(c.get("sliding_window") or 0)
-
-
-def _types(c: dict, default: Callable[[int], str]) -> tuple[str, ...]:
-    """config.json's layer_types, or the family's rule for files written before it had them."""
-    n = c["num_hidden_layers"]
-    return tuple(c.get("layer_types") or [default(i) for i in range(n)])
 
 
 # ------------------------------------------------------------------------- config.json -> ours
 
 def _llama(c):
-    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]), ("mlp_bias", [False])])
+    refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]), ("mlp_bias", [False])])
     return {}
 
 
 def _mistral(c):
-    _refuse(c, [("hidden_act", ["silu"])])
-    window = _window(c)
+    refuse(c, [("hidden_act", ["silu"])])
+    window = sliding_window_of(c)
     return dict(layer_types=(SLIDING,) * c["num_hidden_layers"] if window else (),
                 sliding_window=window)
 
 
 def _qwen3(c):
-    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
+    refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
     # transformers ignores the window (and so the sliding layers) without use_sliding_window
-    window = _window(c) if c.get("use_sliding_window") else 0
-    sliding = bool(window) and SLIDING in _types(c, lambda i: FULL)
-    return dict(qk_norm=True, layer_types=_types(c, lambda i: FULL) if sliding else (),
+    window = sliding_window_of(c) if c.get("use_sliding_window") else 0
+    sliding = bool(window) and SLIDING in layer_types_of(c, lambda i: FULL)
+    return dict(qk_norm=True, layer_types=layer_types_of(c, lambda i: FULL) if sliding else (),
                 sliding_window=window if sliding else 0)
 
 
 def _qwen3_moe(c):
     # No shared expert (Qwen2-MoE's), no sliding layers (its config has no layer_types)
-    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
+    refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
                 ("shared_expert_intermediate_size", [0, None]),
                 ("use_sliding_window", [False, None])])
     return dict(qk_norm=True, moe=MoEConfig(
@@ -113,10 +98,10 @@ def _mixtral(c):
 
 
 def _gpt_oss(c):
-    _refuse(c, [("hidden_act", ["silu"]), ("swiglu_alpha", [GPT_OSS_ALPHA]),
+    refuse(c, [("hidden_act", ["silu"]), ("swiglu_alpha", [GPT_OSS_ALPHA]),
                 ("attention_bias", [True])])
-    types = _types(c, lambda i: SLIDING if (i + 1) % 2 else FULL)
-    return dict(layer_types=types, sliding_window=_window(c), attention_sinks=True,
+    types = layer_types_of(c, lambda i: SLIDING if (i + 1) % 2 else FULL)
+    return dict(layer_types=types, sliding_window=sliding_window_of(c), attention_sinks=True,
                 attention_bias=True, moe=MoEConfig(
                     num_experts=c["num_local_experts"], top_k=c["num_experts_per_tok"],
                     expert_mlp_dim=c["intermediate_size"], router="topk_softmax",
@@ -126,7 +111,7 @@ def _gpt_oss(c):
 
 def _deepseek_moe(c, router: str, norm_topk_prob: bool) -> MoEConfig:
     """The routed and shared experts of DeepSeek-V2/V3 and GLM-4.5's config.json."""
-    _refuse(c, [("moe_layer_freq", [1, None]), ("mlp_bias", [False, None])])
+    refuse(c, [("moe_layer_freq", [1, None]), ("mlp_bias", [False, None])])
     return MoEConfig(
         num_experts=c["n_routed_experts"], top_k=c["num_experts_per_tok"],
         expert_mlp_dim=c["moe_intermediate_size"], router=router, norm_topk_prob=norm_topk_prob,
@@ -144,14 +129,14 @@ def _mla(c) -> MLAConfig:
 
 
 def _deepseek_v3(c):
-    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
+    refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
     return dict(mla=_mla(c), moe=_deepseek_moe(c, "sigmoid_topk", bool(c["norm_topk_prob"])))
 
 
 def _deepseek_v2(c):
     # transformers' V2 router: softmax, greedy or group-limited (a group's best expert), never
     # renormalised (it ignores norm_topk_prob); its RoPE always interleaved
-    _refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
+    refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
                 ("topk_method", ["greedy", "group_limited_greedy", None])])
     c = {k: v for k, v in c.items() if k != "rope_interleave"}
     moe = _deepseek_moe(c, "softmax_topk", False)
@@ -161,7 +146,7 @@ def _deepseek_v2(c):
 
 
 def _glm4_moe(c):
-    _refuse(c, [("hidden_act", ["silu"])])
+    refuse(c, [("hidden_act", ["silu"])])
     rotary = c.get("partial_rotary_factor") or (c.get("rope_parameters") or {}).get(
         "partial_rotary_factor") or 0.5
     return dict(qkv_bias=bool(c.get("attention_bias")), qk_norm=bool(c.get("use_qk_norm")),
@@ -170,7 +155,7 @@ def _glm4_moe(c):
 
 
 def _qwen2_moe(c):
-    _refuse(c, [("hidden_act", ["silu"]), ("use_sliding_window", [False, None])])
+    refuse(c, [("hidden_act", ["silu"]), ("use_sliding_window", [False, None])])
     return dict(qkv_bias=bool(c.get("qkv_bias", True)), moe=MoEConfig(
         num_experts=c["num_experts"] if c.get("num_experts") else c["num_local_experts"], top_k=c["num_experts_per_tok"],
         expert_mlp_dim=c["moe_intermediate_size"], norm_topk_prob=bool(c["norm_topk_prob"]),
@@ -181,10 +166,10 @@ def _qwen2_moe(c):
 
 
 def _gemma(c, *, qk_norm: bool, default_types):
-    _refuse(c, [("hidden_activation", ["gelu_pytorch_tanh", "gelu_tanh"]),
+    refuse(c, [("hidden_activation", ["gelu_pytorch_tanh", "gelu_tanh"]),
                 ("hidden_act", ["gelu_pytorch_tanh", "gelu_tanh", None]),
                 ("attention_bias", [False]), ("use_bidirectional_attention", [False, None])])
-    return dict(layer_types=_types(c, default_types), sliding_window=_window(c),
+    return dict(layer_types=layer_types_of(c, default_types), sliding_window=sliding_window_of(c),
                 qk_norm=qk_norm, attn_logit_soft_cap=float(c.get("attn_logit_softcapping") or 0),
                 final_logit_soft_cap=float(c.get("final_logit_softcapping") or 0),
                 query_scale=float(c.get("query_pre_attn_scalar") or c["head_dim"]),
@@ -210,15 +195,8 @@ def _qwen3_json(cfg):
             "max_window_layers": first}
 
 
-def _experts_of(cfg):
-    """cfg.moe, or FamilyError for a model without experts (a dense family holds it)."""
-    if not cfg.moe.num_experts:
-        raise FamilyError("no experts")
-    return cfg.moe
-
-
 def _qwen3_moe_json(cfg):
-    moe = _experts_of(cfg)
+    moe = experts_of(cfg)
     return {"hidden_act": "silu", "attention_bias": False, "use_sliding_window": False,
             "sliding_window": None, "num_experts": moe.num_experts,
             "num_experts_per_tok": moe.top_k, "moe_intermediate_size": cfg.expert_mlp_dim,
@@ -228,7 +206,7 @@ def _qwen3_moe_json(cfg):
 
 
 def _mixtral_json(cfg):
-    moe = _experts_of(cfg)
+    moe = experts_of(cfg)
     if moe.mlp_only_layers or moe.decoder_sparse_step != 1 or moe.router != "softmax_topk" \
             or not moe.norm_topk_prob:
         raise FamilyError("Mixtral's blocks are all sparse, routed softmax, top-k, renormalised")
@@ -238,7 +216,7 @@ def _mixtral_json(cfg):
 
 
 def _gpt_oss_json(cfg):
-    moe = _experts_of(cfg)
+    moe = experts_of(cfg)
     if not (cfg.attention_sinks and cfg.attention_bias and moe.expert_bias and moe.swiglu_limit
             and moe.router == "topk_softmax" and not moe.mlp_only_layers
             and moe.decoder_sparse_step == 1):
@@ -252,7 +230,7 @@ def _gpt_oss_json(cfg):
 
 
 def _deepseek_moe_json(cfg, router: str) -> dict:
-    moe = _experts_of(cfg)
+    moe = experts_of(cfg)
     if (moe.router != router or moe.mlp_only_layers or moe.decoder_sparse_step != 1
             or moe.shared_expert_gate or moe.expert_bias or moe.swiglu_limit
             or moe.shared_expert_mlp_dim not in (0, cfg.expert_mlp_dim)):
@@ -298,7 +276,7 @@ def _glm4_moe_json(cfg):
 
 
 def _qwen2_moe_json(cfg):
-    moe = _experts_of(cfg)
+    moe = experts_of(cfg)
     if moe.num_shared_experts != 1 or not moe.shared_expert_gate or moe.router != "softmax_topk":
         raise FamilyError("Qwen2-MoE: softmax top-k routing and one gated shared expert")
     return {"hidden_act": "silu", "qkv_bias": cfg.qkv_bias, "use_sliding_window": False,
@@ -328,7 +306,7 @@ def _gemma_json(cfg):
 OPTIONS = ("layer_types", "sliding_window", "rope_local_theta", "qk_norm", "attn_logit_soft_cap",
            "final_logit_soft_cap", "attention_sinks", "attention_bias", "query_scale",
            "mlp_activation", "sandwich_norms", "embed_scale", "qkv_bias",
-           "partial_rotary_factor", "mla")
+           "partial_rotary_factor", "mla", "attention_output_gate", "linear_attention")
 
 
 def _moe_options(moe, mlp_dim: int) -> dict:
@@ -356,8 +334,12 @@ def _options(fields: dict, head_dim: int) -> dict:
     out = {**defaults, **{k: v for k, v in fields.items() if k in OPTIONS}}
     out["moe"] = _moe_options(fields.get("moe"), fields.get("mlp_dim", 0))
     out["mla"] = MLAConfig.from_config(out["mla"])
+    # what the files hold of the Gated DeltaNet layers: not the chunk the rule is computed in
+    out["linear_attention"] = dataclasses.replace(
+        LinearAttentionConfig.from_config(out["linear_attention"]),
+        chunk_size=LinearAttentionConfig.chunk_size)
     types = tuple(out["layer_types"])
-    out["layer_types"] = types if SLIDING in types else ()
+    out["layer_types"] = types if SLIDING in types or LINEAR in types else ()
     if SLIDING not in types:
         out["sliding_window"] = 0
     if out["query_scale"] == head_dim:
@@ -415,6 +397,8 @@ FAMILIES = {f.model_type: f for f in (
            {**MLA_LAYER, **{k: v for k, v in DEEPSEEK_MOE.items() if k[-1] != "correction_bias"}}),
     Family("glm4_moe", "Glm4MoeForCausalLM", _glm4_moe, _glm4_moe_json, GLM4_MOE_LAYER),
     Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2_moe, _qwen2_moe_json, QWEN2_MOE_LAYER),
+    Family("qwen3_next", "Qwen3NextForCausalLM", qwen3_next, qwen3_next_json, QWEN3_NEXT_LAYER,
+           norm_offset=1.0),
 )}
 
 

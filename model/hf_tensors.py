@@ -41,12 +41,14 @@ MIXTRAL_LAYER = {**LLAMA_LAYER,
 @dataclasses.dataclass(frozen=True)
 class Stored:
     """How a family stores one of our parameters when not as a plain [out, in] matrix or
-    vector: `transposed` or not, and as part `part` of `parts` interleaved along the last axis
-    of one tensor (GPT-OSS keeps gate and up as the even and odd columns of gate_up_proj)."""
+    vector: `transposed` or not, as part `part` of `parts` interleaved along the last axis
+    of one tensor (GPT-OSS keeps gate and up as the even and odd columns of gate_up_proj), or
+    as torch's depthwise Conv1d weight."""
     name: str
     transposed: bool = False
     part: int = 0
     parts: int = 1
+    depthwise: bool = False  # a depthwise conv: ours [K, C], the file's [C, 1, K] (torch's Conv1d)
 
 
 # GPT-OSS: q, k, v, o with biases, sinks; the router [E, D] with a bias; every expert's
@@ -91,6 +93,18 @@ QWEN2_MOE_LAYER = {**LLAMA_LAYER, **QKV_BIASES,
                       for p in ("gate", "up", "down")},
                    ("mlp", "shared_gate", "kernel"): "mlp.shared_expert_gate.weight"}
 GLM4_MOE_LAYER = {**LLAMA_LAYER, **QKV_BIASES, **QK_NORMS, **DEEPSEEK_MOE}
+
+# Qwen3-Next: Qwen2-MoE's experts (a gated shared one), Qwen3's q/k norms; its Gated DeltaNet
+# layers (model/linear_attention.py) beside the softmax ones, each block one or the other.
+GATED_DELTANET = {("attention", "qkvz", "kernel"): "linear_attn.in_proj_qkvz.weight",
+                  ("attention", "ba", "kernel"): "linear_attn.in_proj_ba.weight",
+                  ("attention", "conv"): Stored("linear_attn.conv1d.weight", depthwise=True),
+                  ("attention", "dt_bias"): "linear_attn.dt_bias",
+                  ("attention", "a_log"): "linear_attn.A_log",
+                  ("attention", "norm"): "linear_attn.norm.weight",
+                  ("attention", "out", "kernel"): "linear_attn.out_proj.weight"}
+QWEN3_NEXT_LAYER = {**{k: v for k, v in QWEN2_MOE_LAYER.items() if k not in QKV_BIASES},
+                    **QK_NORMS, **GATED_DELTANET}
 
 
 def stored(path: tuple, entry) -> Stored:

@@ -117,7 +117,9 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
         self.cfg, self.mesh = cfg, mesh
         bias = cfg.attention_bias or cfg.qkv_bias
-        self.q = dense(cfg, cfg.d_model, cfg.num_heads * cfg.head_dim, rngs, bias=bias)
+        # with the output gate (Qwen3-Next) each head's query is followed by its gate
+        gates = 2 if cfg.attention_output_gate else 1
+        self.q = dense(cfg, cfg.d_model, gates * cfg.num_heads * cfg.head_dim, rngs, bias=bias)
         self.k = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs, bias=bias)
         self.v = dense(cfg, cfg.d_model, cfg.num_kv_heads * cfg.head_dim, rngs, bias=bias)
         self.o = dense(cfg, cfg.num_heads * cfg.head_dim, cfg.d_model, rngs,
@@ -149,7 +151,7 @@ class Attention(nnx.Module):
         or ShardedCache after a sequence-parallel prefill): the new tokens against the cache
         (model/kv_cache.py); returns (out, updated cache)."""
         b, s, _ = x.shape
-        q, k, v = self.project(x, positions, kind)
+        q, k, v, gate = self.project(x, positions, kind)
         options = self.options(kind)
         if cache is None:
             out = parallel.attention(q, k, v, mesh=self.mesh, segment_ids=segment_ids,
@@ -158,16 +160,23 @@ class Attention(nnx.Module):
             out, cache = attend_sharded(q, k, v, positions, cache, self.mesh, **options)
         else:
             out, cache = attend_cached(q, k, v, positions, cache, **options)
-        out = self.o(out.reshape(b, s, -1))
+        out = out.reshape(b, s, -1)
+        if gate is not None:  # sigmoid(gate) in float32, as Qwen3-Next's torch model takes it
+            out = (out.astype(jnp.float32) * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(
+                out.dtype)
+        out = self.o(out)
         if collect:
             return out, KVCache(k, v)
         return out if cache is None else (out, cache)
 
     def project(self, x, positions, kind: str):
-        """x [B, S, D] -> q [B, S, H, Dh], k, v [B, S, K, Dh], RoPE applied."""
+        """x [B, S, D] -> q [B, S, H, Dh], k, v [B, S, K, Dh], RoPE applied, and the output
+        gate [B, S, H Dh] (None without cfg.attention_output_gate)."""
         cfg = self.cfg
         b, s, _ = x.shape
-        q = self.q(x).reshape(b, s, cfg.num_heads, cfg.head_dim)
+        q = self.q(x).reshape(b, s, cfg.num_heads, -1)
+        gate = q[..., cfg.head_dim:].reshape(b, s, -1) if cfg.attention_output_gate else None
+        q = q[..., :cfg.head_dim]
         k = self.k(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         v = self.v(x).reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
@@ -175,7 +184,7 @@ class Attention(nnx.Module):
         theta, scaling = cfg.rope_for(kind)
         rotary = cfg.partial_rotary_factor
         return (rope(q, positions, theta, scaling, rotary),
-                rope(k, positions, theta, scaling, rotary), v)
+                rope(k, positions, theta, scaling, rotary), v, gate)
 
 
 class GatedMLP(nnx.Module):

@@ -162,7 +162,8 @@ class LatentAttention(Attention):
         return q, c, k_rope.astype(c.dtype), w
 
     def project(self, x, positions, kind: str):
-        """x [B, S, D] -> q, k [B, S, H, qk_head_dim], v [B, S, H, v_head_dim], RoPE applied."""
+        """x [B, S, D] -> q, k [B, S, H, qk_head_dim], v [B, S, H, v_head_dim], RoPE applied,
+        and no output gate (None)."""
         q, c, k_rope, w = self._latent(x, positions, kind)
         k, v = expand(w["kv_b"], c, k_rope, self.cfg.mla, self.cfg.num_heads)
-        return q, k, v
+        return q, k, v, None

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from model.config import BLOCK_INPUT, FULL, REMAT_POLICIES, ModelConfig
+from model.config import BLOCK_INPUT, FULL, LINEAR, REMAT_POLICIES, ModelConfig
 from model.embedding import sharded_lookup
 from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
+from model.linear_attention import GatedDeltaNet
 from model.mla import LatentAttention
 from model.moe import Experts
 from parallel import SAVED_BY_NAME
@@ -19,11 +20,15 @@ class Block(nnx.Module):
     """x + attention(norm(x)), then + mlp(norm(x)); with cfg.sandwich_norms (Gemma) each
     sub-block's output is normalised too before it is added: x + norm(attention(norm(x)))."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, sparse: bool = False):
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, sparse: bool = False,
+                 kind: str = FULL):
         self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
-        # latent attention (model/mla.py) where model.mla gives a latent
-        self.attention = (LatentAttention if cfg.mla.enabled else Attention)(cfg, mesh, rngs)
+        # kind 'linear_attention': a Gated DeltaNet layer (model/linear_attention.py); latent
+        # attention (model/mla.py) where model.mla gives a latent
+        mixer = (GatedDeltaNet if kind == LINEAR else
+                 LatentAttention if cfg.mla.enabled else Attention)
+        self.attention = mixer(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
         # sparse: the mixture-of-experts layer in place of the dense MLP (model/moe.py)
         self.mlp = Experts(cfg, mesh, rngs) if sparse else GatedMLP(cfg, mesh, rngs)
@@ -58,6 +63,11 @@ class Block(nnx.Module):
         return (x, stats) if with_stats else x
 
 
+def _block(cfg: ModelConfig, mesh, rngs: nnx.Rngs, i: int) -> Block:
+    """Block i as the config makes it: sparse or dense MLP, softmax or Gated DeltaNet mixing."""
+    return Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i), kind=cfg.layer_type(i))
+
+
 def _remat_policy(name: str):
     policy = getattr(jax.checkpoint_policies, REMAT_POLICIES[name])
     if name == "offload":  # the named block input goes to host memory; nothing else is kept
@@ -73,8 +83,7 @@ def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
     num_layers - 1 (unsharded: each device holds its FSDP shard of every layer). The blocks are
     drawn exactly as the unrolled model draws them and then stacked, so a run starts from the
     same weights whether or not it scans (the dense blocks before the stack are drawn first)."""
-    layers = [Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i))
-              for i in range(cfg.first_stacked, cfg.num_layers)]
+    layers = [_block(cfg, mesh, rngs, i) for i in range(cfg.first_stacked, cfg.num_layers)]
     graphdef, _ = nnx.split(layers[0])
 
     def stack(*variables):
@@ -112,12 +121,11 @@ class Transformer(nnx.Module):
                                rngs=rngs)
         if cfg.scan_layers:
             if cfg.first_stacked:  # DeepSeek's dense first blocks, one by one before the stack
-                self.first_blocks = nnx.List([Block(cfg, mesh, rngs)
-                                              for _ in range(cfg.first_stacked)])
+                self.first_blocks = nnx.List([_block(cfg, mesh, rngs, i)
+                                              for i in range(cfg.first_stacked)])
             self.blocks = _stacked_blocks(cfg, mesh, rngs)
         else:
-            self.blocks = nnx.List([Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i))
-                                    for i in range(cfg.num_layers)])
+            self.blocks = nnx.List([_block(cfg, mesh, rngs, i) for i in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg, rngs)
         if not cfg.tie_embeddings:
             self.lm_head = dense(cfg, cfg.d_model, cfg.vocab_size, rngs)

@@ -58,12 +58,13 @@ def all_given(model_cfg) -> MemorySwitches | None:
 def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
     """Every combination of the values the 'auto' switches may take (the given ones fixed)."""
     fixed = given(model_cfg)
-    mixed = model_cfg.moe.dense_prefix(model_cfg.num_layers) is None
+    # sparse and dense blocks interleaved, or Gated DeltaNet and softmax layers: no stack
+    mixed = model_cfg.moe.dense_prefix(model_cfg.num_layers) is None or model_cfg.hybrid
     options = {
         "remat": [False, True],
         "remat_policy": ["nothing", "attention", "dots"] + ([] if platform == "cpu"
                                                              else ["offload"]),
-        # sparse and dense blocks interleaved: no stack (a dense first few run before one)
+        # a dense first few run before one stack
         "scan_layers": [False] if mixed else [False, True],
         **{name: [0] + [c for c in [largest_divisor(block, most)] if 0 < c < block]
            for name, most in CHUNKS.items()},

@@ -121,18 +121,21 @@ def test_state_passing_over_the_sequence_devices_is_the_one_device_rule(data, se
 
 
 def test_the_layer_is_transformers_qwen3_next_gated_deltanet():
-    """model.gated_delta.gated_deltanet against transformers' Qwen3NextGatedDeltaNet alone
+    """model.linear_attention.layer against transformers' Qwen3NextGatedDeltaNet alone
     (tests/fixtures/hf/gated_deltanet.npz, make_hf_fixtures.py --gated-deltanet: 2 key heads of
     8 for 4 value heads of 8, a convolution of 4, 96 tokens), 1e-5 relative."""
     import os
+
+    from model.config import LinearAttentionConfig, ModelConfig
+    from model.linear_attention import Weights, layer
     data = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "hf",
                                 "gated_deltanet.npz"))
-    w = {"qkvz": data["in_proj_qkvz.weight"].T, "ba": data["in_proj_ba.weight"].T,
-         "conv": data["conv1d.weight"][:, 0].T, "dt_bias": data["dt_bias"],
-         "A_log": data["A_log"], "norm": data["norm.weight"], "out": data["out_proj.weight"].T}
-    from model.gated_delta import gated_deltanet
-    out = gated_deltanet({k: jnp.asarray(v) for k, v in w.items()}, jnp.asarray(data["x"]),
-                         key_heads=2, value_heads=4, key_dim=8, value_dim=8, chunk=16,
-                         eps=1e-5)
+    w = Weights(qkvz=data["in_proj_qkvz.weight"].T, ba=data["in_proj_ba.weight"].T,
+                conv=data["conv1d.weight"][:, 0].T, dt_bias=data["dt_bias"],
+                a_log=data["A_log"], norm=data["norm.weight"], out=data["out_proj.weight"].T)
+    cfg = ModelConfig(vocab_size=8, d_model=48, num_layers=1, num_heads=1, num_kv_heads=1,
+                      head_dim=8, mlp_dim=8, norm_eps=1e-5, layer_types=("linear_attention",),
+                      linear_attention=LinearAttentionConfig(2, 4, 8, 8, 4, chunk_size=16))
+    out = layer(jax.tree.map(jnp.asarray, w), jnp.asarray(data["x"]), cfg)
     want = data["out"]
     assert np.abs(np.asarray(out) - want).max() / np.abs(want).max() < 1e-5

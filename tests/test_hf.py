@@ -27,7 +27,8 @@ CASES = ["default_untied_sharded", "linear_tied", "llama3_untied_bf16", "yarn_ti
          "mistral_window", "qwen3_window", "gemma2_caps", "gemma3_local_global",
          "qwen3_moe_experts", "mixtral_experts", "gpt_oss_experts",
          "gpt_oss_mxfp4",  # experts in MXFP4, as GPT-OSS's published files keep them
-         "deepseek_v3_mla", "deepseek_v2_lite_mla", "glm4_moe_shared", "qwen2_moe_shared"]
+         "deepseek_v3_mla", "deepseek_v2_lite_mla", "glm4_moe_shared", "qwen2_moe_shared",
+         "qwen3_next_hybrid"]  # Gated DeltaNet layers and a gated softmax one
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_deepseek_stacked_after_its_dense_first_block(reference, tmp_path):
                                   "gemma2_caps", "gemma3_local_global", "qwen3_moe_experts",
                                   "mixtral_experts", "gpt_oss_experts", "deepseek_v3_mla",
                                   "deepseek_v2_lite_mla", "glm4_moe_shared",
-                                  "qwen2_moe_shared"])
+                                  "qwen2_moe_shared", "qwen3_next_hybrid"])
 def test_save_writes_what_transformers_writes(case, reference, tmp_path):
     """hf.save: the tensors transformers saved (names, shapes, values), sharded with an index
     past the shard size, a config.json that loads back to the same model and logits."""
@@ -101,7 +102,8 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
     for name in theirs.names():
         # Gemma's norms are read as 1 + w and written as (1 + w) - 1: float32 keeps w to within
         # one unit in the last place of 1
-        atol = 2.0 ** -23 if "gemma" in case and name.endswith("norm.weight") else 0.0
+        offset = "gemma" in case or "qwen3_next" in case  # Qwen3-Next's norms: the same rule
+        atol = 2.0 ** -23 if offset and name.endswith("norm.weight") else 0.0
         np.testing.assert_allclose(ours.read(name), theirs.read(name), rtol=0, atol=atol)
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
@@ -115,7 +117,9 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
                 "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                 "v_head_dim", "rope_interleave", "n_group", "topk_group",
                 "routed_scaling_factor", "n_shared_experts", "first_k_dense_replace",
-                "topk_method", "qkv_bias", "shared_expert_intermediate_size", "use_qk_norm"):
+                "topk_method", "qkv_bias", "shared_expert_intermediate_size", "use_qk_norm",
+                "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                "linear_value_head_dim", "linear_conv_kernel_dim"):
         if key == "sliding_window":  # 0 or None: no window
             assert (config.get(key) or None) == (original.get(key) or None)
         else:
@@ -203,6 +207,8 @@ def test_bad_checkpoints_are_one_line(edit, expected, tmp_path):
      "DeepseekV32ForCausalLM .* is not a family model.hf reads"),
     ("deepseek_v2_lite_mla", dict(topk_method="noaux_tc"), "topk_method='noaux_tc' is not"),
     ("deepseek_v3_mla", dict(moe_layer_freq=2), "moe_layer_freq=2 is not supported"),
+    ("qwen3_next_hybrid", dict(layer_types=["linear_attention", "sliding_attention"] * 2),
+     "layer_types 'sliding_attention' is not a Qwen3-Next layer"),
     ("gemma3_local_global", dict(rope_parameters={
         "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
         "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),

@@ -194,3 +194,12 @@ def test_weight_decay_skips_the_stacked_norm_scales():
     mask = nnx.to_pure_dict(_matrices(nnx.state(net, nnx.Param)))
     assert not mask["blocks"]["mlp_norm"]["scale"] and not mask["final_norm"]["scale"]
     assert mask["blocks"]["mlp"]["up"]["kernel"] and mask["embed"]["embedding"]
+    # Gated DeltaNet layers (stacked: [layers, heads] decays): the conv and projections decay,
+    # the decay rates, the time-step bias and the gated norm's scale do not
+    from model.config import LinearAttentionConfig
+    linear = model.ModelConfig(**{**SIZES, "layer_types": ("linear_attention",) * 2},
+                               scan_layers=True, linear_attention=LinearAttentionConfig(2, 4, 8, 8))
+    mask = nnx.to_pure_dict(_matrices(nnx.state(model.create(linear, mesh, 0), nnx.Param)))
+    gdn = mask["blocks"]["attention"]
+    assert gdn["conv"] and gdn["qkvz"]["kernel"] and gdn["out"]["kernel"]
+    assert not (gdn["a_log"] or gdn["dt_bias"] or gdn["norm"])

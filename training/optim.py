@@ -26,13 +26,18 @@ def make_optimizer(optim_cfg, num_train_steps: int):
     return tx, schedule
 
 
+_NOT_DECAYED = ("scale", "correction_bias", "a_log", "dt_bias", "norm")
+
+
 def _matrices(params):
-    """True for the parameters weight decay applies to: every matrix (kernels, the embedding),
-    not the RMSNorm scales. By name, not by rank: with model.scan_layers the scales of the
-    stacked blocks are [num_layers, d_model], two-dimensional but still scales."""
-    def is_matrix(path, _):  # nor the experts' correction bias, which no gradient moves
-        return not any(getattr(key, "key", getattr(key, "name", None)) in ("scale",
-                                                                           "correction_bias")
+    """True for the parameters weight decay applies to: every matrix (kernels, the embedding,
+    the Gated DeltaNet's convolution), not the RMSNorm scales, nor the experts' correction bias
+    (no gradient moves it), nor a Gated DeltaNet's decay rates and time-step bias (a_log,
+    dt_bias: decay would pull every head towards one time scale) and its gated norm's scale
+    (norm). By name, not by rank: with model.scan_layers the scales of the stacked blocks are
+    [num_layers, d_model], two-dimensional but still scales."""
+    def is_matrix(path, _):
+        return not any(getattr(key, "key", getattr(key, "name", None)) in _NOT_DECAYED
                        for key in path)
     return jax.tree_util.tree_map_with_path(is_matrix, params)
 

@@ -1,0 +1,250 @@
+"""Gated DeltaNet layers: the blocks of model.layer_types 'linear_attention' (Qwen3-Next's three
+of every four), token mixing by the gated delta rule (model/gated_delta.py) instead of softmax.
+
+    x [B, S, D] -> qkvz, ba projections (by key head, Hugging Face's layout)
+      q, k, v -> causal depthwise conv (conv_kernel taps, silu) -> l2-normalised q (/ sqrt dk), k
+      beta = sigmoid(b),  g = -exp(a_log) softplus(a + dt_bias)     (per value head, float32)
+      o = the gated delta rule                                      [B, S, Hv, dv]
+      out = (rmsnorm(o) scale silu(z)) W_out                        [B, S, D]
+
+Over the 'seq' devices (training): each device scans its contiguous block from a zero state and
+the devices pass states (gated_delta.pass_states: bytes independent of the length); the
+convolution's first taps read the previous device's last conv_kernel - 1 inputs (a halo). A
+layout whose devices do not hold contiguous blocks (striped, zigzag, balanced) reaches them and
+comes back with an all-to-all each way (parallel/contiguous.py). Documents (segment ids): the
+state and the convolution start afresh at each document's first token.
+
+Decoding: the layer's cache is its state (LinearCache: the recurrent state per value head and
+the convolution's last inputs), one token or a prompt at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax import lax
+
+import parallel
+from model.config import LINEAR, ModelConfig
+from model.gated_delta import F32, gated_delta_rule, pass_states
+from model.layers import dense, rms_norm
+from parallel.contiguous import from_blocks, local_positions, to_blocks
+
+TOKENS = jax.P(parallel.DATA, parallel.SEQ)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Weights:
+    """One layer's parameters as arrays (ours are [in, out]): qkvz [D, 2 Hk dk + 2 Hv dv] and
+    ba [D, 2 Hv] by key head (each key head's q, k, then its Hv / Hk value heads' v, then
+    their z; its b's then its a's), conv [K, 2 Hk dk + Hv dv] over q | k | v, dt_bias, a_log
+    [Hv], norm [dv], out [Hv dv, D]."""
+
+    qkvz: jax.Array
+    ba: jax.Array
+    conv: jax.Array
+    dt_bias: jax.Array
+    a_log: jax.Array
+    norm: jax.Array
+    out: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class LinearCache:
+    """A Gated DeltaNet layer's decoding cache: the state S [B, Hv, dk, dv] float32 after the
+    tokens so far, and the convolution's last K - 1 inputs [B, K - 1, C] (zeros before the
+    first token)."""
+
+    state: jax.Array
+    conv: jax.Array
+
+
+def init_linear_cache(cfg: ModelConfig, batch: int) -> LinearCache:
+    la = cfg.linear_attention
+    return LinearCache(
+        jnp.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim), F32),
+        jnp.zeros((batch, la.conv_kernel - 1, la.conv_channels), F32))
+
+
+class GatedDeltaNet(nnx.Module):
+    """A Gated DeltaNet layer with Block's attention interface: (x, positions, segment_ids,
+    order, cache=, collect=, kind=) -> out [B, S, D] (positions unused: no RoPE)."""
+
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+        self.cfg, self.mesh = cfg, mesh
+        la = cfg.linear_attention
+        hv, dv, kernel = la.num_value_heads, la.value_head_dim, la.conv_kernel
+        self.qkvz = dense(cfg, cfg.d_model, la.conv_channels + hv * dv, rngs)
+        self.ba = dense(cfg, cfg.d_model, 2 * hv, rngs)
+        bound = kernel ** -0.5  # a depthwise conv's fan-in is its kernel
+        self.conv = nnx.Param(jax.random.uniform(rngs.params(), (kernel, la.conv_channels),
+                                                 cfg.weights_dtype, -bound, bound),
+                              out_sharding=(None, None))
+        # Decays of every time scale: exp(a_log) from 1 to 16, times softplus(dt_bias) 0.001..0.1
+        # (Mamba's ranges); float32 and no weight decay (training/optim.py), as norm scales.
+        dt = jnp.exp(jax.random.uniform(rngs.params(), (hv,), F32, jnp.log(1e-3), jnp.log(0.1)))
+        self.dt_bias = nnx.Param(dt + jnp.log(-jnp.expm1(-dt)), out_sharding=(None,))
+        self.a_log = nnx.Param(jnp.log(jax.random.uniform(rngs.params(), (hv,), F32, 1.0, 16.0)),
+                               out_sharding=(None,))
+        self.norm = nnx.Param(jnp.ones((dv,), F32), out_sharding=(None,))
+        self.out = dense(cfg, hv * dv, cfg.d_model, rngs, scale=1.0 / cfg.num_layers)
+
+    def weights(self) -> Weights:
+        return Weights(self.qkvz.kernel[...], self.ba.kernel[...], self.conv[...],
+                       self.dt_bias[...], self.a_log[...], self.norm[...], self.out.kernel[...])
+
+    def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
+                 collect: bool = False, kind: str = LINEAR):
+        """Training (cache None): x [B, S, D] in the layout's order, sharded over the mesh ->
+        [B, S, D]. Decoding (cache: this layer's LinearCache, tokens in natural order from
+        where the cache ends; every row at the same point): (out, the cache after them).
+        `collect` (a sequence-parallel prefill) is not supported for these layers."""
+        del positions, kind
+        if collect:
+            raise ValueError("a Gated DeltaNet layer has no keys and values to collect: prefill "
+                             "a hybrid model one device at a time (model.decode.generate)")
+        cfg = self.cfg
+        if cache is not None:
+            return layer(self.weights(), x, cfg, cache=cache)
+        return layer(self.weights(), x, cfg, segment_ids=segment_ids, order=order,
+                     mesh=self.mesh)
+
+
+def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=None, cache=None):
+    """The layer as a function of its weights: x [B, S, D] -> [B, S, D] in the compute dtype
+    (with `cache`: (out, new cache)). With a mesh of more than one 'seq' device the sequence is
+    split over them in cfg.layout's order (order: the batch's original indices, required by
+    'balanced')."""
+    la, dtype = cfg.linear_attention, cfg.compute_dtype
+    b, s, _ = x.shape
+    hk, hv, dk, dv = la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim
+    group = hv // hk
+    x = x.astype(dtype)
+    qkvz = jnp.dot(x, w.qkvz.astype(dtype)).reshape(b, s, hk, 2 * dk + 2 * group * dv)
+    q, k = qkvz[..., :dk], qkvz[..., dk:2 * dk]
+    v = qkvz[..., 2 * dk:2 * dk + group * dv]
+    z = qkvz[..., 2 * dk + group * dv:].reshape(b, s, hv, dv)
+    mixed = jnp.concatenate([t.reshape(b, s, -1) for t in (q, k, v)], axis=-1).astype(F32)
+    ba = jnp.dot(x, w.ba.astype(dtype)).reshape(b, s, hk, 2 * group).astype(F32)
+    beta = jax.nn.sigmoid(ba[..., :group].reshape(b, s, hv))
+    a = ba[..., group:].reshape(b, s, hv)
+    g = -jnp.exp(w.a_log.astype(F32)) * jax.nn.softplus(a + w.dt_bias.astype(F32))
+    conv = w.conv.astype(F32)
+    if cache is not None:
+        o, cache = _decode(mixed, g, beta, conv, cache, la)
+    elif mesh is None or mesh.shape[parallel.SEQ] == 1:
+        seg = _segments(segment_ids, b, s)
+        o = _mix(causal_conv(mixed, conv, seg), g, beta, seg, la)
+    else:
+        o = _sequence_parallel(mixed, g, beta, conv, _segments(segment_ids, b, s), order, cfg,
+                               mesh)
+    o = rms_norm(o, w.norm, cfg.norm_eps, F32) * jax.nn.silu(z.astype(F32))
+    out = jnp.dot(o.reshape(b, s, hv * dv).astype(dtype), w.out.astype(dtype))
+    return out if cache is None else (out, cache)
+
+
+def _segments(segment_ids, b, s):
+    return jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+
+
+def _heads(mixed, la):
+    """The convolution's output [B, S, C] -> q (l2-normalised, / sqrt dk), k (l2-normalised),
+    each repeated over its key head's value heads, and v: [B, S, Hv, dk or dv]."""
+    b, s, _ = mixed.shape
+    hk, hv, dk, dv = la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim
+    q = mixed[..., :hk * dk].reshape(b, s, hk, dk)
+    k = mixed[..., hk * dk:2 * hk * dk].reshape(b, s, hk, dk)
+    v = mixed[..., 2 * hk * dk:].reshape(b, s, hv, dv)
+    q = jnp.repeat(l2_normalize(q) * dk ** -0.5, hv // hk, axis=2)
+    return q, jnp.repeat(l2_normalize(k), hv // hk, axis=2), v
+
+
+def _mix(mixed, g, beta, seg, la):
+    """The rule over one device's whole sequence: o [B, S, Hv, dv] float32."""
+    q, k, v = _heads(mixed, la)
+    return gated_delta_rule(q, k, v, g, beta, la.chunk_size, segment_ids=seg)[0]
+
+
+def _sequence_parallel(mixed, g, beta, conv, seg, order, cfg: ModelConfig, mesh):
+    """_mix over the 'seq' devices: contiguous blocks (reached by all-to-alls from another
+    layout), the convolution's halo from the previous device, states passed between them."""
+    la, layout = cfg.linear_attention, cfg.layout
+    count = mesh.shape[parallel.SEQ]
+    block = mixed.shape[1] // count
+    reorder = layout != "ring"
+
+    def local(mixed, g, beta, seg, conv, order):
+        if reorder:
+            pos = local_positions(layout, order, block, count)
+            mixed, g, beta, seg = (to_blocks(t, pos) for t in (mixed, g, beta, seg))
+        mixed = causal_conv(mixed, conv, seg, before=_halo(mixed, seg, conv.shape[0] - 1))
+        q, k, v = _heads(mixed, la)
+        o = pass_states(q, k, v, g, beta, seg, chunk=la.chunk_size)
+        return from_blocks(o, pos) if reorder else o
+
+    heads = jax.P(parallel.DATA, parallel.SEQ, None)
+    order_spec = None if order is None else TOKENS
+    return jax.shard_map(
+        local, mesh=mesh, check_vma=False,
+        in_specs=(heads, heads, heads, TOKENS, jax.P(), order_spec),
+        out_specs=jax.P(parallel.DATA, parallel.SEQ, None, None))(
+            mixed, g, beta, seg, conv, order)
+
+
+def _halo(x, seg, width: int):
+    """The previous 'seq' device's last `width` tokens of x [b, n, C] and their segment ids, and
+    whether they exist (not on the first device): the convolution's taps before the block."""
+    count = jax.lax.axis_size(parallel.SEQ)
+    pairs = [(i, i + 1) for i in range(count - 1)]
+    tail_x, tail_seg = x[:, x.shape[1] - width:], seg[:, seg.shape[1] - width:]
+    if tail_x.shape[1] < width:
+        raise ValueError(f"a device's block of {x.shape[1]} tokens is shorter than the "
+                         f"convolution's {width + 1} taps: use fewer 'seq' devices")
+    first = jax.lax.axis_index(parallel.SEQ) == 0
+    return (lax.ppermute(tail_x, parallel.SEQ, pairs), lax.ppermute(tail_seg, parallel.SEQ, pairs),
+            jnp.broadcast_to(~first, tail_seg.shape))
+
+
+def causal_conv(x, w, segment_ids=None, before=None, activation=jax.nn.silu):
+    """A depthwise causal convolution over the sequence: x [B, S, C], w [K, C] ->
+    act(sum_j w[j] x[t - K + 1 + j]) [B, S, C] float32, a tap reading only tokens of t's own
+    document (segment_ids [B, S]). before: (x, segment ids, present) of the K - 1 tokens
+    before the first (the previous device's, a decoding cache's); default: none."""
+    b, s, c = x.shape
+    kernel = w.shape[0]
+    seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids
+    if before is None:
+        before = (jnp.zeros((b, kernel - 1, c), x.dtype), jnp.zeros((b, kernel - 1), seg.dtype),
+                  jnp.zeros((b, kernel - 1), bool))
+    prev_x, prev_seg, present = before
+    xs = jnp.concatenate([prev_x.astype(F32), x.astype(F32)], axis=1)
+    segs = jnp.concatenate([prev_seg.astype(seg.dtype), seg], axis=1)
+    live = jnp.concatenate([present, jnp.ones((b, s), bool)], axis=1)
+    out = 0.0
+    for j in range(kernel):  # tap j reads token t - (K - 1) + j
+        same = (segs[:, j:j + s] == seg) & live[:, j:j + s]
+        out = out + w[j].astype(F32) * jnp.where(same[..., None], xs[:, j:j + s], 0.0)
+    return activation(out)
+
+
+def l2_normalize(x, eps: float = 1e-6):
+    """x / sqrt(sum(x^2) + eps) over the last axis (the layer's q and k)."""
+    return x * lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _decode(mixed, g, beta, conv, cache: LinearCache, la):
+    """Tokens [B, T] in natural order after the cache: the convolution continues from the
+    cache's last inputs, the rule from its state. Returns (o [B, T, Hv, dv], new cache)."""
+    b, t, _ = mixed.shape
+    width = conv.shape[0] - 1
+    present = jnp.ones((b, width), bool)
+    out = causal_conv(mixed, conv, before=(cache.conv, jnp.zeros((b, width), jnp.int32), present))
+    q, k, v = _heads(out, la)
+    o, state = gated_delta_rule(q, k, v, g, beta, la.chunk_size, initial_state=cache.state)
+    history = jnp.concatenate([cache.conv, mixed], axis=1)[:, -width:] if width else cache.conv
+    return o, LinearCache(state, history)
