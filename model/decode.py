@@ -31,7 +31,7 @@ import numpy as np
 from flax import nnx
 
 import parallel
-from model.kv_cache import ShardedCache, init_cache
+from model.kv_cache import LinearCache, ShardedCache, init_cache
 
 __all__ = ["init_cache", "prefill", "extend", "sample_token", "generate", "lay_out_prompts",
            "generate_sharded", "cache_bytes_per_device"]
@@ -159,12 +159,14 @@ def generate_sharded(graphdef, params, prompts, max_new_tokens: int, mesh, *,
         slots = jnp.where(laid["segment_ids"] == 0, laid["positions"], -1)
         tail = lambda x: jnp.zeros((batch, max(max_new_tokens, 1), *x.shape[2:]),  # noqa: E731
                                    x.dtype)  # the keys' and values' own heads and widths
-        caches = [ShardedCache(c.k, c.v, slots, tail(c.k), tail(c.v), lengths) for c in kv]
+        # a Gated DeltaNet layer's cache is its state after the prompt (LinearCache) as it is
+        caches = [c if isinstance(c, LinearCache) else
+                  ShardedCache(c.k, c.v, slots, tail(c.k), tail(c.v), lengths) for c in kv]
         return logits, caches
 
     @functools.partial(jax.jit, donate_argnums=2)  # the caches: updated in place, not copied
-    def step(params, token, caches, index):
-        positions = caches[0].lengths[:, None] + index
+    def step(params, token, caches, index, lengths):
+        positions = lengths[:, None] + index
         logits, caches = nnx.merge(graphdef, params)(token[:, None], positions, cache=caches)
         return logits[:, -1], caches
 
@@ -183,7 +185,7 @@ def generate_sharded(graphdef, params, prompts, max_new_tokens: int, mesh, *,
                 if done.all():
                     break
             if i + 1 < max_new_tokens:
-                logits, caches = step(params, token, caches, i)
+                logits, caches = step(params, token, caches, i, jnp.asarray(lengths))
     added = np.stack(new, axis=1) if new else np.zeros((batch, 0), np.int32)
     return [np.concatenate([np.asarray(p, np.int32), added[row]])
             for row, p in enumerate(prompts)]

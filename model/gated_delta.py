@@ -137,7 +137,7 @@ def sequence_parallel(q, k, v, g, beta, mesh, chunk: int = 64, segment_ids=None)
     heads = jax.P(parallel.DATA, parallel.SEQ, None, None)
     tokens = jax.P(parallel.DATA, parallel.SEQ)
     per_head = jax.P(parallel.DATA, parallel.SEQ, None)
-    return jax.shard_map(lambda *a: pass_states(*a, chunk=chunk), mesh=mesh,
+    return jax.shard_map(lambda *a: pass_states(*a, chunk=chunk)[0], mesh=mesh,
                          in_specs=(heads, heads, heads, per_head, per_head, tokens),
                          out_specs=heads, check_vma=False)(q, k, v, g, beta, seg)
 
@@ -147,7 +147,9 @@ def pass_states(q, k, v, g, beta, seg, chunk: int = 64):
     arrays, the blocks contiguous and in device order): it scans its block from a zero state
     (block_summary), the devices all-gather their (T, R) and the documents at their blocks'
     ends, and each folds the blocks before it into its incoming state and adds what that state
-    reads. What travels is H (dk^2 + dk dv) numbers a row per device, whatever the length."""
+    reads. What travels is H (dk^2 + dk dv) numbers a row per device, whatever the length.
+    Returns (o [B, n, H, dv] in v's dtype, the state after the whole sequence [B, H, dk, dv],
+    the same on every device)."""
     out, reads, r, t = block_summary(q, k, v, g, beta, chunk, seg)
     ends = jnp.stack([seg[:, 0], seg[:, -1]], axis=-1)  # [B, 2]: first and last documents
     r_all, t_all, ends_all = (jax.lax.all_gather(x, parallel.SEQ) for x in (r, t, ends))
@@ -160,10 +162,10 @@ def pass_states(q, k, v, g, beta, seg, chunk: int = 64):
                            precision=lax.Precision.HIGHEST) + r_all[d]
         return after, state  # (into the next block, the state block d started from)
 
-    _, before = lax.scan(fold, jnp.zeros_like(r), jnp.arange(r_all.shape[0]))
+    final, before = lax.scan(fold, jnp.zeros_like(r), jnp.arange(r_all.shape[0]))
     incoming = before[me]
     # a document that starts at this block's first token does not see the state before it
     previous_last = jnp.where(me > 0, ends_all[jnp.maximum(me - 1, 0), :, 1], -1)
     incoming = jnp.where((seg[:, 0] == previous_last)[:, None, None, None], incoming, 0.0)
     extra = jnp.einsum("bshk,bhkv->bshv", reads, incoming, precision=lax.Precision.HIGHEST)
-    return (out + extra).astype(v.dtype)
+    return (out + extra).astype(v.dtype), final

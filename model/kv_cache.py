@@ -20,6 +20,7 @@ natural order, on every device), and its own key and value go into that tail.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -34,16 +35,37 @@ class KVCache(NamedTuple):
     v: jax.Array
 
 
-def init_cache(cfg, batch: int, max_len: int) -> list[KVCache]:
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class LinearCache:
+    """A Gated DeltaNet layer's decoding cache (model/linear_attention.py): the state S [B, Hv,
+    dk, dv] float32 after the tokens so far, and the convolution's last K - 1 inputs [B, K - 1,
+    C] (zeros before the first token). Its size does not depend on the length."""
+
+    state: jax.Array
+    conv: jax.Array
+
+
+def init_cache(cfg, batch: int, max_len: int) -> list[KVCache | LinearCache]:
     """Zeros for every layer's keys and values, in the compute dtype (a latent attention
-    layer's expanded ones: every head's, keys qk_head_dim wide, values v_head_dim)."""
+    layer's expanded ones: every head's, keys qk_head_dim wide, values v_head_dim); for a Gated
+    DeltaNet layer (layer type 'linear_attention') its state and convolution inputs instead."""
     if cfg.mla.enabled:
         k_shape = (batch, max_len, cfg.num_heads, cfg.mla.qk_head_dim)
         v_shape = (batch, max_len, cfg.num_heads, cfg.mla.v_head_dim)
     else:
         k_shape = v_shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return [KVCache(jnp.zeros(k_shape, cfg.compute_dtype), jnp.zeros(v_shape, cfg.compute_dtype))
-            for _ in range(cfg.num_layers)]
+    la = cfg.linear_attention
+
+    def layer(i):
+        if cfg.layer_type(i) == "linear_attention":
+            return LinearCache(
+                jnp.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim),
+                          jnp.float32),
+                jnp.zeros((batch, la.conv_kernel - 1, la.conv_channels), jnp.float32))
+        return KVCache(jnp.zeros(k_shape, cfg.compute_dtype), jnp.zeros(v_shape, cfg.compute_dtype))
+
+    return [layer(i) for i in range(cfg.num_layers)]
 
 
 def _scores(q, k, scale, logit_soft_cap):

@@ -30,6 +30,7 @@ from jax import lax
 import parallel
 from model.config import LINEAR, ModelConfig
 from model.gated_delta import F32, gated_delta_rule, pass_states
+from model.kv_cache import LinearCache
 from model.layers import dense, rms_norm
 from parallel.contiguous import from_blocks, local_positions, to_blocks
 
@@ -51,24 +52,6 @@ class Weights:
     a_log: jax.Array
     norm: jax.Array
     out: jax.Array
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class LinearCache:
-    """A Gated DeltaNet layer's decoding cache: the state S [B, Hv, dk, dv] float32 after the
-    tokens so far, and the convolution's last K - 1 inputs [B, K - 1, C] (zeros before the
-    first token)."""
-
-    state: jax.Array
-    conv: jax.Array
-
-
-def init_linear_cache(cfg: ModelConfig, batch: int) -> LinearCache:
-    la = cfg.linear_attention
-    return LinearCache(
-        jnp.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim), F32),
-        jnp.zeros((batch, la.conv_kernel - 1, la.conv_channels), F32))
 
 
 class GatedDeltaNet(nnx.Module):
@@ -103,23 +86,23 @@ class GatedDeltaNet(nnx.Module):
         """Training (cache None): x [B, S, D] in the layout's order, sharded over the mesh ->
         [B, S, D]. Decoding (cache: this layer's LinearCache, tokens in natural order from
         where the cache ends; every row at the same point): (out, the cache after them).
-        `collect` (a sequence-parallel prefill) is not supported for these layers."""
+        With `collect` (a sequence-parallel prefill of prompts: segment 0, padding after them
+        segment 1): (out, the LinearCache after each row's prompt)."""
         del positions, kind
-        if collect:
-            raise ValueError("a Gated DeltaNet layer has no keys and values to collect: prefill "
-                             "a hybrid model one device at a time (model.decode.generate)")
         cfg = self.cfg
         if cache is not None:
             return layer(self.weights(), x, cfg, cache=cache)
         return layer(self.weights(), x, cfg, segment_ids=segment_ids, order=order,
-                     mesh=self.mesh)
+                     mesh=self.mesh, collect=collect)
 
 
-def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=None, cache=None):
+def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=None, cache=None,
+          collect: bool = False):
     """The layer as a function of its weights: x [B, S, D] -> [B, S, D] in the compute dtype
     (with `cache`: (out, new cache)). With a mesh of more than one 'seq' device the sequence is
     split over them in cfg.layout's order (order: the batch's original indices, required by
-    'balanced')."""
+    'balanced'). collect: the tokens of segment 0 are each row's prompt, the rest padding
+    after it; returns (out, the LinearCache a decoder continues the prompts from)."""
     la, dtype = cfg.linear_attention, cfg.compute_dtype
     b, s, _ = x.shape
     hk, hv, dk, dv = la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim
@@ -135,14 +118,21 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     a = ba[..., group:].reshape(b, s, hv)
     g = -jnp.exp(w.a_log.astype(F32)) * jax.nn.softplus(a + w.dt_bias.astype(F32))
     conv = w.conv.astype(F32)
+    seg = _segments(segment_ids, b, s)
+    if collect:  # the padding neither decays nor writes: the final state is the prompt's
+        prompt = seg == 0
+        g, beta = jnp.where(prompt[..., None], g, 0.0), jnp.where(prompt[..., None], beta, 0.0)
+        history = _last_inputs(mixed, prompt, order, conv.shape[0] - 1)
+        seg = jnp.zeros_like(seg)
     if cache is not None:
         o, cache = _decode(mixed, g, beta, conv, cache, la)
     elif mesh is None or mesh.shape[parallel.SEQ] == 1:
-        seg = _segments(segment_ids, b, s)
-        o = _mix(causal_conv(mixed, conv, seg), g, beta, seg, la)
+        q, k, v = _heads(causal_conv(mixed, conv, seg), la)
+        o, state = gated_delta_rule(q, k, v, g, beta, la.chunk_size, segment_ids=seg)
     else:
-        o = _sequence_parallel(mixed, g, beta, conv, _segments(segment_ids, b, s), order, cfg,
-                               mesh)
+        o, state = _sequence_parallel(mixed, g, beta, conv, seg, order, cfg, mesh)
+    if collect:
+        cache = LinearCache(state, history)
     o = rms_norm(o, w.norm, cfg.norm_eps, F32) * jax.nn.silu(z.astype(F32))
     out = jnp.dot(o.reshape(b, s, hv * dv).astype(dtype), w.out.astype(dtype))
     return out if cache is None else (out, cache)
@@ -164,15 +154,22 @@ def _heads(mixed, la):
     return q, jnp.repeat(l2_normalize(k), hv // hk, axis=2), v
 
 
-def _mix(mixed, g, beta, seg, la):
-    """The rule over one device's whole sequence: o [B, S, Hv, dv] float32."""
-    q, k, v = _heads(mixed, la)
-    return gated_delta_rule(q, k, v, g, beta, la.chunk_size, segment_ids=seg)[0]
+def _last_inputs(mixed, prompt, order, width: int):
+    """The convolution's inputs of each row's last `width` prompt tokens [B, width, C] (zeros
+    before the first), found by their original indices (order; None: natural order)."""
+    b, s, _ = mixed.shape
+    lengths = jnp.sum(prompt, axis=1)  # [B]
+    order = jnp.broadcast_to(jnp.arange(s), (b, s)) if order is None else order
+    wanted = lengths[:, None] - width + jnp.arange(width)  # [B, width] original indices
+    slot = jnp.argmax(order[:, None, :] == wanted[:, :, None], axis=-1)  # [B, width]
+    taken = jnp.take_along_axis(mixed, slot[..., None], axis=1)
+    return jnp.where((wanted >= 0)[..., None], taken, 0.0)
 
 
 def _sequence_parallel(mixed, g, beta, conv, seg, order, cfg: ModelConfig, mesh):
-    """_mix over the 'seq' devices: contiguous blocks (reached by all-to-alls from another
-    layout), the convolution's halo from the previous device, states passed between them."""
+    """The rule over the 'seq' devices: contiguous blocks (reached by all-to-alls from another
+    layout), the convolution's halo from the previous device, states passed between them.
+    Returns (o [B, S, Hv, dv] in the layout's order, the state after each whole row)."""
     la, layout = cfg.linear_attention, cfg.layout
     count = mesh.shape[parallel.SEQ]
     block = mixed.shape[1] // count
@@ -184,15 +181,15 @@ def _sequence_parallel(mixed, g, beta, conv, seg, order, cfg: ModelConfig, mesh)
             mixed, g, beta, seg = (to_blocks(t, pos) for t in (mixed, g, beta, seg))
         mixed = causal_conv(mixed, conv, seg, before=_halo(mixed, seg, conv.shape[0] - 1))
         q, k, v = _heads(mixed, la)
-        o = pass_states(q, k, v, g, beta, seg, chunk=la.chunk_size)
-        return from_blocks(o, pos) if reorder else o
+        o, final = pass_states(q, k, v, g, beta, seg, chunk=la.chunk_size)
+        return (from_blocks(o, pos) if reorder else o), final
 
     heads = jax.P(parallel.DATA, parallel.SEQ, None)
     order_spec = None if order is None else TOKENS
     return jax.shard_map(
         local, mesh=mesh, check_vma=False,
         in_specs=(heads, heads, heads, TOKENS, jax.P(), order_spec),
-        out_specs=jax.P(parallel.DATA, parallel.SEQ, None, None))(
+        out_specs=(jax.P(parallel.DATA, parallel.SEQ, None, None), jax.P(parallel.DATA)))(
             mixed, g, beta, seg, conv, order)
 
 
@@ -245,6 +242,7 @@ def _decode(mixed, g, beta, conv, cache: LinearCache, la):
     present = jnp.ones((b, width), bool)
     out = causal_conv(mixed, conv, before=(cache.conv, jnp.zeros((b, width), jnp.int32), present))
     q, k, v = _heads(out, la)
-    o, state = gated_delta_rule(q, k, v, g, beta, la.chunk_size, initial_state=cache.state)
+    o, state = gated_delta_rule(q, k, v, g, beta, min(la.chunk_size, t),
+                                initial_state=cache.state)
     history = jnp.concatenate([cache.conv, mixed], axis=1)[:, -width:] if width else cache.conv
     return o, LinearCache(state, history)

@@ -117,3 +117,46 @@ def test_a_hybrid_model_is_the_one_device_model(hybrid_one_device, layout, data,
     errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / max(np.abs(w).max(), 1e-30),
                           grads, want_grads)
     assert max(jax.tree.leaves(errors)) < 1e-5, errors
+
+
+@pytest.fixture(scope="module")
+def qwen3_next():
+    """transformers' Qwen3-Next fixture (three Gated DeltaNet layers, a gated softmax layer,
+    experts) on one device: (mesh, graphdef, params)."""
+    import os
+
+    from flax import nnx
+
+    from model import hf
+    m = hf.load(os.path.join(os.path.dirname(__file__), "fixtures", "hf", "qwen3_next_hybrid"))
+    return (parallel.make_mesh(1, 1, devices=jax.devices()[:1]), *nnx.split(m, nnx.Param))
+
+
+def test_decoding_carries_the_state_and_the_convolution_inputs(qwen3_next):
+    """The recurrent cache (model/kv_cache.LinearCache): a prompt of 7 tokens, then 3 and 2 more
+    at once, each piece's logits equal to the training forward's at those positions; greedy
+    decoding with the cache equals greedy decoding by recomputing the whole sequence."""
+    from flax import nnx
+
+    from model import decode
+    from tests.test_sample import full_logits
+    mesh, graphdef, params = qwen3_next
+    net = nnx.merge(graphdef, params)
+    tokens = np.random.default_rng(2).integers(0, 128, (2, 12)).astype(np.int32)
+    cache, pieces = decode.init_cache(net.cfg, 2, 16), []
+    for start, stop in ((0, 7), (7, 10), (10, 12)):
+        logits, cache = decode.extend(net, jnp.asarray(tokens[:, start:stop]), cache, start)
+        pieces.append(logits)
+    want = np.asarray(full_logits(mesh, graphdef, params, tokens))
+    got = np.asarray(jnp.concatenate(pieces, axis=1))
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
+    assert cache[0].state.shape == (2, 4, 8, 8) and cache[0].conv.shape == (2, 3, 64)
+
+    prompt = tokens[:, :5]
+    with_cache = decode.generate(graphdef, params, prompt, 10, temperature=0.0)
+    recomputed = np.zeros((2, 15), np.int32)
+    recomputed[:, :5] = prompt
+    for t in range(5, 15):  # causal: the zeros after t change nothing at t
+        logits = full_logits(mesh, graphdef, params, recomputed)
+        recomputed[:, t] = np.asarray(logits[:, t - 1].argmax(-1))
+    np.testing.assert_array_equal(with_cache, recomputed)

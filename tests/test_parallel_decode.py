@@ -19,7 +19,7 @@ LAYOUTS = ["ring", "striped", "zigzag", "balanced"]
 
 def build(layout: str, shards: int, **options):
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    cfg = model.ModelConfig(attention=attention(layout, tile=0), **SIZES, **options)
+    cfg = model.ModelConfig(attention=attention(layout, tile=0), **{**SIZES, **options})
     return mesh, *nnx.split(model.create(cfg, mesh, seed=5), nnx.Param)
 
 
@@ -83,12 +83,14 @@ def test_a_prompt_longer_than_a_device_holds_is_sharded(prompts):
 
 
 def _options(name):
+    from tests.test_linear_attention import HYBRID
     from tests.test_mla_parallel import MLA_MODEL
     from tests.test_model import MIXED
-    return {"mixed": MIXED, "latent": MLA_MODEL}[name]
+    return {"mixed": MIXED, "latent": MLA_MODEL, "hybrid": HYBRID}[name]
 
 
-@pytest.mark.parametrize("options,layout,new", [("mixed", "zigzag", 8), ("latent", "striped", 6)])
+@pytest.mark.parametrize("options,layout,new", [("mixed", "zigzag", 8), ("latent", "striped", 6),
+                                                ("hybrid", "balanced", 6)])
 def test_model_options_decode_as_they_train(prompts, options, layout, new):
     """mixed: sliding-window and global layers with sinks, caps, q/k norms (tests/test_model.py's
     MIXED, window 6); latent: latent attention with a query latent (keys 8 + 4, values 6 wide)
