@@ -8,7 +8,8 @@ its query, one token after the other:
     S <- S + k_t u_t^T                   o_t = S^T q_t
 
 A chunk of C tokens starting from state S0 is a few matmuls. With G_t the decay summed over the
-chunk up to t, the written vectors U [C, dv] solve a unit lower-triangular system:
+chunk up to t, the written vectors U [C, dv] solve a unit lower-triangular system (inverted by
+matmuls: unit_lower_inverse):
 
     (I + A) U = beta V - (beta exp(G) K) S0,   A[t, s] = beta_t exp(G_t - G_s) k_t.k_s  (s < t)
     O = (exp(G) Q) S0 + M U,                   M[t, s] = exp(G_t - G_s) q_t.k_s         (s <= t)
@@ -95,7 +96,8 @@ def _chunk(q, k, v, g, beta, seg, before, state):
     kk = jnp.einsum("bhtd,bhsd->bhts", k, k, precision=lax.Precision.HIGHEST)
     system = jnp.eye(c, dtype=F32) + jnp.where(lower, beta[..., None] * decay * kk, 0.0)
     rhs = jnp.concatenate([beta[..., None] * v, beta[..., None] * from_start * k], axis=-1)
-    solved = jax.scipy.linalg.solve_triangular(system, rhs, lower=True, unit_diagonal=True)
+    solved = jnp.einsum("bhts,bhsd->bhtd", unit_lower_inverse(system), rhs,
+                        precision=lax.Precision.HIGHEST)
     w_v, w_k = solved[..., :v.shape[-1]], solved[..., v.shape[-1]:]
     u = w_v - jnp.einsum("bhtk,bhkv->bhtv", w_k, state, precision=lax.Precision.HIGHEST)
     qk = jnp.einsum("bhtd,bhsd->bhts", q, k, precision=lax.Precision.HIGHEST)
@@ -108,6 +110,40 @@ def _chunk(q, k, v, g, beta, seg, before, state):
     state = keep * state + jnp.einsum("bhtk,bhtv->bhkv", to_end[..., None] * k, u,
                                       precision=lax.Precision.HIGHEST)
     return out, state
+
+
+def unit_lower_inverse(a):
+    """The inverse of unit lower-triangular matrices a [..., C, C], by matmuls alone: the
+    inverses of the diagonal blocks of size 1, 2, 4, ... are joined in pairs,
+
+        [[A, 0], [B, D]]^-1 = [[A^-1, 0], [-D^-1 B A^-1, D^-1]],
+
+    log2 C levels (C padded to a power of two with the identity). Not lax's triangular solve:
+    on XLA:CPU its LAPACK call stalls a program of 4 devices that runs collectives beside it
+    (seen: a train step that never finished), and matmuls are what TPUs and GPUs run fastest."""
+    c = a.shape[-1]
+    size = 1 << max(c - 1, 0).bit_length()
+    lead = a.shape[:-2]
+    if size != c:  # the identity below and right of a: the inverse's top-left block is a's
+        a = jnp.pad(a, [(0, 0)] * len(lead) + [(0, size - c)] * 2)
+        a = a + jnp.diag(jnp.arange(size) >= c).astype(a.dtype)
+    inverse = jnp.broadcast_to(jnp.eye(size, dtype=a.dtype), a.shape)
+    block = 1
+    while block < size:
+        n = size // (2 * block)  # pairs of blocks at this level
+        pairs = a.reshape(*lead, n, 2, block, n, 2, block)
+        inv = inverse.reshape(*lead, n, 2, block, n, 2, block)
+        below = jnp.einsum("...iaib->...iab", pairs[..., :, 1, :, :, 0, :])  # B [.., n, b, b]
+        first = jnp.einsum("...iaib->...iab", inv[..., :, 0, :, :, 0, :])  # A^-1
+        second = jnp.einsum("...iaib->...iab", inv[..., :, 1, :, :, 1, :])  # D^-1
+        corner = -jnp.einsum("...iab,...ibc,...icd->...iad", second, below, first,
+                             precision=lax.Precision.HIGHEST)
+        joined = jnp.stack([jnp.stack([first, jnp.zeros_like(first)], -3),
+                            jnp.stack([corner, second], -3)], -4)  # [.., n, 2, 2, b, b]
+        eye = jnp.eye(n, dtype=a.dtype)
+        inverse = jnp.einsum("...ixyab,ij->...ixajyb", joined, eye).reshape(a.shape)
+        block *= 2
+    return inverse[..., :c, :c]
 
 
 def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None):
