@@ -25,9 +25,10 @@ huge factor: exact in float32).
 
     gated_delta_rule(q, k, v, g, beta, chunk=64) -> (o [B, S, H, dv], final state [B, H, dk, dv])
     block_summary(...)       -> a block from zero, its (T, R), and what its start state reads
-    sequence_parallel(..., mesh)  the rule over contiguous blocks of the 'seq' devices, passing
-                                  each block's (T, R): bytes independent of the length
-    pass_states(...)              the same, inside a shard_map of the caller's (the layer's)
+    pass_states(...)              inside a shard_map over 'seq' whose devices hold contiguous
+                                  blocks: the rule over all of them, passing each block's
+                                  (T, R), bytes independent of the length (the layer's,
+                                  model/linear_attention.py; tests/test_linear_attention.py)
 
 The layer around it (projections, convolution, norms): model/linear_attention.py.
 
@@ -162,20 +163,6 @@ def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None):
     out, state = gated_delta_rule(q, k, wide, g, beta, chunk, start, segment_ids)
     dv = v.shape[-1]
     return out[..., :dv], out[..., dv:], state[..., :dv], state[..., dv:]
-
-
-def sequence_parallel(q, k, v, g, beta, mesh, chunk: int = 64, segment_ids=None):
-    """gated_delta_rule over the mesh's 'seq' devices, each holding a contiguous block of the
-    sequence ([B, S, ...] sharded P('data', 'seq'), the 'ring' layout's order): pass_states in
-    a shard_map. Returns o [B, S, H, dv] in v's dtype, sharded as v."""
-    seg = (jnp.zeros(q.shape[:2], jnp.int32) if segment_ids is None
-           else segment_ids.astype(jnp.int32))
-    heads = jax.P(parallel.DATA, parallel.SEQ, None, None)
-    tokens = jax.P(parallel.DATA, parallel.SEQ)
-    per_head = jax.P(parallel.DATA, parallel.SEQ, None)
-    return jax.shard_map(lambda *a: pass_states(*a, chunk=chunk)[0], mesh=mesh,
-                         in_specs=(heads, heads, heads, per_head, per_head, tokens),
-                         out_specs=heads, check_vma=False)(q, k, v, g, beta, seg)
 
 
 def pass_states(q, k, v, g, beta, seg, chunk: int = 64):

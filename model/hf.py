@@ -1,6 +1,6 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
 Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS, Gemma 2, Gemma 3 (text), DeepSeek-V3 (Kimi K2,
-Moonlight), DeepSeek-V2, GLM-4.5 and Qwen2-MoE families
+Moonlight), DeepSeek-V2, GLM-4.5, Qwen2-MoE and Qwen3-Next families
 (model/hf_families.py).
 
     from model import hf

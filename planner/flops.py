@@ -9,6 +9,8 @@ FLOPs per token (forward + backward = 3 x forward; a multiply-add is 2 FLOPs):
     attention = 3 * L * 4 * S * H * Dh * c         QK^T and PV per query: 2 * S * H * Dh each;
                                                     c = 1/2 for causal (half the S x S scores);
                                                     a sliding layer: the keys its window leaves
+    linear    = 3 * L_linear * rule                 a Gated DeltaNet layer's chunked rule per
+                                                    token (linear_rule_flops): no S in it
 
     model TFLOP/s per device = FLOPs per token * tokens/s / devices / 1e12
     MFU                      = model TFLOP/s per device / peak TFLOP/s of one device
@@ -24,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from data.document_lengths import document_lengths
-from model.config import MLAConfig, MoEConfig
+from model.config import LinearAttentionConfig, MLAConfig, MoEConfig
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {
@@ -58,16 +60,50 @@ def matmul_params(m, active: bool = True) -> int:
     """Parameters that take part in matmuls, for a model.ModelConfig. With experts, `active`
     counts the top_k experts a token goes through (what its FLOPs are: MFU counts these),
     else all of them (what memory holds)."""
-    return (sum(attention_params(m) + mlp_params(m, i, active) for i in range(m.num_layers))
+    return (sum(mixer_params(m, i) + mlp_params(m, i, active) for i in range(m.num_layers))
             + m.d_model * m.vocab_size)
 
 
+def mixer_params(m, i: int) -> int:
+    """The matrices that mix block i's tokens: its attention's, or a Gated DeltaNet layer's
+    (layer type 'linear_attention')."""
+    return linear_params(m) if _linear(m, i) else attention_params(m)
+
+
+def linear_params(m) -> int:
+    """The matrices of one Gated DeltaNet layer (model/linear_attention.py): qkvz d (2 Hk dk +
+    2 Hv dv), ba d 2 Hv, out Hv dv d (its convolution is replicated: a vector here)."""
+    la = linear_of(m)
+    values = la.num_value_heads * la.value_head_dim
+    return m.d_model * (la.conv_channels + values + 2 * la.num_value_heads) + values * m.d_model
+
+
+def linear_rule_flops(m) -> float:
+    """Forward FLOPs per token of one Gated DeltaNet layer's rule in chunks of C: per value head
+    the chunk's k k^T, q k^T rows and its triangular inverse's row (C dk, C dk, C C), the
+    written vectors and the read (C (dk + dv), C dv), the start state read twice and the state
+    written (3 dk dv); 2 FLOPs a multiply-add."""
+    la = linear_of(m)
+    c, dk, dv = la.chunk_size, la.key_head_dim, la.value_head_dim
+    return 2 * la.num_value_heads * (c * (3 * dk + 2 * dv + c) + 3 * dk * dv)
+
+
+def linear_of(m):
+    """The LinearAttentionConfig of a ModelConfig (or of a section whose group is a mapping)."""
+    return LinearAttentionConfig.from_config(getattr(m, "linear_attention", None))
+
+
+def _linear(m, i: int) -> bool:
+    return bool(m.layer_types) and m.layer_types[i] == "linear_attention"
+
+
 def attention_params(m) -> int:
-    """The matrices of one attention layer: q, k, v, o; with latent attention (model/mla.py)
-    q (or q_a, q_b), kv_a, kv_b, o."""
+    """The matrices of one attention layer: q (with its gate), k, v, o; with latent attention
+    (model/mla.py) q (or q_a, q_b), kv_a, kv_b, o."""
     mla = MLAConfig.from_config(getattr(m, "mla", None))
-    if not mla.enabled:
-        return m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+    if not mla.enabled:  # an output gate (Qwen3-Next) doubles the query projection
+        queries = m.num_heads * (2 if getattr(m, "attention_output_gate", False) else 1)
+        return m.d_model * m.head_dim * (queries + m.num_heads + 2 * m.num_kv_heads)
     heads, qk = m.num_heads, mla.qk_head_dim
     queries = (m.d_model * mla.q_lora_rank + mla.q_lora_rank * heads * qk if mla.q_lora_rank
                else m.d_model * heads * qk)
@@ -101,10 +137,11 @@ def experts_of(m):
 
 def layer_windows(m) -> dict:
     """{window or None: number of layers} of a model config (sliding layers' window; None for
-    full attention)."""
+    full attention; Gated DeltaNet layers are not attention layers)."""
     sliding = sum(t == "sliding_attention" for t in m.layer_types)
+    full = m.num_layers - sliding - sum(t == "linear_attention" for t in m.layer_types)
     window = m.sliding_window or None
-    out = {None: m.num_layers - sliding} if m.num_layers - sliding else {}
+    out = {None: full} if full else {}
     if sliding:
         out[window] = sliding
     return out
@@ -128,7 +165,8 @@ def flops_per_token(m, seq_len: int, causal: bool = True,
             kpq = full if w >= seq_len else (w - w * w / (2 * seq_len)) * (1 if causal else 2)
         attention += layers * kpq
     qk, v = head_widths(m)
-    return dense + 3 * 2 * attention * m.num_heads * (qk + v)
+    linear = sum(_linear(m, i) for i in range(m.num_layers)) * linear_rule_flops(m)
+    return dense + 3 * 2 * attention * m.num_heads * (qk + v) + 3 * linear
 
 
 def document_keys_per_query(segment_ids, window: int | None = None) -> float | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from model import chunks
 from model.embedding import splits
 from model.config import MLAConfig
-from planner.flops import attention_params, experts_of, head_widths, matmul_params, mlp_params
+from planner.flops import (experts_of, head_widths, linear_of, matmul_params, mixer_params,
+                           mlp_params)
 from planner.devices import Device
 from planner.run import Run
 
@@ -27,17 +28,23 @@ def param_counts(m) -> dict:
     """
     matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
-    vectors = (2 * m.num_layers + 1) * m.d_model + _expert_biases(m) + m.num_layers * (
+    la = linear_of(m)
+    linear = sum(t == "linear_attention" for t in m.layer_types)
+    softmax = m.num_layers - linear
+    vectors = (2 * m.num_layers + 1) * m.d_model + 2 * m.d_model * m.sandwich_norms * (
+        m.num_layers) + _expert_biases(m) + softmax * (
         2 * m.head_dim * m.qk_norm  # q and k norms
-        + 2 * m.d_model * m.sandwich_norms  # Gemma's norms after
         + m.num_heads * m.attention_sinks
         + (m.attention_bias or m.qkv_bias) * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
         + m.attention_bias * m.d_model)
+    if linear:  # a Gated DeltaNet layer's replicated convolution, decays, bias and norm
+        vectors += linear * (la.conv_kernel * la.conv_channels + 2 * la.num_value_heads
+                             + la.value_head_dim)
     mla = MLAConfig.from_config(m.mla)
     if mla.enabled:  # the latent's norms
         vectors += m.num_layers * (mla.kv_lora_rank + mla.q_lora_rank)
-    layer = attention_params(m) + max(mlp_params(m, i, active=False)
-                                      for i in range(m.num_layers))
+    layer = max(mixer_params(m, i) for i in range(m.num_layers)) + max(
+        mlp_params(m, i, active=False) for i in range(m.num_layers))
     return {"total": matmul + embed + vectors, "matmul": matmul, "matrices": matmul + embed,
             "vectors": vectors, "layer": layer, "active": matmul_params(m) + embed + vectors}
 
