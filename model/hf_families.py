@@ -47,8 +47,8 @@ from model.hf_hybrid import qwen3_next, qwen3_next_json
 from model.hf_tensors import (DEEPSEEK_MOE, GEMMA_NORMS, GLM4_MOE_LAYER, GPT_OSS_LAYER,
                               LLAMA_LAYER, MIXTRAL_LAYER, MLA_LAYER, QK_NORMS, QWEN2_MOE_LAYER,
                               QWEN3_MOE_LAYER, QWEN3_NEXT_LAYER)
-from model.hf_rules import (FamilyError, experts_of, layer_types_of, refuse,
-                            sliding_window_of)
+from model.hf_rules import (FamilyError, experts_of, layer_types_of, qwen2_experts,
+                            qwen2_experts_json, refuse, rotary_of, sliding_window_of)
 from model.moe import GPT_OSS_ALPHA
 
 
@@ -147,22 +147,14 @@ def _deepseek_v2(c):
 
 def _glm4_moe(c):
     refuse(c, [("hidden_act", ["silu"])])
-    rotary = c.get("partial_rotary_factor") or (c.get("rope_parameters") or {}).get(
-        "partial_rotary_factor") or 0.5
     return dict(qkv_bias=bool(c.get("attention_bias")), qk_norm=bool(c.get("use_qk_norm")),
-                partial_rotary_factor=float(rotary),
+                partial_rotary_factor=rotary_of(c, 0.5),
                 moe=_deepseek_moe(c, "sigmoid_topk", bool(c["norm_topk_prob"])))
 
 
 def _qwen2_moe(c):
     refuse(c, [("hidden_act", ["silu"]), ("use_sliding_window", [False, None])])
-    return dict(qkv_bias=bool(c.get("qkv_bias", True)), moe=MoEConfig(
-        num_experts=c["num_experts"] if c.get("num_experts") else c["num_local_experts"], top_k=c["num_experts_per_tok"],
-        expert_mlp_dim=c["moe_intermediate_size"], norm_topk_prob=bool(c["norm_topk_prob"]),
-        decoder_sparse_step=int(c.get("decoder_sparse_step") or 1),
-        mlp_only_layers=tuple(c.get("mlp_only_layers") or ()),
-        aux_loss_coef=float(c.get("router_aux_loss_coef") or 0.0), num_shared_experts=1,
-        shared_expert_mlp_dim=c["shared_expert_intermediate_size"], shared_expert_gate=True))
+    return dict(qkv_bias=bool(c.get("qkv_bias", True)), moe=qwen2_experts(c))
 
 
 def _gemma(c, *, qk_norm: bool, default_types):
@@ -276,16 +268,9 @@ def _glm4_moe_json(cfg):
 
 
 def _qwen2_moe_json(cfg):
-    moe = experts_of(cfg)
-    if moe.num_shared_experts != 1 or not moe.shared_expert_gate or moe.router != "softmax_topk":
-        raise FamilyError("Qwen2-MoE: softmax top-k routing and one gated shared expert")
+    experts_of(cfg)
     return {"hidden_act": "silu", "qkv_bias": cfg.qkv_bias, "use_sliding_window": False,
-            "layer_types": [FULL] * cfg.num_layers, "num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
-            "moe_intermediate_size": cfg.expert_mlp_dim, "norm_topk_prob": moe.norm_topk_prob,
-            "decoder_sparse_step": moe.decoder_sparse_step,
-            "mlp_only_layers": list(moe.mlp_only_layers),
-            "shared_expert_intermediate_size": moe.shared_expert_mlp_dim or cfg.expert_mlp_dim,
-            "router_aux_loss_coef": moe.aux_loss_coef}
+            "layer_types": [FULL] * cfg.num_layers, **qwen2_experts_json(cfg)}
 
 
 def _int_if_whole(x):

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 import parallel
+from model.config import LINEAR
 
 
 class KVCache(NamedTuple):
@@ -58,7 +59,7 @@ def init_cache(cfg, batch: int, max_len: int) -> list[KVCache | LinearCache]:
     la = cfg.linear_attention
 
     def layer(i):
-        if cfg.layer_type(i) == "linear_attention":
+        if cfg.layer_type(i) == LINEAR:
             return LinearCache(
                 jnp.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim),
                           jnp.float32),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from data.document_lengths import document_lengths
-from model.config import LinearAttentionConfig, MLAConfig, MoEConfig
+from model.config import LINEAR, LinearAttentionConfig, MLAConfig, MoEConfig
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {
@@ -94,7 +94,12 @@ def linear_of(m):
 
 
 def _linear(m, i: int) -> bool:
-    return bool(m.layer_types) and m.layer_types[i] == "linear_attention"
+    return bool(m.layer_types) and m.layer_types[i] == LINEAR
+
+
+def linear_layers(m) -> int:
+    """How many blocks are Gated DeltaNet layers."""
+    return sum(_linear(m, i) for i in range(m.num_layers))
 
 
 def attention_params(m) -> int:
@@ -139,7 +144,7 @@ def layer_windows(m) -> dict:
     """{window or None: number of layers} of a model config (sliding layers' window; None for
     full attention; Gated DeltaNet layers are not attention layers)."""
     sliding = sum(t == "sliding_attention" for t in m.layer_types)
-    full = m.num_layers - sliding - sum(t == "linear_attention" for t in m.layer_types)
+    full = m.num_layers - sliding - linear_layers(m)
     window = m.sliding_window or None
     out = {None: full} if full else {}
     if sliding:
@@ -165,7 +170,7 @@ def flops_per_token(m, seq_len: int, causal: bool = True,
             kpq = full if w >= seq_len else (w - w * w / (2 * seq_len)) * (1 if causal else 2)
         attention += layers * kpq
     qk, v = head_widths(m)
-    linear = sum(_linear(m, i) for i in range(m.num_layers)) * linear_rule_flops(m)
+    linear = linear_layers(m) * linear_rule_flops(m)
     return dense + 3 * 2 * attention * m.num_heads * (qk + v) + 3 * linear
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from model import chunks
 from model.embedding import splits
 from model.config import MLAConfig
-from planner.flops import (experts_of, head_widths, linear_of, matmul_params, mixer_params,
-                           mlp_params)
+from planner.flops import (experts_of, head_widths, linear_layers, linear_of, matmul_params,
+                           mixer_params, mlp_params)
 from planner.devices import Device
 from planner.run import Run
 
@@ -29,7 +29,7 @@ def param_counts(m) -> dict:
     matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
     la = linear_of(m)
-    linear = sum(t == "linear_attention" for t in m.layer_types)
+    linear = linear_layers(m)
     softmax = m.num_layers - linear
     vectors = (2 * m.num_layers + 1) * m.d_model + 2 * m.d_model * m.sandwich_norms * (
         m.num_layers) + _expert_biases(m) + softmax * (
