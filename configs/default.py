@@ -83,6 +83,12 @@ def get_config():
     # the blocks it receives) | 'full' (the expanded keys and values: 40,960) | 'auto' (the
     # planner prices both: scripts/plan.py --explain)
     config.parallel.mla_exchange = "auto"
+    # linear_strategy (Gated DeltaNet layers, model.linear_attention): how their recurrence
+    # crosses the 'seq' devices: 'state' (each device scans its block, the devices pass states:
+    # bytes independent of the length) | 'heads' (all-to-alls give each device whole rows of
+    # num_key_heads / mesh.seq heads: bytes grow with the length) | 'auto' (the planner prices
+    # both: scripts/plan.py --explain)
+    config.parallel.linear_strategy = "auto"
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = 1  # data-parallel shards (-1: the remaining devices)

@@ -147,7 +147,7 @@ def unit_lower_inverse(a):
     return inverse[..., :c, :c]
 
 
-def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None):
+def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None, rule=None):
     """One device's block from a zero state, and what the state it really starts from would add:
     (o [B, n, H, dv], reads [B, n, H, dk], R [B, H, dk, dv], T [B, H, dk, dk]) with
 
@@ -155,25 +155,27 @@ def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None):
 
     The rule is linear in (values, start state) together, so both come from one run with dk more
     value columns: values [v | 0], start state [0 | I]; the extra columns carry d S / d S_in
-    (zeroed, as the state is, at a document's start: T and reads then vanish past it)."""
+    (zeroed, as the state is, at a document's start: T and reads then vanish past it). rule:
+    gated_delta_rule (default) or any rule of its signature linear in values and start state
+    together (ssd.ssd_rule, Mamba2's)."""
     b, _, h, dk = k.shape
     ones = jnp.broadcast_to(jnp.eye(dk, dtype=F32), (b, h, dk, dk))
     start = jnp.concatenate([jnp.zeros((b, h, dk, v.shape[-1]), F32), ones], axis=-1)
     wide = jnp.concatenate([v.astype(F32), jnp.zeros((*v.shape[:-1], dk), F32)], axis=-1)
-    out, state = gated_delta_rule(q, k, wide, g, beta, chunk, start, segment_ids)
+    out, state = (rule or gated_delta_rule)(q, k, wide, g, beta, chunk, start, segment_ids)
     dv = v.shape[-1]
     return out[..., :dv], out[..., dv:], state[..., :dv], state[..., dv:]
 
 
-def pass_states(q, k, v, g, beta, seg, chunk: int = 64):
+def pass_states(q, k, v, g, beta, seg, chunk: int = 64, rule=None):
     """One device's block of the rule inside a shard_map over 'seq' (its local [B, n, ...]
     arrays, the blocks contiguous and in device order): it scans its block from a zero state
     (block_summary), the devices all-gather their (T, R) and the documents at their blocks'
     ends, and each folds the blocks before it into its incoming state and adds what that state
     reads. What travels is H (dk^2 + dk dv) numbers a row per device, whatever the length.
     Returns (o [B, n, H, dv] in v's dtype, the state after the whole sequence [B, H, dk, dv],
-    the same on every device)."""
-    out, reads, r, t = block_summary(q, k, v, g, beta, chunk, seg)
+    the same on every device). rule: block_summary's."""
+    out, reads, r, t = block_summary(q, k, v, g, beta, chunk, seg, rule)
     ends = jnp.stack([seg[:, 0], seg[:, -1]], axis=-1)  # [B, 2]: first and last documents
     r_all, t_all, ends_all = (jax.lax.all_gather(x, parallel.SEQ) for x in (r, t, ends))
     me = jax.lax.axis_index(parallel.SEQ)

@@ -7,12 +7,11 @@ of every four), token mixing by the gated delta rule (model/gated_delta.py) inst
       o = the gated delta rule                                      [B, S, Hv, dv]
       out = (rmsnorm(o) scale silu(z)) W_out                        [B, S, D]
 
-Over the 'seq' devices (training): each device scans its contiguous block from a zero state and
-the devices pass states (gated_delta.pass_states: bytes independent of the length); the
-convolution's first taps read the previous device's last conv_kernel - 1 inputs (a halo). A
-layout whose devices do not hold contiguous blocks (striped, zigzag, balanced) reaches them and
-comes back with an all-to-all each way (parallel/contiguous.py). Documents (segment ids): the
-state and the convolution start afresh at each document's first token.
+Over the 'seq' devices (training), parallel.linear_strategy's way (model/linear_parallel.py):
+'state', each device scans its contiguous block from a zero state and the devices pass states
+(bytes independent of the length), or 'heads', all-to-alls to whole rows of a few heads.
+Documents (segment ids): the state and the convolution start afresh at each document's first
+token.
 
 Decoding: the layer's cache is its state (LinearCache: the recurrent state per value head and
 the convolution's last inputs), one token or a prompt at a time.
@@ -29,12 +28,11 @@ from jax import lax
 
 import parallel
 from model.config import LINEAR, ModelConfig
-from model.gated_delta import F32, gated_delta_rule, pass_states
+from model.gated_delta import F32, gated_delta_rule
 from model.kv_cache import LinearCache
 from model.layers import dense, rms_norm
-from parallel.contiguous import from_blocks, local_positions, to_blocks
-
-TOKENS = jax.P(parallel.DATA, parallel.SEQ)
+from model.linear_parallel import by_heads, by_state
+from model.short_conv import causal_conv
 
 
 @jax.tree_util.register_dataclass
@@ -130,7 +128,8 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
         q, k, v = _heads(causal_conv(mixed, conv, seg), la)
         o, state = gated_delta_rule(q, k, v, g, beta, la.chunk_size, segment_ids=seg)
     else:
-        o, state = _sequence_parallel(mixed, g, beta, conv, seg, order, cfg, mesh)
+        strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
+        o, state = strategy(mixed, g, beta, seg, order, conv, la, cfg.layout, mesh, _heads)
     if collect:
         cache = LinearCache(state, history)
     o = rms_norm(o, w.norm, cfg.norm_eps, F32) * jax.nn.silu(z.astype(F32))
@@ -164,69 +163,6 @@ def _last_inputs(mixed, prompt, order, width: int):
     slot = jnp.argmax(order[:, None, :] == wanted[:, :, None], axis=-1)  # [B, width]
     taken = jnp.take_along_axis(mixed, slot[..., None], axis=1)
     return jnp.where((wanted >= 0)[..., None], taken, 0.0)
-
-
-def _sequence_parallel(mixed, g, beta, conv, seg, order, cfg: ModelConfig, mesh):
-    """The rule over the 'seq' devices: contiguous blocks (reached by all-to-alls from another
-    layout), the convolution's halo from the previous device, states passed between them.
-    Returns (o [B, S, Hv, dv] in the layout's order, the state after each whole row)."""
-    la, layout = cfg.linear_attention, cfg.layout
-    count = mesh.shape[parallel.SEQ]
-    block = mixed.shape[1] // count
-    reorder = layout != "ring"
-
-    def local(mixed, g, beta, seg, conv, order):
-        if reorder:
-            pos = local_positions(layout, order, block, count)
-            mixed, g, beta, seg = (to_blocks(t, pos) for t in (mixed, g, beta, seg))
-        mixed = causal_conv(mixed, conv, seg, before=_halo(mixed, seg, conv.shape[0] - 1))
-        q, k, v = _heads(mixed, la)
-        o, final = pass_states(q, k, v, g, beta, seg, chunk=la.chunk_size)
-        return (from_blocks(o, pos) if reorder else o), final
-
-    heads = jax.P(parallel.DATA, parallel.SEQ, None)
-    order_spec = None if order is None else TOKENS
-    return jax.shard_map(
-        local, mesh=mesh, check_vma=False,
-        in_specs=(heads, heads, heads, TOKENS, jax.P(), order_spec),
-        out_specs=(jax.P(parallel.DATA, parallel.SEQ, None, None), jax.P(parallel.DATA)))(
-            mixed, g, beta, seg, conv, order)
-
-
-def _halo(x, seg, width: int):
-    """The previous 'seq' device's last `width` tokens of x [b, n, C] and their segment ids, and
-    whether they exist (not on the first device): the convolution's taps before the block."""
-    count = jax.lax.axis_size(parallel.SEQ)
-    pairs = [(i, i + 1) for i in range(count - 1)]
-    tail_x, tail_seg = x[:, x.shape[1] - width:], seg[:, seg.shape[1] - width:]
-    if tail_x.shape[1] < width:
-        raise ValueError(f"a device's block of {x.shape[1]} tokens is shorter than the "
-                         f"convolution's {width + 1} taps: use fewer 'seq' devices")
-    first = jax.lax.axis_index(parallel.SEQ) == 0
-    return (lax.ppermute(tail_x, parallel.SEQ, pairs), lax.ppermute(tail_seg, parallel.SEQ, pairs),
-            jnp.broadcast_to(~first, tail_seg.shape))
-
-
-def causal_conv(x, w, segment_ids=None, before=None, activation=jax.nn.silu):
-    """A depthwise causal convolution over the sequence: x [B, S, C], w [K, C] ->
-    act(sum_j w[j] x[t - K + 1 + j]) [B, S, C] float32, a tap reading only tokens of t's own
-    document (segment_ids [B, S]). before: (x, segment ids, present) of the K - 1 tokens
-    before the first (the previous device's, a decoding cache's); default: none."""
-    b, s, c = x.shape
-    kernel = w.shape[0]
-    seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids
-    if before is None:
-        before = (jnp.zeros((b, kernel - 1, c), x.dtype), jnp.zeros((b, kernel - 1), seg.dtype),
-                  jnp.zeros((b, kernel - 1), bool))
-    prev_x, prev_seg, present = before
-    xs = jnp.concatenate([prev_x.astype(F32), x.astype(F32)], axis=1)
-    segs = jnp.concatenate([prev_seg.astype(seg.dtype), seg], axis=1)
-    live = jnp.concatenate([present, jnp.ones((b, s), bool)], axis=1)
-    out = 0.0
-    for j in range(kernel):  # tap j reads token t - (K - 1) + j
-        same = (segs[:, j:j + s] == seg) & live[:, j:j + s]
-        out = out + w[j].astype(F32) * jnp.where(same[..., None], xs[:, j:j + s], 0.0)
-    return activation(out)
 
 
 def l2_normalize(x, eps: float = 1e-6):

@@ -37,6 +37,9 @@ class AttentionChoice:
     # latent attention: what the devices pass, 'latent' (parallel.latent_attention) or 'full'
     # (the expanded keys and values: parallel.attention); 'full' for any other model
     mla_exchange: str = "full"
+    # Gated DeltaNet layers over the 'seq' devices: 'state' (passed states) or 'heads'
+    # (all-to-alls to whole rows of a few heads): model/linear_parallel.py
+    linear_strategy: str = "state"
 
     @property
     def balance_unit(self) -> int:
@@ -63,17 +66,20 @@ class AttentionChoice:
         """'striped attention (ring strategy, xla kernel, tiles 32x32)'; usp shows its degree."""
         strategy = get_strategy(self.strategy).label(self.ulysses_degree)
         latent = ", latent exchange" if self.mla_exchange == "latent" else ""
+        linear = ", linear layers by heads" if self.linear_strategy == "heads" else ""
         return (f"{self.layout} attention ({strategy} strategy, {self.kernel} kernel, tiles "
-                f"{self.tile_q}x{self.tile_k}{latent})")
+                f"{self.tile_q}x{self.tile_k}{latent}{linear})")
 
     def record(self) -> dict:
         """What the metrics, wandb and the checkpoint record carry."""
         return {"layout": self.layout, "strategy": self.strategy,
                 "ulysses_degree": self.ulysses_degree, "kernel": self.kernel,
-                "tile_q": self.tile_q, "tile_k": self.tile_k, "mla_exchange": self.mla_exchange}
+                "tile_q": self.tile_q, "tile_k": self.tile_k, "mla_exchange": self.mla_exchange,
+                "linear_strategy": self.linear_strategy}
 
 
 MLA_EXCHANGES = ("latent", "full")  # parallel.mla_exchange, resolved
+LINEAR_STRATEGIES = ("state", "heads")  # parallel.linear_strategy, resolved
 AUTO = "auto"  # a setting left to the planner: parallel.layout/strategy/tile, memory switches
 
 
@@ -149,13 +155,18 @@ def resolve_tiles(layout, kernel, block: int, tile_q, tile_k) -> tuple[int, int]
 
 def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int, seq_len: int,
            num_shards: int, platform: str, q_heads: int, ulysses_degree: int | None = None,
-           why: str = "configured", mla_exchange: str = "full") -> AttentionChoice:
+           why: str = "configured", mla_exchange: str = "full",
+           linear_strategy: str = "state") -> AttentionChoice:
     """The resolved attention of a run on `num_shards` 'seq' devices of `platform` (a tile of 0
     or None: the default); ValueError, one line, for any choice that cannot run (unknown names,
-    tiles, the Ulysses degree, an mla_exchange other than 'latent' or 'full')."""
+    tiles, the Ulysses degree, an mla_exchange other than 'latent' or 'full', a
+    linear_strategy other than 'state' or 'heads')."""
     if mla_exchange not in MLA_EXCHANGES:
         raise ValueError(f"parallel.mla_exchange={mla_exchange!r}: choose 'latent', 'full' or "
                          f"'auto'")
+    if linear_strategy not in LINEAR_STRATEGIES:
+        raise ValueError(f"parallel.linear_strategy={linear_strategy!r}: choose 'state', 'heads' "
+                         f"or 'auto'")
     lay, strat = get_layout(layout), get_strategy(strategy)
     kern = resolve_kernel(kernel, platform)
     lay.check_divisible(seq_len, num_shards)
@@ -164,4 +175,4 @@ def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int,
     kern.check_tiles(tq, tk, kern.interpreted_on(platform))
     return AttentionChoice(layout=lay.name, strategy=strat.name, ulysses_degree=degree,
                            kernel=kern.name, tile_q=tq, tile_k=tk, why=why,
-                           mla_exchange=mla_exchange)
+                           mla_exchange=mla_exchange, linear_strategy=linear_strategy)

@@ -83,8 +83,14 @@ def linear_rule_flops(m) -> float:
     the chunk's k k^T, q k^T rows and its triangular inverse's row (C dk, C dk, C C), the
     written vectors and the read (C (dk + dv), C dv), the start state read twice and the state
     written (3 dk dv); 2 FLOPs a multiply-add."""
-    la = linear_of(m)
-    c, dk, dv = la.chunk_size, la.key_head_dim, la.value_head_dim
+    return rule_flops(linear_of(m))
+
+
+def rule_flops(la, value_head_dim: int | None = None) -> float:
+    """linear_rule_flops of a LinearAttentionConfig, its values value_head_dim wide (default:
+    the layer's)."""
+    c, dk = la.chunk_size, la.key_head_dim
+    dv = la.value_head_dim if value_head_dim is None else value_head_dim
     return 2 * la.num_value_heads * (c * (3 * dk + 2 * dv + c) + 3 * dk * dv)
 
 

@@ -21,7 +21,7 @@ import model
 import parallel
 import run_config
 from model.moe import RAGGED_PLATFORMS
-from planner import mla_exchange, recommend
+from planner import linear_strategy, mla_exchange, recommend
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host
 from planner.run import make_run
@@ -48,6 +48,8 @@ class ResolvedRun:
     attention_candidates: tuple = dataclasses.field(default=(), compare=False, repr=False)
     # latent attention: planner/mla_exchange.price's figures for both exchanges ({} without)
     mla_prices: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    # Gated DeltaNet layers over 'seq' devices: planner/linear_strategy.price's figures ({} else)
+    linear_prices: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def fits(self) -> bool:
@@ -117,7 +119,11 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
         switches, rows = resolve_switches(config, run, attention, device, documents)
     shapes = model.ModelConfig.from_config(config.model, switches=switches)
     attention = dataclasses.replace(attention, mla_exchange=mla_exchange.resolve(
-        config, attention, shapes, mesh_shape[1], device))
+        config, attention, shapes, mesh_shape[1], device), linear_strategy=linear_strategy.resolve(
+        config, shapes, attention.layout, mesh_shape[1], device, run.rows))
+    linear_prices = {} if not shapes.linear_layers or mesh_shape[1] == 1 else dict(
+        linear_strategy.price(shapes, attention.layout, config.seq_len, mesh_shape[1], device,
+                              run.rows), configured=config.parallel.linear_strategy)
     mla_prices = {} if not shapes.mla.enabled else dict(
         mla_exchange.price(shapes, attention.ulysses_degree, config.seq_len, mesh_shape[1],
                            device, run.rows),
@@ -134,4 +140,5 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
         auto_switches=tuple(k for k in model.MemorySwitches.fields()
                             if k not in given(config.model)),
         candidates=tuple(rows), attention_candidates=tuple(weighed),
-        auto_attention=recommend.left_open(config), mla_prices=mla_prices)
+        auto_attention=recommend.left_open(config), mla_prices=mla_prices,
+        linear_prices=linear_prices)

@@ -47,6 +47,8 @@ def _shapes(name: str, config, resolved):
     section = _Section({f.name: getattr(config.model, f.name)
                         for f in dataclasses.fields(config.model)})
     importlib.import_module(f"configs.{name}").set_model(section)
+    if len(section.layer_types) != section.num_layers:  # the run's per-layer kinds do not fit
+        section.layer_types = ()  # Llama's: every layer full attention
     return model.ModelConfig.from_config(section, resolved.attention, resolved.switches)
 
 

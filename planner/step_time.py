@@ -12,7 +12,9 @@ from model.config import MLAConfig
 from parallel import cost, strategies, strategy_cost
 from parallel.kernels import resolve_kernel
 from planner.devices import Device
-from planner.flops import experts_of, head_widths, layer_windows, matmul_params, peak_flops
+from planner import linear_strategy
+from planner.flops import (experts_of, head_widths, layer_windows, linear_layers, matmul_params,
+                           peak_flops)
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 
@@ -124,6 +126,24 @@ def expert_exchange_bytes(m, run: Run) -> float:
     return sparse * passes * rows * m.d_model * dtype_bytes(m.dtype)  # a micro-step's
 
 
+def linear_layers_seconds(m, run: Run, layout: str, device: Device) -> float:
+    """A micro-step's Gated DeltaNet layers, forward and backward: each layer's rule and
+    exchange as planner/linear_strategy.py prices them, by the run's linear_strategy (the
+    cheaper that runs while it is still 'auto'); on one 'seq' device the rule alone."""
+    layers = linear_layers(m)
+    if not layers:
+        return 0.0
+    prices = linear_strategy.price(m, layout, run.seq_len, run.seq, device, run.rows)
+    chosen = getattr(getattr(m, "attention", None), "linear_strategy", "state")
+    if run.seq == 1:
+        seconds = prices["heads"]  # the whole row, every head: no exchange, no widening
+    elif prices["heads"] is None:
+        seconds = prices["state"]
+    else:
+        seconds = prices[chosen] if chosen == "heads" else min(prices["state"], prices["heads"])
+    return layers * seconds
+
+
 def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:
     """About 8 parameter-sized HBM passes (clip + AdamW) over this device's shard."""
     shard_bytes = param_counts(m)["total"] * dtype_bytes(m.param_dtype) / run.devices
@@ -136,10 +156,12 @@ def step_time(m, run: Run, choice_tiles, layout: str, device: Device, efficiency
     """Predicted step time, tokens/s and MFU for one layout and strategy on tiles
     `choice_tiles`."""
     net = network(device, efficiency)
+    # a model of Gated DeltaNet layers alone still reports a full layer's figures (0 of them)
     kinds = {window: (layers, attention_layer_seconds(
         m, run, layout, choice_tiles, net, mask_documents, documents, strategy=strategy,
-        degree=degree, window=window)) for window, layers in layer_windows(m).items()}
+        degree=degree, window=window)) for window, layers in (layer_windows(m) or {None: 0}).items()}
     attention_s = sum(layers * attn["seconds"] for layers, attn in kinds.values())
+    attention_s += linear_layers_seconds(m, run, layout, device) / efficiency
     # The report's layer: a full-attention one where the model has them, else a sliding one.
     attn = kinds[None][1] if None in kinds else next(iter(kinds.values()))[1]
     dense = dense_seconds(m, run, device, efficiency)

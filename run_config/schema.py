@@ -25,6 +25,7 @@ class ParallelConfig:
     kernel: str
     tile: object  # 'auto', a size, 'QxK' or (q, k), 0: as the config gives it; read `tiles`
     mla_exchange: str  # 'auto' | 'latent' | 'full' (latent attention only)
+    linear_strategy: str  # 'auto' | 'state' | 'heads' (Gated DeltaNet layers only)
 
     @property
     def tiles(self) -> tuple[int, int] | None:

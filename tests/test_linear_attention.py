@@ -16,16 +16,18 @@ from tests.test_attention import layout_order, take
 from tests.test_model import SIZES, attention, loss_and_grads
 
 B, S, D = 2, 64, 16
-LINEAR = LinearAttentionConfig(num_key_heads=2, num_value_heads=4, key_head_dim=8,
-                               value_head_dim=6, conv_kernel=4, chunk_size=4)
+# 8 key heads: the 'heads' strategy splits them over 8 devices; two value heads each
+LINEAR = LinearAttentionConfig(num_key_heads=8, num_value_heads=16, key_head_dim=4,
+                               value_head_dim=3, conv_kernel=4, chunk_size=4)
 LAYOUTS = ("ring", "striped", "zigzag", "balanced")
 MESHES = ((1, 4), (2, 4), (1, 8))
 
 
-def layer_config(layout: str) -> ModelConfig:
+def layer_config(layout: str, strategy: str = "state") -> ModelConfig:
     return ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
                        head_dim=8, mlp_dim=8, layer_types=("linear_attention",),
-                       linear_attention=LINEAR, attention=attention(layout))
+                       linear_attention=LINEAR,
+                       attention=attention(layout, linear_strategy=strategy))
 
 
 def weights(seed=0) -> Weights:
@@ -63,14 +65,16 @@ def one_device():
             weights(), jnp.asarray(x))
 
 
-# every layout, the meshes in turn, and ring (no all-to-all: the halo and states alone) on all
-@pytest.mark.parametrize("layout,mesh_shape", [(layout, MESHES[i % 3]) for i, layout
-                                               in enumerate(LAYOUTS)] + [("ring", MESHES[1]),
-                                                                         ("ring", MESHES[2])])
-def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, layout,
-                                                                      mesh_shape):
+# each strategy: every layout, the meshes in turn, and ring ('state': no all-to-all, the halo
+# and states alone) on all
+@pytest.mark.parametrize("strategy,layout,mesh_shape", [
+    (strategy, layout, MESHES[(i + shift) % 3]) for strategy, shift in (("state", 0), ("heads", 1))
+    for i, layout in enumerate(LAYOUTS)] + [("state", "ring", MESHES[1]),
+                                            ("state", "ring", MESHES[2])])
+def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, strategy,
+                                                                      layout, mesh_shape):
     """Outputs and the gradients of the input and of every weight within 1e-5 relative (the
-    convolution weight's and the decays' summed over devices)."""
+    convolution weight's and the decays' summed over devices), with either strategy."""
     (want_out, (want_dw, want_dx)) = one_device
     x, dout, seg = natural()
     data, seq = mesh_shape
@@ -78,7 +82,7 @@ def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device,
     order = layout_order(layout, seg, B, S, seq, tile=4)
     sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
     put = lambda a: jax.device_put(jnp.asarray(a), sharding)  # noqa: E731
-    cfg = layer_config(layout)
+    cfg = layer_config(layout, strategy)
     fn = lambda w, x: layer(w, x, cfg, segment_ids=put(take(seg, order)),  # noqa: E731
                             order=put(order), mesh=mesh)
     with jax.set_mesh(mesh):
@@ -106,13 +110,14 @@ def hybrid_one_device():
     return loss_and_grads("ring", 1, 1, **HYBRID)
 
 
-@pytest.mark.parametrize("layout,data,seq", [("zigzag", 2, 4), ("balanced", 1, 8)])
-def test_a_hybrid_model_is_the_one_device_model(hybrid_one_device, layout, data, seq):
+@pytest.mark.parametrize("layout,data,seq,strategy", [
+    ("zigzag", 2, 4, "state"), ("balanced", 1, 8, "state"), ("striped", 2, 4, "heads")])
+def test_a_hybrid_model_is_the_one_device_model(hybrid_one_device, layout, data, seq, strategy):
     """Qwen3-Next's block kinds (two Gated DeltaNet layers, a gated softmax layer with q/k norms
-    and partial rotary, experts with a gated shared one) over the sequence devices, documents:
-    loss and every gradient within 1e-5 relative of one device's."""
+    and partial rotary, experts with a gated shared one) over the sequence devices, documents,
+    either linear strategy: loss and every gradient within 1e-5 relative of one device's."""
     want_loss, want_grads, _ = hybrid_one_device
-    loss, grads, _ = loss_and_grads(layout, data, seq, **HYBRID)
+    loss, grads, _ = loss_and_grads(layout, data, seq, linear_strategy=strategy, **HYBRID)
     assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
     errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / max(np.abs(w).max(), 1e-30),
                           grads, want_grads)
@@ -180,3 +185,33 @@ def test_the_planner_counts_the_hybrids_parameters_and_no_attention_for_its_line
     growth = flops.flops_per_token(cfg, 8192) - flops.flops_per_token(cfg, 2048)
     assert growth == flops.flops_per_token(softmax_only, 8192) - flops.flops_per_token(
         softmax_only, 2048) > 0
+
+
+def test_linear_strategy_auto_takes_the_cheaper_and_heads_must_split_the_key_heads():
+    """planner/linear_strategy.py: 'state' moves the same bytes at any length on a ring, 'heads'
+    in proportion to it; 'auto' resolves to the cheaper price; 'heads' with key heads the 'seq'
+    devices do not divide is refused in one line naming the fix."""
+    import planner
+    import run_config
+    from configs import hybrid_tiny
+    from planner import linear_strategy
+    from planner.devices import device_for_kind
+
+    device = device_for_kind("TPU v5p")
+    cfg = ModelConfig(**HYBRID)
+    short, long = (linear_strategy.price(cfg, "ring", s, 4, device) for s in (2048, 8192))
+    assert short["state_bytes"] == long["state_bytes"] > 0
+    assert long["heads_bytes"] == pytest.approx(4 * short["heads_bytes"], rel=0.01)
+    for seq_len in (2048, 1 << 20):
+        config = run_config.replace(run_config.build(hybrid_tiny.get_config()), {
+            "seq_len": seq_len, "global_batch_size": 1, "parallel.layout": "ring",
+            "model.linear_attention.num_key_heads": 4,
+            "model.linear_attention.num_value_heads": 8})
+        resolved = planner.resolve_run(config, (1, 4), "tpu", "TPU v5p", device=device)
+        p = resolved.linear_prices
+        assert resolved.attention.linear_strategy == min(("state", "heads"), key=p.get)
+    config = run_config.replace(run_config.build(hybrid_tiny.get_config()),
+                                {"parallel.linear_strategy": "heads"})  # 2 key heads, 4 devices
+    with pytest.raises(ValueError, match="linear_strategy='heads' .* 2 key heads over 4 'seq' "
+                                         "devices.*set parallel.linear_strategy='state'"):
+        planner.resolve_run(config, (1, 4), "cpu", jax.devices()[0].device_kind)

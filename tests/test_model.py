@@ -16,13 +16,14 @@ SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=
 S, B = 32, 2
 
 
-def attention(layout: str, strategy: str = "ring", tile: int = 4,
-              mla_exchange: str = "full") -> parallel.AttentionChoice:
+def attention(layout: str, strategy: str = "ring", tile: int = 4, mla_exchange: str = "full",
+              linear_strategy: str = "state") -> parallel.AttentionChoice:
     """The attention a model built by hand runs (a run's comes from planner.resolve_run); a
     tile of 0: the kernel's default for each call's length."""
     return parallel.AttentionChoice(layout=layout, strategy=strategy, ulysses_degree=1,
                                     kernel="xla", tile_q=tile, tile_k=tile,
-                                    mla_exchange=mla_exchange)
+                                    mla_exchange=mla_exchange,
+                                    linear_strategy=linear_strategy)
 
 
 def natural_batch():
@@ -36,9 +37,11 @@ def natural_batch():
                 segment_ids=segment_ids, weights=weights)
 
 
-def loss_and_grads(layout, data, seq, strategy="ring", mla_exchange="full", **overrides):
+def loss_and_grads(layout, data, seq, strategy="ring", mla_exchange="full",
+                   linear_strategy="state", **overrides):
     mesh = parallel.make_mesh(data, seq, devices=jax.devices()[: data * seq])
-    cfg = model.ModelConfig(attention=attention(layout, strategy, mla_exchange=mla_exchange),
+    cfg = model.ModelConfig(attention=attention(layout, strategy, mla_exchange=mla_exchange,
+                                                linear_strategy=linear_strategy),
                             **{**SIZES, **overrides})
     net = model.create(cfg, mesh, seed=0)
     graphdef, params = nnx.split(net, nnx.Param)

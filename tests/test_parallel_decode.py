@@ -17,9 +17,10 @@ SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=
 LAYOUTS = ["ring", "striped", "zigzag", "balanced"]
 
 
-def build(layout: str, shards: int, **options):
+def build(layout: str, shards: int, linear_strategy: str = "state", **options):
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    cfg = model.ModelConfig(attention=attention(layout, tile=0), **{**SIZES, **options})
+    cfg = model.ModelConfig(attention=attention(layout, tile=0, linear_strategy=linear_strategy),
+                            **{**SIZES, **options})
     return mesh, *nnx.split(model.create(cfg, mesh, seed=5), nnx.Param)
 
 
@@ -86,19 +87,23 @@ def _options(name):
     from tests.test_linear_attention import HYBRID
     from tests.test_mla_parallel import MLA_MODEL
     from tests.test_model import MIXED
-    return {"mixed": MIXED, "latent": MLA_MODEL, "hybrid": HYBRID}[name]
+    return {"mixed": MIXED, "latent": MLA_MODEL, "hybrid": HYBRID,
+            "hybrid_heads": dict(HYBRID, linear_strategy="heads")}[name]
 
 
 @pytest.mark.parametrize("options,layout,new", [("mixed", "zigzag", 8), ("latent", "striped", 6),
-                                                ("hybrid", "balanced", 6)])
+                                                ("hybrid", "balanced", 6),
+                                                ("hybrid_heads", "striped", 4)])
 def test_model_options_decode_as_they_train(prompts, options, layout, new):
     """mixed: sliding-window and global layers with sinks, caps, q/k norms (tests/test_model.py's
     MIXED, window 6); latent: latent attention with a query latent (keys 8 + 4, values 6 wide)
-    and DeepSeek-V3's experts (tests/test_mla_parallel.py's MLA_MODEL). Each greedy token,
+    and DeepSeek-V3's experts (tests/test_mla_parallel.py's MLA_MODEL); hybrid: Gated DeltaNet
+    layers whose prefill passes states, or (hybrid_heads) scans whole rows of a quarter of the
+    heads (tests/test_linear_attention.py's HYBRID). Each greedy token,
     prefilled over 4 devices (the prompt's keys made where they sit) or on one with the cache,
     is the training forward's argmax on the finished row (and windows shorter than the prompts
     bite)."""
-    one = build("ring", 1, **_options(options))
+    one = build("ring", 1, **dict(_options(options), linear_strategy="state"))
     forward = jax.jit(lambda p, t: nnx.merge(one[1], p)(t))
     mesh, graphdef, params = build(layout, 4, **_options(options))
     rows = decode.generate_sharded(graphdef, params, prompts, new, mesh)

@@ -1,0 +1,54 @@
+"""The short causal convolution before a recurrent layer's rule (Gated DeltaNet's over q, k, v;
+Mamba2's over x, B, C): depthwise, conv_kernel taps, each token reading only its own document's
+earlier tokens; over the 'seq' devices the first taps of a block read the previous device's
+last inputs (`halo`).
+
+    causal_conv(x [B, S, C], w [K, C], segment_ids, before) -> act(conv) [B, S, C] float32
+    halo(x, seg, K - 1)   inside a shard_map over 'seq': the previous device's last inputs
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import parallel
+
+F32 = jnp.float32
+
+
+def causal_conv(x, w, segment_ids=None, before=None, activation=jax.nn.silu):
+    """A depthwise causal convolution over the sequence: x [B, S, C], w [K, C] ->
+    act(sum_j w[j] x[t - K + 1 + j]) [B, S, C] float32, a tap reading only tokens of t's own
+    document (segment_ids [B, S]). before: (x, segment ids, present) of the K - 1 tokens
+    before the first (the previous device's, a decoding cache's); default: none."""
+    b, s, c = x.shape
+    kernel = w.shape[0]
+    seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids
+    if before is None:
+        before = (jnp.zeros((b, kernel - 1, c), x.dtype), jnp.zeros((b, kernel - 1), seg.dtype),
+                  jnp.zeros((b, kernel - 1), bool))
+    prev_x, prev_seg, present = before
+    xs = jnp.concatenate([prev_x.astype(F32), x.astype(F32)], axis=1)
+    segs = jnp.concatenate([prev_seg.astype(seg.dtype), seg], axis=1)
+    live = jnp.concatenate([present, jnp.ones((b, s), bool)], axis=1)
+    out = 0.0
+    for j in range(kernel):  # tap j reads token t - (K - 1) + j
+        same = (segs[:, j:j + s] == seg) & live[:, j:j + s]
+        out = out + w[j].astype(F32) * jnp.where(same[..., None], xs[:, j:j + s], 0.0)
+    return activation(out)
+
+
+def halo(x, seg, width: int):
+    """The previous 'seq' device's last `width` tokens of x [b, n, C] and their segment ids, and
+    whether they exist (not on the first device): the convolution's taps before the block."""
+    count = jax.lax.axis_size(parallel.SEQ)
+    pairs = [(i, i + 1) for i in range(count - 1)]
+    tail_x, tail_seg = x[:, x.shape[1] - width:], seg[:, seg.shape[1] - width:]
+    if tail_x.shape[1] < width:
+        raise ValueError(f"a device's block of {x.shape[1]} tokens is shorter than the "
+                         f"convolution's {width + 1} taps: use fewer 'seq' devices")
+    first = jax.lax.axis_index(parallel.SEQ) == 0
+    return (lax.ppermute(tail_x, parallel.SEQ, pairs), lax.ppermute(tail_seg, parallel.SEQ, pairs),
+            jnp.broadcast_to(~first, tail_seg.shape))
