@@ -128,7 +128,7 @@ def get_config():
     # Attention per layer, as Hugging Face names it (Mistral, Qwen3, Gemma 2/3, GPT-OSS); the
     # defaults are a Llama model: every layer full causal attention, nothing else.
     # per layer 'full_attention' | 'sliding_attention' | 'linear_attention' (model.linear_attention
-    # below); () = all full
+    # below) | 'mamba' (model.mamba below); () = all full
     config.model.layer_types = ()
     config.model.sliding_window = 0  # keys a sliding layer's query sees, itself included
     config.model.rope_local_theta = 0.0  # RoPE base of sliding layers (unscaled); 0 = rope_theta
@@ -146,6 +146,11 @@ def get_config():
     config.model.mlp_activation = "silu"  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU, Gemma)
     config.model.sandwich_norms = False  # Gemma: a norm after attention and the MLP as well
     config.model.embed_scale = False  # Gemma: embeddings times sqrt(d_model)
+    # Granite's: the embedding times embedding_multiplier, each block's attention and MLP
+    # outputs times residual_multiplier before they are added, the logits / logits_scaling
+    config.model.embedding_multiplier = 1.0
+    config.model.residual_multiplier = 1.0
+    config.model.logits_scaling = 1.0
     # Mixture-of-experts layers (model/moe.py): none by default, every block's MLP dense.
     config.model.moe = ml_collections.ConfigDict(dict(
         num_experts=0,  # experts per sparse layer; 0 = a dense model
@@ -187,6 +192,15 @@ def get_config():
         num_value_heads=0,  # heads of v, a multiple of num_key_heads (Qwen3-Next-80B: 32)
         key_head_dim=128, value_head_dim=128,
         conv_kernel=4,  # the short causal convolution over q, k and v, in tokens
+        chunk_size=64))  # tokens the rule takes at once (numerics only)
+    # Mamba2 layers (model/mamba.py: Granite 4.0's hybrids), the blocks whose layer_types entry
+    # is 'mamba': none by default. A state of state_size x head_dim a head; split over the 'seq'
+    # devices as the Gated DeltaNet layers are (parallel.linear_strategy).
+    config.model.mamba = ml_collections.ConfigDict(dict(
+        num_heads=0,  # 0 = no such layers (Granite-4.0-H-Small: 128)
+        head_dim=64, state_size=128,
+        num_groups=1,  # groups of heads sharing B and C ('heads' splits them over devices)
+        conv_kernel=4, conv_bias=True,  # the short causal convolution over x, B and C
         chunk_size=64))  # tokens the rule takes at once (numerics only)
     # Memory switches, 'auto': the planner turns on what the run needs to fit its devices and
     # no more, the fastest setting it predicts to fit (planner/switches.py; the run's first

@@ -7,7 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from model.rope import RopeScaling
-from model.sections import (FUNCTION, ROUTERS, SHAPE, TRAINING, LinearAttentionConfig,  # noqa: F401
+from model.sections import (FUNCTION, ROUTERS, SHAPE, TRAINING, LinearAttentionConfig, MambaConfig,  # noqa: F401
                             MLAConfig, MoEConfig, fixed, weight_fields)
 from parallel.choice import AUTO, AttentionChoice
 from parallel.strategies import BASELINE
@@ -66,7 +66,9 @@ class MemorySwitches:
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 LINEAR = "linear_attention"  # a Gated DeltaNet layer (model.linear_attention), not softmax
-LAYER_TYPES = (FULL, SLIDING, LINEAR)  # Hugging Face's names of a layer's token mixing
+MAMBA = "mamba"  # a Mamba2 layer (model.mamba)
+RECURRENT = (LINEAR, MAMBA)  # layers with a state instead of keys and values
+LAYER_TYPES = (FULL, SLIDING, LINEAR, MAMBA)  # Hugging Face's names of a layer's token mixing
 MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 
 
@@ -127,6 +129,13 @@ class ModelConfig:
     # Gated DeltaNet layers (layer_types 'linear_attention'; none by default); its own fields
     # say which fix the weights (parameter_fields), the whole group comes with a source's weights
     linear_attention: LinearAttentionConfig = fixed(FUNCTION, LinearAttentionConfig())
+    mamba: MambaConfig = fixed(FUNCTION, MambaConfig())  # Mamba2 layers (layer_types 'mamba')
+    # Granite's multipliers: the embedding's output times embedding_multiplier, each block's
+    # attention and MLP outputs times residual_multiplier before they are added, the logits
+    # divided by logits_scaling
+    embedding_multiplier: float = fixed(FUNCTION, 1.0)
+    residual_multiplier: float = fixed(FUNCTION, 1.0)
+    logits_scaling: float = fixed(FUNCTION, 1.0)
 
     @classmethod
     def from_config(cls, model_cfg, attention=None, switches=None, expert_devices: int = 1,
@@ -151,6 +160,7 @@ class ModelConfig:
         values["mla"] = MLAConfig.from_config(values.get("mla"))
         values["linear_attention"] = LinearAttentionConfig.from_config(
             values.get("linear_attention"))
+        values["mamba"] = MambaConfig.from_config(values.get("mamba"))
         values["moe"] = dataclasses.replace(MoEConfig.from_config(values.get("moe")),
                                             expert_devices=expert_devices,
                                             ragged_exchange=ragged_exchange)
@@ -167,14 +177,18 @@ class ModelConfig:
             raise ValueError("model.layer_types has 'linear_attention' layers but "
                              "model.linear_attention.num_key_heads is 0: give the Gated "
                              "DeltaNet layers' heads (model.linear_attention)")
+        if MAMBA in self.layer_types and not self.mamba.enabled:
+            raise ValueError("model.layer_types has 'mamba' layers but model.mamba.num_heads is "
+                             "0: give the Mamba2 layers' heads (model.mamba)")
         if self.scan_layers is True and self.hybrid:
             raise ValueError("model.scan_layers stacks identical blocks, but model.layer_types "
-                             "mixes Gated DeltaNet ('linear_attention') and softmax layers: set "
-                             "model.scan_layers=False")
+                             "mixes recurrent ('linear_attention', 'mamba') and softmax layers: "
+                             "set model.scan_layers=False")
         rotary = self.partial_rotary_factor * self.head_dim
-        if not 0 < self.partial_rotary_factor <= 1 or rotary != int(rotary) or rotary % 2:
+        if not 0 <= self.partial_rotary_factor <= 1 or rotary != int(rotary) or rotary % 2:
             raise ValueError(f"model.partial_rotary_factor {self.partial_rotary_factor} must "
-                             f"rotate an even number of the {self.head_dim} head dimensions")
+                             f"rotate an even number of the {self.head_dim} head dimensions "
+                             f"(0: no RoPE)")
         if self.mla.enabled and (self.attention_bias or self.qkv_bias or self.qk_norm
                                  or self.attention_sinks or self.attention_output_gate):
             raise ValueError("model.mla: latent attention has no biases, q/k norms, sinks or "
@@ -222,14 +236,15 @@ class ModelConfig:
         return self.remat and self.remat_policy != "dots"
 
     def layer_type(self, i: int) -> str:
-        """Block i's token mixing: 'full_attention', 'sliding_attention' or 'linear_attention'."""
+        """Block i's token mixing: 'full_attention', 'sliding_attention', 'linear_attention' or
+        'mamba'."""
         return self.layer_types[i] if self.layer_types else FULL
 
     @property
     def hybrid(self) -> bool:
-        """Gated DeltaNet layers and softmax layers both (their parameters differ: no stack)."""
+        """Recurrent layers and softmax layers both (their parameters differ: no stack)."""
         types = {self.layer_type(i) for i in range(self.num_layers)}
-        return LINEAR in types and len(types) > 1
+        return bool(types & set(RECURRENT)) and len(types) > 1
 
     @property
     def linear_layers(self) -> tuple[int, ...]:
@@ -273,5 +288,6 @@ def parameter_fields() -> tuple[str, ...]:
     cannot be restored (training/resume.py refuses it in one line)."""
     return weight_fields(ModelConfig, SHAPE) + tuple(
         f"moe.{name}" for name in weight_fields(MoEConfig, SHAPE)) + tuple(
-        f"linear_attention.{name}" for name in weight_fields(LinearAttentionConfig, SHAPE))
+        f"linear_attention.{name}" for name in weight_fields(LinearAttentionConfig, SHAPE)) + tuple(
+        f"mamba.{name}" for name in weight_fields(MambaConfig, SHAPE))
 

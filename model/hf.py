@@ -211,7 +211,9 @@ def _stored_shape(shape: tuple, how: Stored) -> tuple:
     """The file's tensor shape for our parameter's shape (less its leading axes)."""
     if how.depthwise:
         return (shape[1], 1, shape[0])
-    shape = shape[::-1] if how.transposed else shape
+    shape = (*shape[:-2], shape[-1], shape[-2]) if how.transposed else shape
+    if how.halves:
+        return (*shape[:-2], shape[-2] * how.parts, shape[-1])
     return (*shape[:-1], shape[-1] * how.parts) if shape else shape
 
 
@@ -302,8 +304,14 @@ def _read_part(weights: SafetensorsDir, name: str, index: tuple, how: Stored) ->
     if how.depthwise:  # ours [K, C] <- [C, 1, K]
         taps, channels = (tuple(index) + (slice(None),) * 2)[:2]
         return weights.read(name, (channels, slice(None), taps))[:, 0].T
-    if how.transposed:
-        return weights.read(name, index[::-1]).T
+    if how.transposed:  # ours [.., in, out] <- the file's [.., out, in]
+        index = tuple(index) + (slice(None),) * (len(weights.shape(name)) - len(index))
+        *lead, rows, cols = index
+        if how.halves:  # our part of the out axis: the whole part read, then our slice
+            part = np.swapaxes(weights.read(name, (*lead, slice(None), rows)), -1, -2)
+            width = part.shape[-1] // how.parts
+            return part[..., how.part * width:(how.part + 1) * width][..., cols]
+        return np.swapaxes(weights.read(name, (*lead, cols, rows)), -1, -2)
     if how.parts == 1 or not index:
         return weights.read(name, index)
     last, n = index[-1], how.parts
@@ -361,15 +369,20 @@ def hf_tensors(params, cfg: ModelConfig, dtype: str):
                 part = part.astype(np.float32) - offset
             if how.depthwise:
                 part = part.T[:, None, :]
-            part = (part.T if how.transposed else part).astype(jax.numpy.dtype(dtype))
+            part = np.swapaxes(part, -1, -2) if how.transposed else part
+            part = part.astype(jax.numpy.dtype(dtype))
             if how.parts == 1:
                 yield str(name), part
                 continue
             got = pending.setdefault(str(name), {})
             got[how.part] = part
-            if len(got) == how.parts:  # all there: interleaved along the last axis
-                whole = np.stack([got[i] for i in range(how.parts)], axis=-1)
-                yield str(name), whole.reshape(*part.shape[:-1], -1)
+            if len(got) == how.parts:  # all there: one after the other, or interleaved
+                ordered = [got[i] for i in range(how.parts)]
+                if how.halves:
+                    yield str(name), np.concatenate(ordered, axis=-2)
+                else:
+                    whole = np.stack(ordered, axis=-1)
+                    yield str(name), whole.reshape(*part.shape[:-1], -1)
                 del pending[str(name)]
 
 

@@ -41,12 +41,12 @@ import dataclasses
 import json
 from typing import Callable
 
-from model.config import (FULL, FUNCTION, LINEAR, SHAPE, SLIDING, LinearAttentionConfig,
-                          MLAConfig, ModelConfig, MoEConfig, weight_fields)
-from model.hf_hybrid import qwen3_next, qwen3_next_json
+from model.config import (FULL, FUNCTION, LINEAR, MAMBA, SHAPE, SLIDING, LinearAttentionConfig,
+                          MambaConfig, MLAConfig, ModelConfig, MoEConfig, weight_fields)
+from model.hf_hybrid import granite_hybrid, granite_hybrid_json, qwen3_next, qwen3_next_json
 from model.hf_tensors import (DEEPSEEK_MOE, GEMMA_NORMS, GLM4_MOE_LAYER, GPT_OSS_LAYER,
-                              LLAMA_LAYER, MIXTRAL_LAYER, MLA_LAYER, QK_NORMS, QWEN2_MOE_LAYER,
-                              QWEN3_MOE_LAYER, QWEN3_NEXT_LAYER)
+                              GRANITE_HYBRID_LAYER, LLAMA_LAYER, MIXTRAL_LAYER, MLA_LAYER,
+                              QK_NORMS, QWEN2_MOE_LAYER, QWEN3_MOE_LAYER, QWEN3_NEXT_LAYER)
 from model.hf_rules import (FamilyError, experts_of, layer_types_of, qwen2_experts,
                             qwen2_experts_json, refuse, rotary_of, sliding_window_of)
 from model.moe import GPT_OSS_ALPHA
@@ -291,7 +291,8 @@ def _gemma_json(cfg):
 OPTIONS = ("layer_types", "sliding_window", "rope_local_theta", "qk_norm", "attn_logit_soft_cap",
            "final_logit_soft_cap", "attention_sinks", "attention_bias", "query_scale",
            "mlp_activation", "sandwich_norms", "embed_scale", "qkv_bias",
-           "partial_rotary_factor", "mla", "attention_output_gate", "linear_attention")
+           "partial_rotary_factor", "mla", "attention_output_gate", "linear_attention", "mamba",
+           "embedding_multiplier", "residual_multiplier", "logits_scaling")
 
 
 def _moe_options(moe, mlp_dim: int) -> dict:
@@ -323,8 +324,10 @@ def _options(fields: dict, head_dim: int) -> dict:
     out["linear_attention"] = dataclasses.replace(
         LinearAttentionConfig.from_config(out["linear_attention"]),
         chunk_size=LinearAttentionConfig.chunk_size)
+    out["mamba"] = dataclasses.replace(MambaConfig.from_config(out["mamba"]),
+                                       chunk_size=MambaConfig.chunk_size)
     types = tuple(out["layer_types"])
-    out["layer_types"] = types if SLIDING in types or LINEAR in types else ()
+    out["layer_types"] = types if {SLIDING, LINEAR, MAMBA} & set(types) else ()
     if SLIDING not in types:
         out["sliding_window"] = 0
     if out["query_scale"] == head_dim:
@@ -384,6 +387,8 @@ FAMILIES = {f.model_type: f for f in (
     Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2_moe, _qwen2_moe_json, QWEN2_MOE_LAYER),
     Family("qwen3_next", "Qwen3NextForCausalLM", qwen3_next, qwen3_next_json, QWEN3_NEXT_LAYER,
            norm_offset=1.0),
+    Family("granitemoehybrid", "GraniteMoeHybridForCausalLM", granite_hybrid,
+           granite_hybrid_json, GRANITE_HYBRID_LAYER),
 )}
 
 

@@ -41,14 +41,17 @@ MIXTRAL_LAYER = {**LLAMA_LAYER,
 @dataclasses.dataclass(frozen=True)
 class Stored:
     """How a family stores one of our parameters when not as a plain [out, in] matrix or
-    vector: `transposed` or not, as part `part` of `parts` interleaved along the last axis
-    of one tensor (GPT-OSS keeps gate and up as the even and odd columns of gate_up_proj), or
-    as torch's depthwise Conv1d weight."""
+    vector: `transposed` or not (the last two axes swapped: ours [.., in, out]), as part `part`
+    of `parts` interleaved along the last axis of one tensor (GPT-OSS keeps gate and up as the
+    even and odd columns of gate_up_proj) or, with `halves`, one after the other along the
+    stored out axis (Granite's input_linear: gate, then up), or as torch's depthwise Conv1d
+    weight."""
     name: str
     transposed: bool = False
     part: int = 0
     parts: int = 1
     depthwise: bool = False  # a depthwise conv: ours [K, C], the file's [C, 1, K] (torch's Conv1d)
+    halves: bool = False  # the parts contiguous along the stored [.., out, in]'s out axis
 
 
 # GPT-OSS: q, k, v, o with biases, sinks; the router [E, D] with a bias; every expert's
@@ -113,3 +116,31 @@ def stored(path: tuple, entry) -> Stored:
     if isinstance(entry, Stored):
         return entry
     return Stored(entry, transposed=path[-1] in ("kernel", "router", "gate", "up", "down"))
+
+
+# Granite 4.0's hybrids (granitemoehybrid): Llama's softmax layers, Mamba2 layers
+# (model/mamba.py), experts stacked [E, out, in] with gate and up one after the other in
+# input_linear, and the shared MLP (or, without experts, the block's only MLP) likewise.
+def _gate_up(name: str) -> dict:
+    return {"gate": Stored(name, transposed=True, part=0, parts=2, halves=True),
+            "up": Stored(name, transposed=True, part=1, parts=2, halves=True)}
+
+
+MAMBA2 = {("attention", "in_proj", "kernel"): "mamba.in_proj.weight",
+          ("attention", "conv"): Stored("mamba.conv1d.weight", depthwise=True),
+          ("attention", "conv_bias"): "mamba.conv1d.bias",
+          ("attention", "dt_bias"): "mamba.dt_bias",
+          ("attention", "a_log"): "mamba.A_log",
+          ("attention", "d"): "mamba.D",
+          ("attention", "norm"): "mamba.norm.weight",
+          ("attention", "out", "kernel"): "mamba.out_proj.weight"}
+GRANITE_HYBRID_LAYER = {
+    **{k: v for k, v in LLAMA_LAYER.items() if k[0] != "mlp"}, **MAMBA2,
+    ("mlp", "router"): "block_sparse_moe.router.layer.weight",
+    **{("mlp", p): how for p, how in _gate_up("block_sparse_moe.input_linear.weight").items()},
+    ("mlp", "down"): Stored("block_sparse_moe.output_linear.weight", transposed=True),
+    **{("mlp", "shared", p, "kernel"): how
+       for p, how in _gate_up("shared_mlp.input_linear.weight").items()},
+    ("mlp", "shared", "down", "kernel"): "shared_mlp.output_linear.weight",
+    **{("mlp", p, "kernel"): how for p, how in _gate_up("shared_mlp.input_linear.weight").items()},
+    ("mlp", "down", "kernel"): "shared_mlp.output_linear.weight"}

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 import parallel
-from model.config import LINEAR
+from model.config import LINEAR, MAMBA
 
 
 class KVCache(NamedTuple):
@@ -39,8 +39,8 @@ class KVCache(NamedTuple):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class LinearCache:
-    """A Gated DeltaNet layer's decoding cache (model/linear_attention.py): the state S [B, Hv,
-    dk, dv] float32 after the tokens so far, and the convolution's last K - 1 inputs [B, K - 1,
+    """A recurrent layer's decoding cache (model/linear_attention.py, model/mamba.py): the state
+    S [B, H, dk, dv] (Mamba2's [B, H, N, P]) float32 after the tokens so far, and the convolution's last K - 1 inputs [B, K - 1,
     C] (zeros before the first token). Its size does not depend on the length."""
 
     state: jax.Array
@@ -50,13 +50,14 @@ class LinearCache:
 def init_cache(cfg, batch: int, max_len: int) -> list[KVCache | LinearCache]:
     """Zeros for every layer's keys and values, in the compute dtype (a latent attention
     layer's expanded ones: every head's, keys qk_head_dim wide, values v_head_dim); for a Gated
-    DeltaNet layer (layer type 'linear_attention') its state and convolution inputs instead."""
+    DeltaNet or Mamba2 layer (layer types 'linear_attention', 'mamba') its state and
+    convolution inputs instead."""
     if cfg.mla.enabled:
         k_shape = (batch, max_len, cfg.num_heads, cfg.mla.qk_head_dim)
         v_shape = (batch, max_len, cfg.num_heads, cfg.mla.v_head_dim)
     else:
         k_shape = v_shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    la = cfg.linear_attention
+    la, mc = cfg.linear_attention, cfg.mamba
 
     def layer(i):
         if cfg.layer_type(i) == LINEAR:
@@ -64,6 +65,10 @@ def init_cache(cfg, batch: int, max_len: int) -> list[KVCache | LinearCache]:
                 jnp.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim),
                           jnp.float32),
                 jnp.zeros((batch, la.conv_kernel - 1, la.conv_channels), jnp.float32))
+        if cfg.layer_type(i) == MAMBA:
+            return LinearCache(
+                jnp.zeros((batch, mc.num_heads, mc.state_size, mc.head_dim), jnp.float32),
+                jnp.zeros((batch, mc.conv_kernel - 1, mc.conv_channels), jnp.float32))
         return KVCache(jnp.zeros(k_shape, cfg.compute_dtype), jnp.zeros(v_shape, cfg.compute_dtype))
 
     return [layer(i) for i in range(cfg.num_layers)]

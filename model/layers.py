@@ -92,8 +92,10 @@ def rope(x, positions, theta: float, scaling: RopeScaling = RopeScaling(), rotar
     i with i + Dh/2 and rotates it by positions * inv_freq[i]: theta^(-2i/Dh), or as `scaling`
     rescales it (model/rope.py), which may also scale cos and sin (YaRN's attention factor).
     rotary < 1: only the first Dh x rotary dimensions are rotated so (as if they were the
-    head), the rest pass unchanged (GLM-4.5's partial rotary).
+    head), the rest pass unchanged (GLM-4.5's partial rotary); 0: none (Granite 4.0's NoPE).
     """
+    if rotary == 0.0:
+        return x
     if rotary != 1.0:
         d = int(x.shape[-1] * rotary)
         return jnp.concatenate([rope(x[..., :d], positions, theta, scaling), x[..., d:]], -1)

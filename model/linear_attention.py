@@ -31,8 +31,8 @@ from model.config import LINEAR, ModelConfig
 from model.gated_delta import F32, gated_delta_rule
 from model.kv_cache import LinearCache
 from model.layers import dense, rms_norm
-from model.linear_parallel import by_heads, by_state
-from model.short_conv import causal_conv
+from model.linear_parallel import Recurrence, by_heads, by_state
+from model.short_conv import causal_conv, last_inputs
 
 
 @jax.tree_util.register_dataclass
@@ -120,7 +120,7 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     if collect:  # the padding neither decays nor writes: the final state is the prompt's
         prompt = seg == 0
         g, beta = jnp.where(prompt[..., None], g, 0.0), jnp.where(prompt[..., None], beta, 0.0)
-        history = _last_inputs(mixed, prompt, order, conv.shape[0] - 1)
+        history = last_inputs(mixed, prompt, order, conv.shape[0] - 1)
         seg = jnp.zeros_like(seg)
     if cache is not None:
         o, cache = _decode(mixed, g, beta, conv, cache, la)
@@ -129,7 +129,8 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
         o, state = gated_delta_rule(q, k, v, g, beta, la.chunk_size, segment_ids=seg)
     else:
         strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
-        o, state = strategy(mixed, g, beta, seg, order, conv, la, cfg.layout, mesh, _heads)
+        o, state = strategy(mixed, g, beta, seg, order, conv, None, recurrence(la), cfg.layout,
+                            mesh)
     if collect:
         cache = LinearCache(state, history)
     o = rms_norm(o, w.norm, cfg.norm_eps, F32) * jax.nn.silu(z.astype(F32))
@@ -141,28 +142,29 @@ def _segments(segment_ids, b, s):
     return jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
 
 
-def _heads(mixed, la):
-    """The convolution's output [B, S, C] -> q (l2-normalised, / sqrt dk), k (l2-normalised),
-    each repeated over its key head's value heads, and v: [B, S, Hv, dk or dv]."""
+def recurrence(la) -> Recurrence:
+    """The layer as model/linear_parallel.py's strategies see it: q | k | v channels by key
+    head, the value heads grouped by key head, the gated delta rule."""
+    group = la.num_value_heads // la.num_key_heads
+    return Recurrence(
+        widths=(la.key_head_dim, la.key_head_dim, group * la.value_head_dim),
+        groups=la.num_key_heads, heads=la.num_value_heads, chunk=la.chunk_size,
+        rule=gated_delta_rule, heads_of=lambda mixed, groups: (*_heads(mixed, la, groups), None))
+
+
+def _heads(mixed, la, key_heads: int | None = None):
+    """The convolution's output [B, S, C] of `key_heads` key heads (default: all) -> q
+    (l2-normalised, / sqrt dk), k (l2-normalised), each repeated over its key head's value
+    heads, and v: [B, S, Hv', dk or dv]."""
     b, s, _ = mixed.shape
-    hk, hv, dk, dv = la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim
+    hk = key_heads or la.num_key_heads
+    hv = hk * (la.num_value_heads // la.num_key_heads)
+    dk, dv = la.key_head_dim, la.value_head_dim
     q = mixed[..., :hk * dk].reshape(b, s, hk, dk)
     k = mixed[..., hk * dk:2 * hk * dk].reshape(b, s, hk, dk)
     v = mixed[..., 2 * hk * dk:].reshape(b, s, hv, dv)
     q = jnp.repeat(l2_normalize(q) * dk ** -0.5, hv // hk, axis=2)
     return q, jnp.repeat(l2_normalize(k), hv // hk, axis=2), v
-
-
-def _last_inputs(mixed, prompt, order, width: int):
-    """The convolution's inputs of each row's last `width` prompt tokens [B, width, C] (zeros
-    before the first), found by their original indices (order; None: natural order)."""
-    b, s, _ = mixed.shape
-    lengths = jnp.sum(prompt, axis=1)  # [B]
-    order = jnp.broadcast_to(jnp.arange(s), (b, s)) if order is None else order
-    wanted = lengths[:, None] - width + jnp.arange(width)  # [B, width] original indices
-    slot = jnp.argmax(order[:, None, :] == wanted[:, :, None], axis=-1)  # [B, width]
-    taken = jnp.take_along_axis(mixed, slot[..., None], axis=1)
-    return jnp.where((wanted >= 0)[..., None], taken, 0.0)
 
 
 def l2_normalize(x, eps: float = 1e-6):

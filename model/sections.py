@@ -1,5 +1,5 @@
 """The sections of `model` in a run config that are groups of their own (model.moe, model.mla,
-model.linear_attention), and how a field says what a checkpoint's weights fix. ModelConfig
+model.linear_attention, model.mamba), and how a field says what a checkpoint's weights fix. ModelConfig
 (model/config.py) holds one of each; model/config.py re-exports them."""
 
 from __future__ import annotations
@@ -250,4 +250,56 @@ class LinearAttentionConfig:
     @classmethod
     def from_config(cls, section) -> "LinearAttentionConfig":
         """From `model.linear_attention` (a LinearAttentionConfig, a mapping or None)."""
+        return section if isinstance(section, cls) else cls(**dict(section or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class MambaConfig:
+    """Mamba2 layers (`model.mamba`; model/mamba.py): the blocks whose model.layer_types entry is
+    'mamba' (Granite 4.0's hybrids: most of their layers) mix tokens by Mamba2's SSD rule, a
+    state of state_size x head_dim numbers per head whatever the length. num_heads 0 (the
+    default): no such layers. The heads share their B and C projections in num_groups groups."""
+
+    num_heads: int = fixed(SHAPE, 0)
+    head_dim: int = fixed(SHAPE, 64)  # P: each head's width (the layer is num_heads P wide)
+    state_size: int = fixed(SHAPE, 128)  # N
+    num_groups: int = fixed(SHAPE, 1)  # groups of heads sharing B and C
+    conv_kernel: int = fixed(SHAPE, 4)  # the causal depthwise convolution's width, in tokens
+    conv_bias: bool = fixed(SHAPE, True)
+    # tokens the rule takes at once: numerics only, any value resumes
+    chunk_size: int = 64
+
+    def __post_init__(self):
+        if not self.num_heads:
+            return
+        problem = next((f"{name} {getattr(self, name)} must be positive" for name in (
+            "num_heads", "head_dim", "state_size", "num_groups", "conv_kernel", "chunk_size")
+            if getattr(self, name) < 1), None) or (
+            f"num_heads {self.num_heads} must be a multiple of num_groups {self.num_groups}"
+            if self.num_heads % self.num_groups else None)
+        if problem:
+            raise ValueError(f"model.mamba: {problem}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.num_heads > 0
+
+    @property
+    def inner(self) -> int:
+        """The layer's width: its x, its gate z and its output before out_proj."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """What the convolution runs over: x, then every group's B, then every group's C."""
+        return self.inner + 2 * self.num_groups * self.state_size
+
+    @property
+    def state_numbers(self) -> int:
+        """A layer's recurrent state per sequence: state_size x head_dim per head."""
+        return self.num_heads * self.state_size * self.head_dim
+
+    @classmethod
+    def from_config(cls, section) -> "MambaConfig":
+        """From `model.mamba` (a MambaConfig, a mapping or None)."""
         return section if isinstance(section, cls) else cls(**dict(section or {}))

@@ -5,6 +5,7 @@ last inputs (`halo`).
 
     causal_conv(x [B, S, C], w [K, C], segment_ids, before) -> act(conv) [B, S, C] float32
     halo(x, seg, K - 1)   inside a shard_map over 'seq': the previous device's last inputs
+    last_inputs(...)      a prefill's last K - 1 inputs per row: a decoding cache's
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import parallel
 F32 = jnp.float32
 
 
-def causal_conv(x, w, segment_ids=None, before=None, activation=jax.nn.silu):
+def causal_conv(x, w, segment_ids=None, before=None, activation=jax.nn.silu, bias=None):
     """A depthwise causal convolution over the sequence: x [B, S, C], w [K, C] ->
     act(sum_j w[j] x[t - K + 1 + j]) [B, S, C] float32, a tap reading only tokens of t's own
     document (segment_ids [B, S]). before: (x, segment ids, present) of the K - 1 tokens
-    before the first (the previous device's, a decoding cache's); default: none."""
+    before the first (the previous device's, a decoding cache's); default: none. bias [C]:
+    added before the activation (Mamba2's)."""
     b, s, c = x.shape
     kernel = w.shape[0]
     seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids
@@ -37,7 +39,7 @@ def causal_conv(x, w, segment_ids=None, before=None, activation=jax.nn.silu):
     for j in range(kernel):  # tap j reads token t - (K - 1) + j
         same = (segs[:, j:j + s] == seg) & live[:, j:j + s]
         out = out + w[j].astype(F32) * jnp.where(same[..., None], xs[:, j:j + s], 0.0)
-    return activation(out)
+    return activation(out if bias is None else out + bias.astype(F32))
 
 
 def halo(x, seg, width: int):
@@ -52,3 +54,15 @@ def halo(x, seg, width: int):
     first = jax.lax.axis_index(parallel.SEQ) == 0
     return (lax.ppermute(tail_x, parallel.SEQ, pairs), lax.ppermute(tail_seg, parallel.SEQ, pairs),
             jnp.broadcast_to(~first, tail_seg.shape))
+
+
+def last_inputs(mixed, prompt, order, width: int):
+    """The convolution's inputs of each row's last `width` prompt tokens [B, width, C] (zeros
+    before the first), found by their original indices (order; None: natural order)."""
+    b, s, _ = mixed.shape
+    lengths = jnp.sum(prompt, axis=1)  # [B]
+    order = jnp.broadcast_to(jnp.arange(s), (b, s)) if order is None else order
+    wanted = lengths[:, None] - width + jnp.arange(width)  # [B, width] original indices
+    slot = jnp.argmax(order[:, None, :] == wanted[:, :, None], axis=-1)  # [B, width]
+    taken = jnp.take_along_axis(mixed, slot[..., None], axis=1)
+    return jnp.where((wanted >= 0)[..., None], taken, 0.0)

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from model.config import BLOCK_INPUT, FULL, LINEAR, REMAT_POLICIES, ModelConfig
+from model.config import BLOCK_INPUT, FULL, LINEAR, MAMBA, REMAT_POLICIES, ModelConfig
 from model.embedding import sharded_lookup
 from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
 from model.linear_attention import GatedDeltaNet
+from model.mamba import Mamba2
 from model.mla import LatentAttention
 from model.moe import Experts
 from parallel import SAVED_BY_NAME
@@ -24,10 +25,12 @@ class Block(nnx.Module):
                  kind: str = FULL):
         self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
-        # kind 'linear_attention': a Gated DeltaNet layer (model/linear_attention.py); latent
-        # attention (model/mla.py) where model.mla gives a latent
-        mixer = (GatedDeltaNet if kind == LINEAR else
+        # kind 'linear_attention': a Gated DeltaNet layer (model/linear_attention.py), 'mamba' a
+        # Mamba2 layer (model/mamba.py); latent attention (model/mla.py) where model.mla gives
+        # a latent
+        mixer = (GatedDeltaNet if kind == LINEAR else Mamba2 if kind == MAMBA else
                  LatentAttention if cfg.mla.enabled else Attention)
+        self.residual_multiplier = cfg.residual_multiplier
         self.attention = mixer(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
         # sparse: the mixture-of-experts layer in place of the dense MLP (model/moe.py)
@@ -47,20 +50,27 @@ class Block(nnx.Module):
         if cache is not None or collect:
             h, cache = h
         sandwich = hasattr(self, "post_attention_norm")
-        x = x + (self.post_attention_norm(h) if sandwich else h)
+        x = x + self._residual(self.post_attention_norm(h) if sandwich else h)
         decoding = cache is not None and not collect  # natural order, not sharded
         stats = None
         if isinstance(self.mlp, Experts):
             h, stats = self.mlp(self.mlp_norm(x), sharded=not decoding)
         else:
             h = self.mlp(self.mlp_norm(x))
-        x = x + (self.post_mlp_norm(h) if sandwich else h)
+        x = x + self._residual(self.post_mlp_norm(h) if sandwich else h)
         if decoding:
             return x, cache
         x = jax.lax.with_sharding_constraint(x, self.activations)
         if collect:
             return x, cache
         return (x, stats) if with_stats else x
+
+
+    def _residual(self, h):
+        """A sub-block's output as it is added: times Granite's residual_multiplier."""
+        if self.residual_multiplier == 1.0:
+            return h
+        return h * jnp.asarray(self.residual_multiplier, h.dtype)
 
 
 def _block(cfg: ModelConfig, mesh, rngs: nnx.Rngs, i: int) -> Block:
@@ -200,9 +210,12 @@ class Transformer(nnx.Module):
         return self._scaled(self.embed(tokens))
 
     def _scaled(self, x):
-        """x times sqrt(d_model) in the compute dtype with cfg.embed_scale (Gemma)."""
+        """x times sqrt(d_model) in the compute dtype with cfg.embed_scale (Gemma), times
+        cfg.embedding_multiplier (Granite)."""
         if self.cfg.embed_scale:
             x = x * jnp.asarray(self.cfg.d_model ** 0.5, x.dtype)
+        if self.cfg.embedding_multiplier != 1.0:
+            x = x * jnp.asarray(self.cfg.embedding_multiplier, x.dtype)
         return x
 
     def decode_hidden(self, tokens, positions, cache):
@@ -215,16 +228,16 @@ class Transformer(nnx.Module):
 
     def head_weight(self):
         """The output projection as a [d_model, vocab] matrix (the embedding's transpose when
-        tied)."""
-        if self.cfg.tie_embeddings:
-            return self.embed.embedding[...].T
-        return self.lm_head.kernel[...]
+        tied), divided by Granite's logits_scaling."""
+        w = self.embed.embedding[...].T if self.cfg.tie_embeddings else self.lm_head.kernel[...]
+        return w if self.cfg.logits_scaling == 1.0 else w / self.cfg.logits_scaling
 
     def logits(self, x):
         """[B, S, d_model] -> [B, S, vocab] float32 (soft-capped with cfg.final_logit_soft_cap,
         as the chunked loss caps them: model/loss.py)."""
         logits = self.embed.attend(x) if self.cfg.tie_embeddings else self.lm_head(x)
-        return soft_cap(logits.astype(jnp.float32), self.cfg.final_logit_soft_cap)
+        logits = logits.astype(jnp.float32) / self.cfg.logits_scaling
+        return soft_cap(logits, self.cfg.final_logit_soft_cap)
 
     def layers(self):
         """The blocks in order, as Block modules (slices of the stacked ones with scan_layers)."""

@@ -9,8 +9,9 @@ FLOPs per token (forward + backward = 3 x forward; a multiply-add is 2 FLOPs):
     attention = 3 * L * 4 * S * H * Dh * c         QK^T and PV per query: 2 * S * H * Dh each;
                                                     c = 1/2 for causal (half the S x S scores);
                                                     a sliding layer: the keys its window leaves
-    linear    = 3 * L_linear * rule                 a Gated DeltaNet layer's chunked rule per
-                                                    token (linear_rule_flops): no S in it
+    linear    = 3 * L_linear * rule                 a recurrent layer's chunked rule per token
+                                                    (Gated DeltaNet's, Mamba2's SSD:
+                                                    RecurrentShape.rule_flops): no S in it
 
     model TFLOP/s per device = FLOPs per token * tokens/s / devices / 1e12
     MFU                      = model TFLOP/s per device / peak TFLOP/s of one device
@@ -23,10 +24,12 @@ first rows, the planner on the rows it plans with; both count the same way, here
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from data.document_lengths import document_lengths
-from model.config import LINEAR, LinearAttentionConfig, MLAConfig, MoEConfig
+from model.config import LINEAR, MAMBA, LinearAttentionConfig, MambaConfig, MLAConfig, MoEConfig
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {
@@ -65,9 +68,11 @@ def matmul_params(m, active: bool = True) -> int:
 
 
 def mixer_params(m, i: int) -> int:
-    """The matrices that mix block i's tokens: its attention's, or a Gated DeltaNet layer's
-    (layer type 'linear_attention')."""
-    return linear_params(m) if _linear(m, i) else attention_params(m)
+    """The matrices that mix block i's tokens: its attention's, a Gated DeltaNet layer's (layer
+    type 'linear_attention') or a Mamba2 layer's ('mamba')."""
+    kind = _kind(m, i)
+    return (linear_params(m) if kind == LINEAR else mamba_params(m) if kind == MAMBA
+            else attention_params(m))
 
 
 def linear_params(m) -> int:
@@ -78,20 +83,56 @@ def linear_params(m) -> int:
     return m.d_model * (la.conv_channels + values + 2 * la.num_value_heads) + values * m.d_model
 
 
-def linear_rule_flops(m) -> float:
-    """Forward FLOPs per token of one Gated DeltaNet layer's rule in chunks of C: per value head
-    the chunk's k k^T, q k^T rows and its triangular inverse's row (C dk, C dk, C C), the
-    written vectors and the read (C (dk + dv), C dv), the start state read twice and the state
-    written (3 dk dv); 2 FLOPs a multiply-add."""
-    return rule_flops(linear_of(m))
+def mamba_params(m) -> int:
+    """The matrices of one Mamba2 layer (model/mamba.py): in_proj d (I + I + 2 G N + H),
+    out_proj I d (I = H P)."""
+    mc = mamba_of(m)
+    return m.d_model * (mc.inner + mc.conv_channels + mc.num_heads) + mc.inner * m.d_model
 
 
-def rule_flops(la, value_head_dim: int | None = None) -> float:
-    """linear_rule_flops of a LinearAttentionConfig, its values value_head_dim wide (default:
-    the layer's)."""
-    c, dk = la.chunk_size, la.key_head_dim
-    dv = la.value_head_dim if value_head_dim is None else value_head_dim
-    return 2 * la.num_value_heads * (c * (3 * dk + 2 * dv + c) + 3 * dk * dv)
+@dataclasses.dataclass(frozen=True)
+class RecurrentShape:
+    """One kind of recurrent layer as the planner prices it: heads of a key_dim x value_dim
+    state (Mamba2: N x P), its convolution, the groups 'heads' splits (key heads; Mamba2's
+    groups), the chunk, and whether each chunk solves a triangular system (Gated DeltaNet)."""
+
+    heads: int
+    key_dim: int
+    value_dim: int
+    conv_channels: int
+    conv_kernel: int
+    groups: int
+    chunk: int
+    solves: bool
+
+    def rule_flops(self, value_dim: int | None = None) -> float:
+        """Forward FLOPs per token of the rule in chunks of C, its values value_dim wide
+        (default: the layer's), 2 a multiply-add, per head. Gated DeltaNet: the chunk's k k^T,
+        q k^T rows and its triangular inverse's row (C dk, C dk, C C), the written vectors and
+        the read (C (dk + dv), C dv), the start state read twice and the state written
+        (3 dk dv). Mamba2's SSD: the q k^T row and its read (C (dk + dv)), the start state
+        read and the state written (2 dk dv)."""
+        c, dk = self.chunk, self.key_dim
+        dv = self.value_dim if value_dim is None else value_dim
+        if self.solves:
+            return 2 * self.heads * (c * (3 * dk + 2 * dv + c) + 3 * dk * dv)
+        return 2 * self.heads * (c * (dk + dv) + 2 * dk * dv)
+
+
+def recurrent_kinds(m) -> list[tuple[int, RecurrentShape]]:
+    """(layers, shape) of each kind of recurrent layer the model has."""
+    out = []
+    if linear_layers(m):
+        la = linear_of(m)
+        out.append((linear_layers(m), RecurrentShape(
+            la.num_value_heads, la.key_head_dim, la.value_head_dim, la.conv_channels,
+            la.conv_kernel, la.num_key_heads, la.chunk_size, True)))
+    if mamba_layers(m):
+        mc = mamba_of(m)
+        out.append((mamba_layers(m), RecurrentShape(
+            mc.num_heads, mc.state_size, mc.head_dim, mc.conv_channels, mc.conv_kernel,
+            mc.num_groups, mc.chunk_size, False)))
+    return out
 
 
 def linear_of(m):
@@ -99,13 +140,28 @@ def linear_of(m):
     return LinearAttentionConfig.from_config(getattr(m, "linear_attention", None))
 
 
-def _linear(m, i: int) -> bool:
-    return bool(m.layer_types) and m.layer_types[i] == LINEAR
+def mamba_of(m):
+    """The MambaConfig of a ModelConfig (or of a section whose group is a mapping)."""
+    return MambaConfig.from_config(getattr(m, "mamba", None))
+
+
+def _kind(m, i: int) -> str | None:
+    return m.layer_types[i] if m.layer_types and i < len(m.layer_types) else None
 
 
 def linear_layers(m) -> int:
     """How many blocks are Gated DeltaNet layers."""
-    return sum(_linear(m, i) for i in range(m.num_layers))
+    return sum(_kind(m, i) == LINEAR for i in range(m.num_layers))
+
+
+def mamba_layers(m) -> int:
+    """How many blocks are Mamba2 layers."""
+    return sum(_kind(m, i) == MAMBA for i in range(m.num_layers))
+
+
+def recurrent_layers(m) -> int:
+    """How many blocks keep a state instead of keys and values."""
+    return linear_layers(m) + mamba_layers(m)
 
 
 def attention_params(m) -> int:
@@ -150,7 +206,7 @@ def layer_windows(m) -> dict:
     """{window or None: number of layers} of a model config (sliding layers' window; None for
     full attention; Gated DeltaNet layers are not attention layers)."""
     sliding = sum(t == "sliding_attention" for t in m.layer_types)
-    full = m.num_layers - sliding - linear_layers(m)
+    full = m.num_layers - sliding - recurrent_layers(m)
     window = m.sliding_window or None
     out = {None: full} if full else {}
     if sliding:
@@ -176,7 +232,7 @@ def flops_per_token(m, seq_len: int, causal: bool = True,
             kpq = full if w >= seq_len else (w - w * w / (2 * seq_len)) * (1 if causal else 2)
         attention += layers * kpq
     qk, v = head_widths(m)
-    linear = linear_layers(m) * linear_rule_flops(m)
+    linear = sum(layers * shape.rule_flops() for layers, shape in recurrent_kinds(m))
     return dense + 3 * 2 * attention * m.num_heads * (qk + v) + 3 * linear
 
 

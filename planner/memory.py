@@ -6,8 +6,8 @@ from __future__ import annotations
 from model import chunks
 from model.embedding import splits
 from model.config import MLAConfig
-from planner.flops import (experts_of, head_widths, linear_layers, linear_of, matmul_params,
-                           mixer_params, mlp_params)
+from planner.flops import (experts_of, head_widths, linear_layers, linear_of, mamba_layers,
+                           mamba_of, matmul_params, mixer_params, mlp_params)
 from planner.devices import Device
 from planner.run import Run
 
@@ -28,9 +28,9 @@ def param_counts(m) -> dict:
     """
     matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
-    la = linear_of(m)
-    linear = linear_layers(m)
-    softmax = m.num_layers - linear
+    la, mc = linear_of(m), mamba_of(m)
+    linear, mamba = linear_layers(m), mamba_layers(m)
+    softmax = m.num_layers - linear - mamba
     vectors = (2 * m.num_layers + 1) * m.d_model + 2 * m.d_model * m.sandwich_norms * (
         m.num_layers) + _expert_biases(m) + softmax * (
         2 * m.head_dim * m.qk_norm  # q and k norms
@@ -40,6 +40,9 @@ def param_counts(m) -> dict:
     if linear:  # a Gated DeltaNet layer's replicated convolution, decays, bias and norm
         vectors += linear * (la.conv_kernel * la.conv_channels + 2 * la.num_value_heads
                              + la.value_head_dim)
+    if mamba:  # a Mamba2 layer's convolution (and bias), decays, step bias, D and norm
+        vectors += mamba * ((mc.conv_kernel + mc.conv_bias) * mc.conv_channels
+                            + 3 * mc.num_heads + mc.inner)
     mla = MLAConfig.from_config(m.mla)
     if mla.enabled:  # the latent's norms
         vectors += m.num_layers * (mla.kv_lora_rank + mla.q_lora_rank)

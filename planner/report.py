@@ -218,16 +218,16 @@ def format_candidates(resolved) -> str:
 
 
 def _linear_strategy(resolved) -> list[str]:
-    """Gated DeltaNet layers: both strategies as planner/linear_strategy.py prices them, one
-    layer on one device, forward and backward."""
+    """Recurrent layers: both strategies as planner/linear_strategy.py prices them, all of them
+    on one device, forward and backward."""
     p = resolved.linear_prices
     if not p:
         return []
     how = "'auto'" if p["configured"] == "auto" else f"set to {p['configured']!r}"
-    heads = ("cannot run: the 'seq' devices do not divide the key heads" if p["heads"] is None
+    heads = ("cannot run: the 'seq' devices do not divide the groups" if p["heads"] is None
              else f"{p['heads'] * 1e3:10.3f} ms")
-    return [f"Gated DeltaNet layers over the sequence devices ({how}: "
-            f"{resolved.attention.linear_strategy}), one layer on one device, forward and "
+    return [f"Recurrent layers over the sequence devices ({how}: "
+            f"{resolved.attention.linear_strategy}), all of them on one device, forward and "
             f"backward:\n"
             f"  state  {p['state'] * 1e3:10.3f} ms  {p['state_bytes'] / GB:8.4f} GB moved, "
             f"{p['state_flops'] / 1e12:.3f} TFLOP\n"

@@ -24,6 +24,7 @@ from model.moe import RAGGED_PLATFORMS
 from planner import linear_strategy, mla_exchange, recommend
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host
+from planner.flops import recurrent_layers
 from planner.run import make_run
 from planner.switches import AUTO_SHARE, given, resolve_switches
 
@@ -121,7 +122,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     attention = dataclasses.replace(attention, mla_exchange=mla_exchange.resolve(
         config, attention, shapes, mesh_shape[1], device), linear_strategy=linear_strategy.resolve(
         config, shapes, attention.layout, mesh_shape[1], device, run.rows))
-    linear_prices = {} if not shapes.linear_layers or mesh_shape[1] == 1 else dict(
+    linear_prices = {} if not recurrent_layers(shapes) or mesh_shape[1] == 1 else dict(
         linear_strategy.price(shapes, attention.layout, config.seq_len, mesh_shape[1], device,
                               run.rows), configured=config.parallel.linear_strategy)
     mla_prices = {} if not shapes.mla.enabled else dict(

@@ -13,7 +13,7 @@ from parallel import cost, strategies, strategy_cost
 from parallel.kernels import resolve_kernel
 from planner.devices import Device
 from planner import linear_strategy
-from planner.flops import (experts_of, head_widths, layer_windows, linear_layers, matmul_params,
+from planner.flops import (experts_of, head_widths, layer_windows, matmul_params, recurrent_layers,
                            peak_flops)
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
@@ -127,21 +127,18 @@ def expert_exchange_bytes(m, run: Run) -> float:
 
 
 def linear_layers_seconds(m, run: Run, layout: str, device: Device) -> float:
-    """A micro-step's Gated DeltaNet layers, forward and backward: each layer's rule and
-    exchange as planner/linear_strategy.py prices them, by the run's linear_strategy (the
-    cheaper that runs while it is still 'auto'); on one 'seq' device the rule alone."""
-    layers = linear_layers(m)
-    if not layers:
+    """A micro-step's recurrent layers (Gated DeltaNet, Mamba2), forward and backward: their
+    rules and exchanges as planner/linear_strategy.py prices them, by the run's linear_strategy
+    (the cheaper that runs while it is still 'auto'); on one 'seq' device the rule alone."""
+    if not recurrent_layers(m):
         return 0.0
     prices = linear_strategy.price(m, layout, run.seq_len, run.seq, device, run.rows)
     chosen = getattr(getattr(m, "attention", None), "linear_strategy", "state")
     if run.seq == 1:
-        seconds = prices["heads"]  # the whole row, every head: no exchange, no widening
-    elif prices["heads"] is None:
-        seconds = prices["state"]
-    else:
-        seconds = prices[chosen] if chosen == "heads" else min(prices["state"], prices["heads"])
-    return layers * seconds
+        return prices["heads"]  # the whole row, every head: no exchange, no widening
+    if prices["heads"] is None:
+        return prices["state"]
+    return prices[chosen] if chosen == "heads" else min(prices["state"], prices["heads"])
 
 
 def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:

@@ -19,7 +19,7 @@ import functools
 from collections.abc import Mapping
 
 from configs import default as default_config
-from model.config import LinearAttentionConfig, MLAConfig, ModelConfig, MoEConfig
+from model.config import LinearAttentionConfig, MambaConfig, MLAConfig, ModelConfig, MoEConfig
 from model.rope import RopeScaling
 from run_config.errors import ConfigError, check_renamed
 from run_config.schema import (DataConfig, MeshConfig, OptimConfig, ParallelConfig, ProfileConfig,
@@ -29,7 +29,7 @@ SECTIONS = {"parallel": ParallelConfig, "mesh": MeshConfig, "data": DataConfig,
             "optim": OptimConfig, "profile": ProfileConfig}
 # Sections of the model that the config gives as a mapping, and their types.
 MODEL_GROUPS = {"rope_scaling": RopeScaling, "moe": MoEConfig, "mla": MLAConfig,
-                "linear_attention": LinearAttentionConfig}
+                "linear_attention": LinearAttentionConfig, "mamba": MambaConfig}
 
 
 @functools.cache

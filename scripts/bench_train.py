@@ -12,6 +12,8 @@ Usage:
       --layouts zigzag --masked-layouts --seq-lens 8192   # experts over 1, 2, 4 devices
   python scripts/bench_train.py --config configs/mla_tiny.py --processes 4 --layouts zigzag \
       --masked-layouts --mla-exchanges latent full --seq-lens 2048   # what the ring passes
+  python scripts/bench_train.py --config configs/hybrid_tiny.py --processes 2 --layouts ring \
+      zigzag --masked-layouts --linear-strategies state heads --seq-lens 8192  # Gated DeltaNet
   python scripts/bench_train.py --layouts ring --masked-layouts --remat-policies nothing \
       attention -- --config.model.remat=True --config.model.scan_layers=True  # what remat keeps
 
@@ -77,6 +79,10 @@ def parse_args(argv=None):
     p.add_argument("--mla-exchanges", nargs="+", default=["auto"],
                    help="parallel.mla_exchange values, each a kind of its own (a config with "
                         "model.mla: 'latent' or 'full'; 'auto': the config's)")
+    p.add_argument("--linear-strategies", nargs="+", default=["auto"],
+                   help="parallel.linear_strategy values, each a kind of its own (a config with "
+                        "recurrent layers: 'state' or 'heads'; 'auto': the config's); 'x ring' "
+                        "compares with the ring layout run by the first of them")
     p.add_argument("--steps", type=int, default=4, help="timed steps per run (after the first)")
     p.add_argument("--rounds", type=int, default=3, help="runs of every kind, interleaved")
     p.add_argument("--workdir", default="runs/bench_train", help="runs and the data cache")
@@ -94,15 +100,18 @@ def kinds_of(args) -> list[dict]:
     kinds = []
     for masked, layouts in ((False, args.layouts), (True, args.masked_layouts)):
         kinds += [dict(layout=layout, strategy=strategy, masked=masked, tile=tile,
-                       experts=experts, remat_policy=policy, mla_exchange=exchange)
+                       experts=experts, remat_policy=policy, mla_exchange=exchange,
+                       linear_strategy=linear)
                   for strategy in args.strategies for layout in layouts if layout != "auto"
                   for tile in args.tiles for experts in args.experts
-                  for policy in args.remat_policies for exchange in args.mla_exchanges]
+                  for policy in args.remat_policies for exchange in args.mla_exchanges
+                  for linear in args.linear_strategies]
         if "auto" in layouts:
             kinds += [dict(layout="auto", strategy="auto", masked=masked, tile="auto",
-                           experts=experts, remat_policy=policy, mla_exchange=exchange)
+                           experts=experts, remat_policy=policy, mla_exchange=exchange,
+                           linear_strategy=linear)
                       for experts in args.experts for policy in args.remat_policies
-                      for exchange in args.mla_exchanges]
+                      for exchange in args.mla_exchanges for linear in args.linear_strategies]
     return kinds
 
 
@@ -111,8 +120,10 @@ def kind_name(kind: dict, seq_len: int) -> str:
     experts = f"-e{kind['experts']}" if kind.get("experts", 1) != 1 else ""
     remat = f"-remat_{kind['remat_policy']}" if kind.get("remat_policy", "auto") != "auto" else ""
     mla = f"-mla_{kind['mla_exchange']}" if kind.get("mla_exchange", "auto") != "auto" else ""
+    linear = (f"-linear_{kind['linear_strategy']}"
+              if kind.get("linear_strategy", "auto") != "auto" else "")
     return (f"S{seq_len}-{kind['layout']}-{kind['strategy']}-t{kind['tile']}-{docs}{experts}"
-            f"{remat}{mla}")
+            f"{remat}{mla}{linear}")
 
 
 def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
@@ -131,6 +142,8 @@ def train_flags(args, kind: dict, seq_len: int, workdir: str) -> list[str]:
         sets["model.remat_policy"] = kind["remat_policy"]
     if kind.get("mla_exchange", "auto") != "auto":
         sets["parallel.mla_exchange"] = kind["mla_exchange"]
+    if kind.get("linear_strategy", "auto") != "auto":
+        sets["parallel.linear_strategy"] = kind["linear_strategy"]
     return ["train.py", "--config", args.config, "--workdir", workdir,
             *(f"--config.{k}={v}" for k, v in sets.items()), *args.overrides]
 
@@ -143,7 +156,8 @@ def ran_label(row: dict, shards: int) -> str:
     a = {k.split("/")[1]: v for k, v in row.items() if k.startswith("attention/")}
     label = parallel.get_strategy(a["strategy"]).label(a["ulysses_degree"], shards)
     latent = " latent" if a.get("mla_exchange") == "latent" else ""
-    return f"{a['layout']} {label} {a['tile_q']}x{a['tile_k']}{latent}"
+    linear = " linear by heads" if a.get("linear_strategy") == "heads" else ""
+    return f"{a['layout']} {label} {a['tile_q']}x{a['tile_k']}{latent}{linear}"
 
 
 def read_run(workdir: str, shards: int) -> dict:
@@ -212,10 +226,12 @@ def summarize(results: list[dict]) -> list[dict]:
     'auto': the fastest ring measured; None without a ring twin)."""
     for r in results:
         r["median_tokens_per_sec"] = statistics.median(r["windows"])
+    first_linear = results[0].get("linear_strategy") if results else None
     for r in results:
         ring = sorted((x for x in results if x["layout"] == "ring" and all(
             x[k] == r[k] for k in SAME_WORK) and x.get("mla_exchange") == r.get(
-                "mla_exchange") and (r["layout"] == "auto" or (
+                "mla_exchange") and x.get("linear_strategy") == first_linear and (
+                r["layout"] == "auto" or (
                 x["tile"] == r["tile"] and x["strategy"] == r["strategy"]))),
             key=lambda x: -x["median_tokens_per_sec"])
         if not ring:
@@ -233,7 +249,8 @@ def step_ratio(kind: dict, base: dict) -> float:
 
 
 def against_first(results: list[dict], key: str, values: list[str]) -> list[str]:
-    """One line per kind run with a later value of `key` (--remat-policies, --mla-exchanges):
+    """One line per kind run with a later value of `key` (--remat-policies, --mla-exchanges,
+    --linear-strategies):
     its step-by-step ratio to the same kind with the first value."""
     lines = []
     for r in results:
@@ -241,7 +258,8 @@ def against_first(results: list[dict], key: str, values: list[str]) -> list[str]
             continue
         base = next(x for x in results if x.get(key) == values[0] and all(
             x.get(k) == r.get(k) for k in ("layout", "strategy", "tile", "remat_policy",
-                                           "mla_exchange", *SAME_WORK) if k != key))
+                                           "mla_exchange", "linear_strategy", *SAME_WORK)
+            if k != key))
         lines.append(f"{key} {r[key]} against {values[0]} ({r['layout']} {r['strategy']} tile "
                      f"{r['tile']}, {r['seq_len']:,}): {step_ratio(r, base):.2f}x the tokens/s "
                      f"on the same steps")
@@ -256,9 +274,10 @@ def print_table(results, args):
     experts = args.experts != [1]  # a column only where expert degrees are compared
     remat = args.remat_policies != ["auto"]  # likewise remat policies
     mla = args.mla_exchanges != ["auto"]  # and latent attention's exchanges
+    linear = args.linear_strategies != ["auto"]  # and the recurrent layers' strategies
     print(f"{'seq':>7} {'documents':<9} {'layout':<9} {'strategy':<10} {'tile':>5} "
           + (f"{'experts':>7} " if experts else "") + (f"{'remat':>9} " if remat else "")
-          + (f"{'exchange':>8} " if mla else "")
+          + (f"{'exchange':>8} " if mla else "") + (f"{'linear':>6} " if linear else "")
           + f"{'tokens/s':>9} {'min':>7} {'max':>7} {'x ring':>7}  ran")
     for r in results:
         ratio = "-" if r["x_ring"] is None else f"{r['x_ring']:.2f}"
@@ -266,7 +285,8 @@ def print_table(results, args):
               f"{r['layout']:<9} {r['strategy']:<10} {r['tile']:>5} "
               + (f"{r['experts']:>7} " if experts else "")
               + (f"{r['remat_policy']:>9} " if remat else "")
-              + (f"{r['mla_exchange']:>8} " if mla else "") +
+              + (f"{r['mla_exchange']:>8} " if mla else "")
+              + (f"{r['linear_strategy']:>6} " if linear else "") +
               f"{r['median_tokens_per_sec']:>9,.0f} {min(r['windows']):>7,.0f} "
               f"{max(r['windows']):>7,.0f} {ratio:>7}  {r['ran'] or ''}")
     for r in results:
@@ -276,6 +296,8 @@ def print_table(results, args):
         print("\n".join(against_first(results, "remat_policy", args.remat_policies)))
     if mla:
         print("\n".join(against_first(results, "mla_exchange", args.mla_exchanges)))
+    if linear:
+        print("\n".join(against_first(results, "linear_strategy", args.linear_strategies)))
 
 
 def auto_against_fastest(auto: dict, results: list[dict]) -> str:

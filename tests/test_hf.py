@@ -28,7 +28,8 @@ CASES = ["default_untied_sharded", "linear_tied", "llama3_untied_bf16", "yarn_ti
          "qwen3_moe_experts", "mixtral_experts", "gpt_oss_experts",
          "gpt_oss_mxfp4",  # experts in MXFP4, as GPT-OSS's published files keep them
          "deepseek_v3_mla", "deepseek_v2_lite_mla", "glm4_moe_shared", "qwen2_moe_shared",
-         "qwen3_next_hybrid"]  # Gated DeltaNet layers and a gated softmax one
+         "qwen3_next_hybrid",  # Gated DeltaNet layers and a gated softmax one
+         "granite_hybrid_mamba2"]  # Mamba2 layers, a softmax one, experts, Granite's multipliers
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,8 @@ def test_deepseek_stacked_after_its_dense_first_block(reference, tmp_path):
                                   "gemma2_caps", "gemma3_local_global", "qwen3_moe_experts",
                                   "mixtral_experts", "gpt_oss_experts", "deepseek_v3_mla",
                                   "deepseek_v2_lite_mla", "glm4_moe_shared",
-                                  "qwen2_moe_shared", "qwen3_next_hybrid"])
+                                  "qwen2_moe_shared", "qwen3_next_hybrid",
+                                  "granite_hybrid_mamba2"])
 def test_save_writes_what_transformers_writes(case, reference, tmp_path):
     """hf.save: the tensors transformers saved (names, shapes, values), sharded with an index
     past the shard size, a config.json that loads back to the same model and logits."""
@@ -119,7 +121,11 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
                 "routed_scaling_factor", "n_shared_experts", "first_k_dense_replace",
                 "topk_method", "qkv_bias", "shared_expert_intermediate_size", "use_qk_norm",
                 "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                "linear_value_head_dim", "linear_conv_kernel_dim"):
+                "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_n_heads",
+                "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv",
+                "mamba_conv_bias", "mamba_expand", "shared_intermediate_size",
+                "attention_multiplier", "embedding_multiplier", "residual_multiplier",
+                "logits_scaling", "position_embedding_type"):
         if key == "sliding_window":  # 0 or None: no window
             assert (config.get(key) or None) == (original.get(key) or None)
         else:

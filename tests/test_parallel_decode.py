@@ -85,21 +85,24 @@ def test_a_prompt_longer_than_a_device_holds_is_sharded(prompts):
 
 def _options(name):
     from tests.test_linear_attention import HYBRID
+    from tests.test_mamba import GRANITE
     from tests.test_mla_parallel import MLA_MODEL
     from tests.test_model import MIXED
     return {"mixed": MIXED, "latent": MLA_MODEL, "hybrid": HYBRID,
-            "hybrid_heads": dict(HYBRID, linear_strategy="heads")}[name]
+            "granite": dict(GRANITE, linear_strategy="heads")}[name]
 
 
 @pytest.mark.parametrize("options,layout,new", [("mixed", "zigzag", 8), ("latent", "striped", 6),
                                                 ("hybrid", "balanced", 6),
-                                                ("hybrid_heads", "striped", 4)])
+                                                ("granite", "zigzag", 4)])
 def test_model_options_decode_as_they_train(prompts, options, layout, new):
     """mixed: sliding-window and global layers with sinks, caps, q/k norms (tests/test_model.py's
     MIXED, window 6); latent: latent attention with a query latent (keys 8 + 4, values 6 wide)
     and DeepSeek-V3's experts (tests/test_mla_parallel.py's MLA_MODEL); hybrid: Gated DeltaNet
-    layers whose prefill passes states, or (hybrid_heads) scans whole rows of a quarter of the
-    heads (tests/test_linear_attention.py's HYBRID). Each greedy token,
+    layers whose prefill passes states (tests/test_linear_attention.py's HYBRID); granite:
+    Mamba2 layers beside a softmax one without RoPE, prefilled by whole rows of a quarter of
+    the groups (parallel.linear_strategy 'heads'; tests/test_mamba.py's GRANITE). Each greedy
+    token,
     prefilled over 4 devices (the prompt's keys made where they sit) or on one with the cache,
     is the training forward's argmax on the finished row (and windows shorter than the prompts
     bite)."""

@@ -26,7 +26,7 @@ def make_optimizer(optim_cfg, num_train_steps: int):
     return tx, schedule
 
 
-_NOT_DECAYED = ("scale", "correction_bias", "a_log", "dt_bias", "norm")
+_NOT_DECAYED = ("scale", "correction_bias", "a_log", "dt_bias", "norm", "d", "conv_bias")
 
 
 def _matrices(params):
@@ -34,7 +34,7 @@ def _matrices(params):
     the Gated DeltaNet's convolution), not the RMSNorm scales, nor the experts' correction bias
     (no gradient moves it), nor a Gated DeltaNet's decay rates and time-step bias (a_log,
     dt_bias: decay would pull every head towards one time scale) and its gated norm's scale
-    (norm). By name, not by rank: with model.scan_layers the scales of the stacked blocks are
+    (norm), nor Mamba2's skip weights and convolution bias (d, conv_bias). By name, not by rank: with model.scan_layers the scales of the stacked blocks are
     [num_layers, d_model], two-dimensional but still scales."""
     def is_matrix(path, _):
         return not any(getattr(key, "key", getattr(key, "name", None)) in _NOT_DECAYED

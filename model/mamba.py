@@ -1,0 +1,165 @@
+"""Mamba2 layers: the blocks of model.layer_types 'mamba' (Granite 4.0's hybrids), token mixing
+by the SSD rule (model/ssd.py) instead of softmax.
+
+    x [B, S, D] -> in_proj: z [I], x | B | C [I + 2 G N], dt [H]          (I = H P)
+      x | B | C -> causal depthwise conv (conv_kernel taps, + bias, silu)
+      dt = softplus(dt + dt_bias), per head, float32; A = -exp(a_log)
+      o = SSD: S <- exp(dt A) S + B (dt x)^T; o = S^T C; + D x               [B, S, H, P]
+      out = (groupnorm(o silu(z)) norm) W_out, the norm over G groups of I / G   [B, S, D]
+
+Each group of H / G heads shares its B and C. Over the 'seq' devices the layer is split as a
+Gated DeltaNet layer is (model/linear_parallel.py: parallel.linear_strategy 'state' passes
+states, 'heads' splits the groups); documents reset the state and the convolution. Decoding:
+the cache is kv_cache.LinearCache (the state [B, H, N, P] and the convolution's last inputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax import lax
+
+import parallel
+from model.config import MAMBA, ModelConfig
+from model.kv_cache import LinearCache
+from model.layers import dense
+from model.linear_parallel import Recurrence, by_heads, by_state
+from model.short_conv import causal_conv, last_inputs
+from model.ssd import ssd_rule
+
+F32 = jnp.float32
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Weights:
+    """One layer's parameters as arrays (ours are [in, out]): in_proj [D, I + C + H] (z, then
+    x | B | C, then dt), conv [K, C], conv_bias [C] or None, dt_bias, a_log, d [H], norm [I],
+    out [I, D]."""
+
+    in_proj: jax.Array
+    conv: jax.Array
+    conv_bias: jax.Array | None
+    dt_bias: jax.Array
+    a_log: jax.Array
+    d: jax.Array
+    norm: jax.Array
+    out: jax.Array
+
+
+class Mamba2(nnx.Module):
+    """A Mamba2 layer with Block's attention interface: (x, positions, segment_ids, order,
+    cache=, collect=, kind=) -> out [B, S, D] (positions unused)."""
+
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+        self.cfg, self.mesh = cfg, mesh
+        mc = cfg.mamba
+        self.in_proj = dense(cfg, cfg.d_model, mc.inner + mc.conv_channels + mc.num_heads, rngs)
+        bound = mc.conv_kernel ** -0.5  # a depthwise conv's fan-in is its kernel
+        self.conv = nnx.Param(jax.random.uniform(rngs.params(), (mc.conv_kernel, mc.conv_channels),
+                                                 cfg.weights_dtype, -bound, bound),
+                              out_sharding=(None, None))
+        if mc.conv_bias:
+            self.conv_bias = nnx.Param(jnp.zeros((mc.conv_channels,), cfg.weights_dtype),
+                                       out_sharding=(None,))
+        # Mamba's ranges: steps softplus(dt_bias) from 0.001 to 0.1, decay rates 1 to 16;
+        # float32 and no weight decay (training/optim.py), as D and the norm's scale
+        dt = jnp.exp(jax.random.uniform(rngs.params(), (mc.num_heads,), F32, jnp.log(1e-3),
+                                        jnp.log(0.1)))
+        self.dt_bias = nnx.Param(dt + jnp.log(-jnp.expm1(-dt)), out_sharding=(None,))
+        self.a_log = nnx.Param(jnp.log(jax.random.uniform(rngs.params(), (mc.num_heads,), F32,
+                                                          1.0, 16.0)), out_sharding=(None,))
+        self.d = nnx.Param(jnp.ones((mc.num_heads,), F32), out_sharding=(None,))
+        self.norm = nnx.Param(jnp.ones((mc.inner,), F32), out_sharding=(None,))
+        self.out = dense(cfg, mc.inner, cfg.d_model, rngs, scale=1.0 / cfg.num_layers)
+
+    def weights(self) -> Weights:
+        bias = self.conv_bias[...] if hasattr(self, "conv_bias") else None
+        return Weights(self.in_proj.kernel[...], self.conv[...], bias, self.dt_bias[...],
+                       self.a_log[...], self.d[...], self.norm[...], self.out.kernel[...])
+
+    def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
+                 collect: bool = False, kind: str = MAMBA):
+        """As GatedDeltaNet.__call__ (model/linear_attention.py)."""
+        del positions, kind
+        if cache is not None:
+            return layer(self.weights(), x, self.cfg, cache=cache)
+        return layer(self.weights(), x, self.cfg, segment_ids=segment_ids, order=order,
+                     mesh=self.mesh, collect=collect)
+
+
+def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=None, cache=None,
+          collect: bool = False):
+    """The layer as a function of its weights: x [B, S, D] -> [B, S, D] in the compute dtype
+    (with `cache`: (out, new cache); with `collect`: (out, the cache after each row's prompt,
+    segment 0)), split over the mesh's 'seq' devices in cfg.layout's order (order: the batch's
+    original indices, required by 'balanced')."""
+    mc, dtype = cfg.mamba, cfg.compute_dtype
+    b, s, _ = x.shape
+    proj = jnp.dot(x.astype(dtype), w.in_proj.astype(dtype))
+    z = proj[..., :mc.inner]
+    mixed = proj[..., mc.inner:mc.inner + mc.conv_channels].astype(F32)
+    dt = jax.nn.softplus(proj[..., mc.inner + mc.conv_channels:].astype(F32)
+                         + w.dt_bias.astype(F32))  # [B, S, H]
+    g, beta = -jnp.exp(w.a_log.astype(F32)) * dt, dt
+    conv, bias = w.conv.astype(F32), None if w.conv_bias is None else w.conv_bias.astype(F32)
+    seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+    rec = recurrence(mc, w.d)
+    if collect:  # the padding neither decays nor writes: the final state is the prompt's
+        prompt = seg == 0
+        g, beta = jnp.where(prompt[..., None], g, 0.0), jnp.where(prompt[..., None], beta, 0.0)
+        history = last_inputs(mixed, prompt, order, conv.shape[0] - 1)
+        seg = jnp.zeros_like(seg)
+    if cache is not None:
+        width = conv.shape[0] - 1
+        out = causal_conv(mixed, conv, before=(cache.conv, jnp.zeros((b, width), jnp.int32),
+                                               jnp.ones((b, width), bool)), bias=bias)
+        q, k, v, skip = rec.heads_of(out, rec.groups)
+        o, state = ssd_rule(q, k, v, g, beta, min(mc.chunk_size, s), initial_state=cache.state)
+        o = o + skip
+        cache = LinearCache(state, jnp.concatenate([cache.conv, mixed], axis=1)[:, -width:]
+                            if width else cache.conv)
+    elif mesh is None or mesh.shape[parallel.SEQ] == 1:
+        q, k, v, skip = rec.heads_of(causal_conv(mixed, conv, seg, bias=bias), rec.groups)
+        o, state = ssd_rule(q, k, v, g, beta, mc.chunk_size, segment_ids=seg)
+        o = o + skip
+    else:
+        strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
+        o, state = strategy(mixed, g, beta, seg, order, conv, bias, rec, cfg.layout, mesh)
+    if collect:
+        cache = LinearCache(state, history)
+    y = o.reshape(b, s, mc.inner).astype(F32) * jax.nn.silu(z.astype(F32))
+    y = y.reshape(b, s, mc.num_groups, -1)  # the norm over each group's I / G channels
+    y = y * lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + cfg.norm_eps)
+    y = y.reshape(b, s, mc.inner) * w.norm.astype(F32)
+    out = jnp.dot(y.astype(dtype), w.out.astype(dtype))
+    return out if cache is None else (out, cache)
+
+
+def recurrence(mc, d) -> Recurrence:
+    """The layer as model/linear_parallel.py's strategies see it: x | B | C channels by group,
+    the SSD rule, q = C and k = B repeated over each group's heads, v = x, and D x beside the
+    rule. d [H]: the skip's weights (the strategy 'heads' takes its own heads' inside its
+    shard_map, by the device's index)."""
+    per_group = mc.num_heads // mc.num_groups
+
+    def heads_of(mixed, groups: int):
+        b, s, _ = mixed.shape
+        width, n, p = groups * per_group * mc.head_dim, mc.state_size, mc.head_dim
+        x = mixed[..., :width].reshape(b, s, groups * per_group, p)
+        k = jnp.repeat(mixed[..., width:width + groups * n].reshape(b, s, groups, n),
+                       per_group, axis=2)
+        q = jnp.repeat(mixed[..., width + groups * n:].reshape(b, s, groups, n), per_group,
+                       axis=2)
+        mine = d.astype(F32)
+        if groups != mc.num_groups:  # inside by_heads' shard_map: this device's heads
+            mine = lax.dynamic_slice_in_dim(mine, lax.axis_index(parallel.SEQ) * groups
+                                            * per_group, groups * per_group)
+        return q, k, x, mine[:, None] * x
+
+    return Recurrence(widths=(per_group * mc.head_dim, mc.state_size, mc.state_size),
+                      groups=mc.num_groups, heads=mc.num_heads, chunk=mc.chunk_size,
+                      rule=ssd_rule, heads_of=heads_of, unit="Mamba2 layers' groups")
