@@ -180,10 +180,6 @@ class ModelConfig:
         if MAMBA in self.layer_types and not self.mamba.enabled:
             raise ValueError("model.layer_types has 'mamba' layers but model.mamba.num_heads is "
                              "0: give the Mamba2 layers' heads (model.mamba)")
-        if self.scan_layers is True and self.hybrid:
-            raise ValueError("model.scan_layers stacks identical blocks, but model.layer_types "
-                             "mixes recurrent ('linear_attention', 'mamba') and softmax layers: "
-                             "set model.scan_layers=False")
         rotary = self.partial_rotary_factor * self.head_dim
         if not 0 <= self.partial_rotary_factor <= 1 or rotary != int(rotary) or rotary % 2:
             raise ValueError(f"model.partial_rotary_factor {self.partial_rotary_factor} must "
@@ -245,6 +241,18 @@ class ModelConfig:
         """Recurrent layers and softmax layers both (their parameters differ: no stack)."""
         types = {self.layer_type(i) for i in range(self.num_layers)}
         return bool(types & set(RECURRENT)) and len(types) > 1
+
+    @property
+    def scan_period(self) -> int:
+        """With scan_layers, the blocks one scan step runs: 1 where every stacked block has the
+        same parameters; for a hybrid the shortest period of its stacked blocks' layer types
+        (Qwen3-Next: 4, three Gated DeltaNet layers and a softmax one), the blocks at each
+        position of it stacked apart (at worst every stacked block: one step)."""
+        if not self.hybrid:
+            return 1
+        types = [self.layer_type(i) for i in range(self.first_stacked, self.num_layers)]
+        return next(p for p in range(1, len(types) + 1) if len(types) % p == 0
+                    and all(t == types[i % p] for i, t in enumerate(types)))
 
     @property
     def linear_layers(self) -> tuple[int, ...]:

@@ -201,6 +201,10 @@ def _source(path: tuple, cfg: ModelConfig) -> tuple[np.ndarray, Stored]:
     experts = range(cfg.moe.num_experts) if "{e}" in how.name else None
     per_layer = lambda i: (f"model.layers.{i}.{how.name}" if experts is None  # noqa: E731
                            else [f"model.layers.{i}.{how.name.format(e=e)}" for e in experts])
+    period = cfg.scan_period if cfg.scan_layers else 1
+    if period > 1 and path[0] == "blocks":  # a hybrid's stack at position path[1] of a period
+        return np.asarray([per_layer(i) for i in range(cfg.first_stacked + path[1],
+                                                       cfg.num_layers, period)]), how
     if isinstance(path[1], int):  # blocks[i]..., or first_blocks[i] (dense, before a stack)
         return np.asarray(per_layer(path[1])), how
     stacked = range(cfg.first_stacked if cfg.scan_layers else 0, cfg.num_layers)

@@ -108,9 +108,10 @@ def by_heads(mixed, g, beta, seg, order, conv, bias, rec: Recurrence, layout: st
         packed = lax.all_to_all(packed, parallel.SEQ, 2, 1, tiled=True)  # [b, S, G / N, w]
         pos = lax.all_gather(local_positions(layout, order, block, count), parallel.SEQ,
                              axis=1, tiled=True)  # [b or 1, S]: each slot's original index
-        slots = jnp.argsort(pos, axis=1)  # each original index's slot
-        packed = _take(packed, slots)
-        seg = _take(lax.all_gather(seg, parallel.SEQ, axis=1, tiled=True), slots)
+        seg = lax.all_gather(seg, parallel.SEQ, axis=1, tiled=True)
+        if layout != "ring":  # the original order (ring's already is)
+            slots = _inverse(pos)  # each original index's slot
+            packed, seg = _take(packed, slots), _take(seg, slots)
         s = packed.shape[1]
         first = lax.axis_index(parallel.SEQ) * mine.groups
 
@@ -126,7 +127,7 @@ def by_heads(mixed, g, beta, seg, order, conv, bias, rec: Recurrence, layout: st
                             packed[..., width + per_group:].reshape(b, s, -1), rec.chunk,
                             None, seg)
         o = o if skip is None else o + skip
-        o = _take(o, pos)  # back in the layout's order
+        o = o if layout == "ring" else _take(o, pos)  # back in the layout's order
         o = lax.all_to_all(o, parallel.SEQ, 1, 2, tiled=True)  # [b, n, H, P]
         return o, lax.all_gather(final, parallel.SEQ, axis=1, tiled=True)
 
@@ -160,7 +161,18 @@ def from_groups(x, widths):
     return jnp.concatenate(parts, axis=-1)
 
 
+def _inverse(pos):
+    """The inverse of permutations pos [b, S] (each original index's slot), by a scatter."""
+    rows = jnp.broadcast_to(jnp.arange(pos.shape[0])[:, None], pos.shape)
+    slots = jnp.broadcast_to(jnp.arange(pos.shape[1]), pos.shape)
+    return jnp.zeros_like(pos).at[rows, pos].set(slots, unique_indices=True)
+
+
 def _take(x, index):
-    """x [b, S, ...] at index [b or 1, S] along the sequence."""
+    """x [b, S, ...] at index [b or 1, S] along the sequence, a gather by (row, position):
+    jnp.take_along_axis's form of it came out wrong from XLA:CPU's optimised compile of this
+    shard_map where a device held one row (outputs 150% off; tests compile unoptimised, so
+    tests/test_linear_attention.py checks this once at full optimisation)."""
     index = jnp.broadcast_to(index, x.shape[:2])
-    return jnp.take_along_axis(x, index.reshape(*index.shape, *(1,) * (x.ndim - 2)), axis=1)
+    rows = jnp.broadcast_to(jnp.arange(x.shape[0])[:, None], index.shape)
+    return x[rows, index]

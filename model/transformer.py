@@ -90,10 +90,18 @@ def _remat_policy(name: str):
 
 def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
     """One Block whose parameters carry a leading [layers] axis for blocks cfg.first_stacked ..
-    num_layers - 1 (unsharded: each device holds its FSDP shard of every layer). The blocks are
-    drawn exactly as the unrolled model draws them and then stacked, so a run starts from the
-    same weights whether or not it scans (the dense blocks before the stack are drawn first)."""
+    num_layers - 1 (unsharded: each device holds its FSDP shard of every layer); for a hybrid
+    (cfg.scan_period P > 1) a list of P such Blocks, position p holding blocks first + p,
+    first + p + P, ... The blocks are drawn exactly as the unrolled model draws them and then
+    stacked, so a run starts from the same weights whether or not it scans (the dense blocks
+    before the stack are drawn first)."""
     layers = [_block(cfg, mesh, rngs, i) for i in range(cfg.first_stacked, cfg.num_layers)]
+    period = cfg.scan_period
+    stacks = [_stack(layers[p::period]) for p in range(period)]
+    return stacks[0] if period == 1 else nnx.List(stacks)
+
+
+def _stack(layers):
     graphdef, _ = nnx.split(layers[0])
 
     def stack(*variables):
@@ -133,7 +141,7 @@ class Transformer(nnx.Module):
             if cfg.first_stacked:  # DeepSeek's dense first blocks, one by one before the stack
                 self.first_blocks = nnx.List([_block(cfg, mesh, rngs, i)
                                               for i in range(cfg.first_stacked)])
-            self.blocks = _stacked_blocks(cfg, mesh, rngs)
+            self.blocks = _stacked_blocks(cfg, mesh, rngs)  # a hybrid: one per period position
         else:
             self.blocks = nnx.List([_block(cfg, mesh, rngs, i) for i in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg, rngs)
@@ -246,9 +254,11 @@ class Transformer(nnx.Module):
             return
         if self.cfg.first_stacked:
             yield from self.first_blocks
-        graphdef, state = nnx.split(self.blocks)
+        period = self.cfg.scan_period
+        stacks = [nnx.split(b) for b in (self.blocks if period > 1 else [self.blocks])]
         for i in range(self.cfg.num_layers - self.cfg.first_stacked):
-            yield nnx.merge(graphdef, jax.tree.map(lambda a, i=i: a[i], state))
+            graphdef, state = stacks[i % period]
+            yield nnx.merge(graphdef, jax.tree.map(lambda a, j=i // period: a[j], state))
 
 
 def _scan_blocks(run, blocks, x, cfg: ModelConfig):
@@ -257,6 +267,8 @@ def _scan_blocks(run, blocks, x, cfg: ModelConfig):
     num_layers. Blocks of
     mixed attention kinds (local and global) share their parameters' shapes: each step switches
     to its layer's kind, so the program holds one block per kind."""
+    if cfg.scan_period > 1:
+        return _scan_periods(run, blocks, x, cfg)
     graphdef, state = nnx.split(blocks)
     kinds = cfg.kinds
     index = jnp.asarray([kinds.index(cfg.layer_type(i))
@@ -271,6 +283,27 @@ def _scan_blocks(run, blocks, x, cfg: ModelConfig):
         return jax.lax.switch(which, branches, x, layer_state)
 
     return jax.lax.scan(body, x, (state, index))  # (x, the stacked layers' stats or None)
+
+
+def _scan_periods(run, stacks, x, cfg: ModelConfig):
+    """A hybrid's stack: each scan step runs one period of blocks (cfg.scan_period, each
+    position its own stacked Block and layer kind). The expert layers' statistics come out in
+    layer order ([steps, sparse positions, ...] flattened)."""
+    period, first = cfg.scan_period, cfg.first_stacked
+    split = [nnx.split(stack) for stack in stacks]
+    kinds = [cfg.layer_type(first + p) for p in range(period)]
+
+    def body(x, states):
+        found = []
+        for (graphdef, _), state, kind in zip(split, states, kinds):
+            x, stats = run(nnx.merge(graphdef, state), x, kind)
+            found += [] if stats is None else [stats]
+        return x, (jax.tree.map(lambda *a: jnp.stack(a), *found) if found else None)
+
+    x, stats = jax.lax.scan(body, x, tuple(state for _, state in split))
+    flat = None if stats is None else jax.tree.map(
+        lambda a: a.reshape(-1, *a.shape[2:]), stats)
+    return x, flat
 
 
 def soft_cap(x, cap: float):

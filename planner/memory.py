@@ -7,7 +7,7 @@ from model import chunks
 from model.embedding import splits
 from model.config import MLAConfig
 from planner.flops import (experts_of, head_widths, linear_layers, linear_of, mamba_layers,
-                           mamba_of, matmul_params, mixer_params, mlp_params)
+                           mamba_of, matmul_params, mixer_params, mlp_params, recurrent_kinds)
 from planner.devices import Device
 from planner.run import Run
 
@@ -134,6 +134,7 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "kv_ring_buffers": tokens * (2 * c * travels + 2 * f32 * travels + 2 * 4
                                      + (2 * c * kv * dh if latent else 0)),
         "kernel_accumulators": tokens * f32 * (heads * dh + heads),
+        "recurrent_layers": recurrent_bytes(m, tokens),
         "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
         "final_norm": tokens * (c * d + f32),
         # The embedding lookup's gathered token ids, every device's (model/embedding.py).
@@ -144,6 +145,25 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         # while the loss runs.
         "logits": tokens * c * d + f32 * d * v + b * loss_chunk * v * (f32 + c),
     }
+
+
+def recurrent_bytes(m, tokens: int) -> float:
+    """Gated DeltaNet and Mamba2 layers (model/linear_parallel.py), float32 inside, per layer
+    alive at once (one with remat, else all of them): the convolution's inputs, g and beta, the
+    gate z; the convolution's output and q, k, v one per head; the chunked rule's residuals
+    (a chunk's C x C decays and scores and a few vectors a head, per token); 'state' widens the
+    values by dk columns (block_summary), 'heads' holds its all-to-all's send and receive
+    buffers. The larger of the two strategies (the run's is resolved after memory)."""
+    total = 0.0
+    for layers, x in recurrent_kinds(m):
+        h, dk, dv = x.heads, x.key_dim, x.value_dim
+        inputs = x.conv_channels + 2 * h + h * dv
+        heads = 2 * h * dk + h * dv
+        rule = h * (3 * x.chunk + 3 * (dk + dv))
+        strategy = max(2 * h * dk, 2 * (x.conv_channels + 2 * h))
+        kept = 1 if m.remat else layers
+        total = max(total, kept * tokens * 4.0 * (inputs + heads + rule + strategy))
+    return total
 
 
 def host_offload_bytes(m, run: Run) -> float:

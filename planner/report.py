@@ -44,6 +44,7 @@ def format_memory(plan: dict, m, run: Run, unit) -> list[str]:
         "dot_outputs": f"matmul outputs kept by remat_policy 'dots' ({m.num_layers} layers)",
         "kv_ring_buffers": "KV ring buffers: K, V, fp32 dK, dV, x2 in flight",
         "kernel_accumulators": "kernel accumulators: fp32 dQ, D",
+        "recurrent_layers": f"recurrent layers: inputs, q/k/v, chunk residuals ({every})",
         "tile_scratch": f"tile scratch: 3 fp32 [{b}, {m.num_heads}, {plan['tiles'][0]}, "
                         f"{plan['tiles'][1]}]",
         "final_norm": "final RMSNorm saved values",

@@ -49,6 +49,7 @@ def _shapes(name: str, config, resolved):
     importlib.import_module(f"configs.{name}").set_model(section)
     if len(section.layer_types) != section.num_layers:  # the run's per-layer kinds do not fit
         section.layer_types = ()  # Llama's: every layer full attention
+    section.partial_rotary_factor = 1.0  # Llama's RoPE (a share may not fit its head_dim)
     return model.ModelConfig.from_config(section, resolved.attention, resolved.switches)
 
 

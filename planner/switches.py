@@ -59,7 +59,7 @@ def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
     """Every combination of the values the 'auto' switches may take (the given ones fixed)."""
     fixed = given(model_cfg)
     # sparse and dense blocks interleaved, or Gated DeltaNet and softmax layers: no stack
-    mixed = model_cfg.moe.dense_prefix(model_cfg.num_layers) is None or model_cfg.hybrid
+    mixed = model_cfg.moe.dense_prefix(model_cfg.num_layers) is None
     options = {
         "remat": [False, True],
         "remat_policy": ["nothing", "attention", "dots"] + ([] if platform == "cpu"

@@ -71,6 +71,21 @@ def test_onto_a_sharded_mesh_with_stacked_layers(reference):
         assert relative_error(m(reference["tokens"]), reference["yarn_tied"]) < 1e-4
 
 
+def test_a_hybrid_stacked_a_period_at_a_time(reference, tmp_path):
+    """Qwen3-Next's 3 : 1 read with scan_layers: one stack per position of the period (3
+    Gated DeltaNet stacks and a softmax one, each [1, ...]), the same logits; hf.save writes
+    the same tensors back."""
+    source = os.path.join(FIXTURES, "qwen3_next_hybrid")
+    m = hf.load(source, scan_layers=True, param_dtype="float32")
+    assert m.cfg.scan_period == 4 and m.blocks[3].attention.q.kernel[...].shape[0] == 1
+    assert relative_error(m(reference["tokens"]), reference["qwen3_next_hybrid"]) < 1e-4
+    hf.save(m, str(tmp_path / "saved"))
+    ours, theirs = SafetensorsDir(str(tmp_path / "saved")), SafetensorsDir(source)
+    assert ours.names() == theirs.names()
+    for name in theirs.names():  # norms stored as scale - 1: one unit in the last place of 1
+        np.testing.assert_allclose(ours.read(name), theirs.read(name), rtol=0, atol=2.0 ** -23)
+
+
 def test_deepseek_stacked_after_its_dense_first_block(reference, tmp_path):
     """DeepSeek-V3 read with scan_layers: its dense block 0 alone (first_blocks), the sparse
     blocks 1.. stacked; the same logits, and hf.save writes the same tensors back."""

@@ -60,15 +60,15 @@ def run_config(model_dir, layout="zigzag", **changes):
     return config
 
 
-def single_device_loss(model_dir) -> float:
+def single_device_loss(model_dir, batch: int = BATCH) -> float:
     """Step 0's rows in natural order through hf.load's model on one device."""
     path, corpus, cache_dir = model_dir
     tokenizer = data.load_tokenizer(os.path.join(path, "tokenizer.json"))
     cache = data.build_token_cache(tokenizer, corpus, cache_dir, eval_fraction=0.005)
-    spec = data.BatchSpec(seq_len=SEQ_LEN, global_batch=BATCH, seed=0, layout="ring",
+    spec = data.BatchSpec(seq_len=SEQ_LEN, global_batch=batch, seed=0, layout="ring",
                           num_seq_shards=1, mask_documents=True, reset_positions=True,
                           eos_id=tokenizer.eos_id)
-    batch = data.batch_rows(cache.train, spec, 0, np.arange(BATCH))
+    batch = data.batch_rows(cache.train, spec, 0, np.arange(batch))
     graphdef, params = nnx.split(hf.load(path, param_dtype="float32"), nnx.Param)
     total, weight = step_lib.token_loss_sums(graphdef, params, batch, True)
     return float(total / weight)
@@ -119,6 +119,27 @@ def test_deepseek_v3_passing_latents_over_the_sequence_devices(corpus, tmp_path)
     first, reference = losses(rows)[1], single_device_loss(deepseek)
     assert abs(first - reference) < 1e-5 * abs(reference), (first, reference)
     assert next(r for r in rows if r["step"] == 1)["attention/mla_exchange"] == "latent"
+
+
+# Qwen3-Next's (Gated DeltaNet) hf.load is the same path: tests/test_hf.py, test_linear_attention
+@pytest.mark.parametrize("case,layout,strategy,mesh", [
+    ("granite_hybrid_mamba2", "zigzag", "heads", (4, 2))])  # its 2 groups over 2 devices
+def test_hybrids_over_the_sequence_devices(corpus, tmp_path, case, layout, strategy, mesh):
+    """Granite 4.0's hybrid (Mamba2 layers, a softmax layer, experts beside a shared MLP, its
+    multipliers) saved by transformers, trained on a 4 x 2 mesh with documents, its Mamba2
+    layers split by heads (parallel.linear_strategy 'heads'): the first step's loss is the
+    loaded model's on one device."""
+    hybrid = (make_model_dir(str(tmp_path / "model"), corpus, case=case), corpus,
+              str(tmp_path / "cache"))
+    train_and_evaluate(run_config(hybrid, layout, **{"parallel.linear_strategy": strategy,
+                                                     "model.scan_layers": False,
+                                                     "mesh.data": mesh[0], "mesh.seq": mesh[1],
+                                                     "global_batch_size": 2 * mesh[0]}),
+                       str(tmp_path / "run"))
+    rows = read_metrics(tmp_path / "run")
+    first, reference = losses(rows)[1], single_device_loss(hybrid, 2 * mesh[0])
+    assert abs(first - reference) < 1e-5 * abs(reference), (first, reference)
+    assert next(r for r in rows if r["step"] == 1)["attention/linear_strategy"] == strategy
 
 
 def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):

@@ -4,6 +4,8 @@ contiguous blocks) against the same layer on one device, outputs and gradients (
 of every weight), with documents that cross device boundaries; and a hybrid model's loss and
 gradients (Gated DeltaNet layers, a gated softmax layer, experts) against one device."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +15,7 @@ import parallel
 from model.config import LinearAttentionConfig, ModelConfig, MoEConfig
 from model.linear_attention import Weights, layer
 from tests.test_attention import layout_order, take
-from tests.test_model import SIZES, attention, loss_and_grads
+from tests.test_model import SIZES, assert_as_one_device, attention, loss_and_grads
 
 B, S, D = 2, 64, 16
 # 8 key heads: the 'heads' strategy splits them over 8 devices; two value heads each
@@ -110,18 +112,27 @@ def hybrid_one_device():
     return loss_and_grads("ring", 1, 1, **HYBRID)
 
 
-@pytest.mark.parametrize("layout,data,seq,strategy", [
-    ("zigzag", 2, 4, "state"), ("balanced", 1, 8, "state"), ("striped", 2, 4, "heads")])
-def test_a_hybrid_model_is_the_one_device_model(hybrid_one_device, layout, data, seq, strategy):
+@pytest.mark.parametrize("layout,data,seq", [("zigzag", 2, 4), ("balanced", 1, 8)])
+def test_a_hybrid_model_is_the_one_device_model(hybrid_one_device, layout, data, seq):
     """Qwen3-Next's block kinds (two Gated DeltaNet layers, a gated softmax layer with q/k norms
-    and partial rotary, experts with a gated shared one) over the sequence devices, documents,
-    either linear strategy: loss and every gradient within 1e-5 relative of one device's."""
-    want_loss, want_grads, _ = hybrid_one_device
-    loss, grads, _ = loss_and_grads(layout, data, seq, linear_strategy=strategy, **HYBRID)
-    assert abs(loss - want_loss) < 1e-5 * abs(want_loss)
-    errors = jax.tree.map(lambda g, w: np.abs(g - w).max() / max(np.abs(w).max(), 1e-30),
-                          grads, want_grads)
-    assert max(jax.tree.leaves(errors)) < 1e-5, errors
+    and partial rotary, experts with a gated shared one) over the sequence devices, documents:
+    loss and every gradient within 1e-5 relative of one device's."""
+    loss, grads, _ = loss_and_grads(layout, data, seq, **HYBRID)
+    assert_as_one_device(loss, grads, hybrid_one_device, tolerance=1e-5)
+
+
+def test_a_hybrid_scanned_a_period_at_a_time_with_its_layers_split_by_heads():
+    """model.scan_layers on a hybrid: Gated DeltaNet and softmax blocks alternate (period 2),
+    each position of the period stacked apart and one lax.scan step running a period; on 2 x 4
+    devices, the Gated DeltaNet layers split by heads: the loss within 1e-5 and every gradient
+    (layer by layer) within 3e-5 of the unrolled model on one device (4 blocks: float32's sums
+    in another order move the decays' gradients by up to 2e-5 unrolled as well)."""
+    periodic = dict(HYBRID, num_layers=4, layer_types=("linear_attention", "full_attention") * 2)
+    assert ModelConfig(**periodic, scan_layers=True).scan_period == 2
+    want = loss_and_grads("ring", 1, 1, **periodic)
+    loss, grads, _ = loss_and_grads("striped", 2, 4, linear_strategy="heads", scan_layers=True,
+                                    **periodic)
+    assert_as_one_device(loss, grads, want, stacked=True, period=2, tolerance=3e-5)
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +226,38 @@ def test_linear_strategy_auto_takes_the_cheaper_and_heads_must_split_the_key_hea
     with pytest.raises(ValueError, match="linear_strategy='heads' .* 2 key heads over 4 'seq' "
                                          "devices.*set parallel.linear_strategy='state'"):
         planner.resolve_run(config, (1, 4), "cpu", jax.devices()[0].device_kind)
+
+
+def test_heads_at_full_optimisation_with_one_row_a_device():
+    """The tests compile unoptimised (tests/conftest.py); XLA:CPU's optimised compile once got
+    the 'heads' strategy's reordering wrong where a device holds one row (outputs 150% off): in
+    a process of its own, compiled as train.py compiles, striped and balanced on 2 x 4 equal one
+    device within 1e-5."""
+    import subprocess
+    import sys
+    code = """
+import jax, jax.numpy as jnp, numpy as np
+import parallel
+from tests.test_attention import layout_order, take
+from tests.test_linear_attention import layer, layer_config, natural, weights
+x, _, seg = natural()
+ring = layer_config("ring")
+want = jax.jit(lambda w, x: layer(w, x, ring, segment_ids=jnp.asarray(seg)))(weights(), x)
+mesh = parallel.make_mesh(2, 4, devices=jax.devices()[:8])
+put = lambda a: jax.device_put(jnp.asarray(a), jax.NamedSharding(mesh, jax.P("data", "seq")))
+for layout in ("striped", "balanced"):
+    order = layout_order(layout, seg, 2, 64, 4, tile=4)
+    cfg = layer_config(layout, "heads")
+    with jax.set_mesh(mesh):
+        out = jax.jit(lambda w, x: layer(w, x, cfg, segment_ids=put(take(seg, order)),
+                                         order=put(order), mesh=mesh))(weights(), put(take(x, order)))
+    ref = take(np.asarray(want), order)
+    print(layout, float(np.abs(np.asarray(out) - ref).max() / np.abs(ref).max()))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    errors = dict(line.split() for line in out.stdout.splitlines())
+    assert set(errors) == {"striped", "balanced"} and max(map(float, errors.values())) < 1e-5

@@ -93,6 +93,7 @@ def test_activation_terms_by_hand():
         "dot_outputs": 0,
         "kv_ring_buffers": bn * (4 * 2 * 2 * 16 + 16 * 2 * 16 + 8),  # K,V bf16, dK,dV fp32; x2
         "kernel_accumulators": bn * 4 * (4 * 16 + 4),  # fp32 dQ [b,n,H,Dh] and D [b,H,n]
+        "recurrent_layers": 0,  # no Gated DeltaNet or Mamba2 layers
         "tile_scratch": 3 * 4 * 2 * 4 * 32 * 32,  # 3 fp32 [b, H, tq, tk]
         "final_norm": bn * (2 * 64 + 4),  # bf16 input, fp32 1/rms (the loss keeps no output)
         "embedding_ids": 4 * bn * 4,  # int32 ids of the 4 devices' tokens, on each
