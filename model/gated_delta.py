@@ -74,7 +74,9 @@ def gated_delta_rule(q, k, v, g, beta, chunk: int = 64, initial_state=None, segm
         out, state = _chunk(q, k, v, g, beta, seg, before, state)
         return state, out
 
-    state, out = lax.scan(step, state, (q, k, v, g, beta, seg, previous))
+    # each chunk's matrices (C x C decays, scores, the inverse's levels) are recomputed in the
+    # backward from its inputs and start state: what the scan keeps is a state a chunk
+    state, out = lax.scan(jax.checkpoint(step), state, (q, k, v, g, beta, seg, previous))
     out = jnp.moveaxis(out, 2, 3).reshape(-1, b, chunk, h, dv)  # [N, B, C, H, dv]
     out = jnp.moveaxis(out, 0, 1).reshape(b, -1, h, dv)[:, :s]
     return out.astype(v.dtype if v.dtype != F32 else F32), state

@@ -25,6 +25,7 @@ v [B, S, H, P], g, beta [B, S, H]; float32 inside.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -73,7 +74,8 @@ def ssd_rule(q, k, v, g, beta, chunk: int = 64, initial_state=None, segment_ids=
                                           precision=HIGHEST)
         return state, out
 
-    state, out = lax.scan(step, state, (q, k, written, g, seg, previous))
+    # the chunk's C x C matrices are recomputed in the backward: the scan keeps a state a chunk
+    state, out = lax.scan(jax.checkpoint(step), state, (q, k, written, g, seg, previous))
     out = jnp.moveaxis(out, 2, 3).reshape(-1, b, chunk, h, p)
     out = jnp.moveaxis(out, 0, 1).reshape(b, -1, h, p)[:, :s]
     return out.astype(v.dtype if v.dtype != F32 else F32), state

@@ -9,7 +9,8 @@ exchange  every collective's bytes of the train step with 3 Gated DeltaNet layer
           all-to-alls to whole rows of a quarter of the heads), against the length: what the
           recurrent layers themselves move (the weights' gathers are the same in both programs).
 memory    per-device bytes (XLA's memory_analysis: temporaries, and with arguments and outputs)
-          of the hybrid at --seq-len tokens over 4 devices against the same model with softmax
+          of the hybrid (4 key heads, 8 value heads) at --seq-len tokens over 4 devices, its
+          Gated DeltaNet layers split by each strategy, against the same model with softmax
           attention in every layer, every memory switch resolved by the planner for each.
 """
 
@@ -87,21 +88,26 @@ def exchange(args) -> list[dict]:
 
 def memory(args) -> list[dict]:
     layers = 4
-    kinds = {"hybrid 3:1 (Gated DeltaNet)": ["linear_attention"] * 3 + ["full_attention"],
-             "softmax everywhere": ["full_attention"] * layers}
+    hybrid = ["linear_attention"] * 3 + ["full_attention"]
+    kinds = {"hybrid 3:1, linear by state": (hybrid, "state"),
+             "hybrid 3:1, linear by heads": (hybrid, "heads"),
+             "softmax everywhere": (["full_attention"] * layers, "auto")}
     print(f"train step of configs/hybrid_tiny.py at {args.seq_len:,} tokens on {DEVICES} fake CPU "
           f"devices ({args.seq_len // DEVICES:,} per device), per device, memory switches "
           f"resolved by the planner:")
-    print(f"  {'model':<30}{'temporaries GB':>16}{'total GB':>10}  switches")
+    print(f"  {'model':<30}{'temporaries GB':>16}{'total GB':>10}  switches; attention")
     rows = []
-    for name, types in kinds.items():
+    for name, (types, strategy) in kinds.items():
         figures = compiled({"seq_len": args.seq_len, "global_batch_size": 1,
-                            "model.layer_types": types})
+                            "model.layer_types": types, "parallel.linear_strategy": strategy,
+                            "model.linear_attention.num_key_heads": 4,  # 'heads' splits them
+                            "model.linear_attention.num_value_heads": 8})
         rows.append(dict(figures, model=name))
         print(f"  {name:<30}{figures['temp'] / 1e9:>16.2f}{figures['total'] / 1e9:>10.2f}  "
               f"{figures['switches']}; {figures['attention']}", flush=True)
-    print(f"  softmax everywhere / hybrid: {rows[1]['temp'] / rows[0]['temp']:.2f}x the "
-          f"temporaries")
+    for row in rows[:-1]:
+        print(f"  {row['model']} / softmax everywhere: {row['temp'] / rows[-1]['temp']:.2f}x the "
+              f"temporaries")
     return rows
 
 
