@@ -52,7 +52,24 @@ def gated_delta_rule(q, k, v, g, beta, chunk: int = 64, initial_state=None, segm
     the module docstring, chunk tokens at a time (S padded to a multiple of chunk: padded tokens
     neither decay nor write). initial_state: [B, H, dk, dv] (zeros by default), the state before
     token 0, which belongs to token 0's document; segment_ids [B, S] ints: documents."""
-    b, s, h, dk = k.shape
+
+    def step(state, x):
+        q, k, v, g, beta, seg, before = x
+        out, state = _chunk(q, k, v, g, beta, seg, before, state)
+        return state, out
+
+    return scan_in_chunks(step, (q, k, v, g, beta), v, chunk, initial_state, segment_ids)
+
+
+def scan_in_chunks(step, per_token, v, chunk: int, initial_state=None, segment_ids=None):
+    """A chunked rule's scan (gated_delta_rule's, ssd.ssd_rule's): the per-token inputs
+    [B, S, H, ...] (q and k first, v [B, S, H, dv] among them) padded to whole chunks and laid
+    out heads first, [N, B, H, C, ...] float32, each chunk's segment ids [B, C] and the document
+    of the state before it [B, 1] appended; step(state, chunk's inputs) -> (state, o [B, H, C,
+    dv]). Each chunk's matrices are recomputed in the backward from its inputs and start state
+    (jax.checkpoint): what the scan keeps is a state a chunk. Returns (o [B, S, H, dv] in v's
+    dtype, the final state [B, H, dk, dv])."""
+    b, s, h, dk = per_token[1].shape
     dv = v.shape[-1]
     pad = -s % chunk
     seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
@@ -61,22 +78,12 @@ def gated_delta_rule(q, k, v, g, beta, chunk: int = 64, initial_state=None, segm
         x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), mode=mode)
         return jnp.moveaxis(x.reshape(b, -1, chunk, *x.shape[2:]), 1, 0)
 
-    # heads first inside a chunk: [N, B, H, C, ...]
-    q, k, v = (jnp.moveaxis(chunks(x.astype(F32)), 3, 2) for x in (q, k, v))
-    g, beta = (jnp.moveaxis(chunks(x.astype(F32)), 3, 2) for x in (g, beta))
-    seg = chunks(seg, mode="edge")  # [N, B, C]: padding in the last document (beta 0, g 0)
+    inputs = tuple(jnp.moveaxis(chunks(x.astype(F32)), 3, 2) for x in per_token)
+    seg = chunks(seg, mode="edge")  # [N, B, C]: padding joins the last document (nothing written)
     first = seg[:1, :, :1]  # token 0's document owns the initial state
     previous = jnp.concatenate([first, seg[:-1, :, -1:]], axis=0)  # [N, B, 1]: before each chunk
     state = jnp.zeros((b, h, dk, dv), F32) if initial_state is None else initial_state.astype(F32)
-
-    def step(state, x):
-        q, k, v, g, beta, seg, before = x
-        out, state = _chunk(q, k, v, g, beta, seg, before, state)
-        return state, out
-
-    # each chunk's matrices (C x C decays, scores, the inverse's levels) are recomputed in the
-    # backward from its inputs and start state: what the scan keeps is a state a chunk
-    state, out = lax.scan(jax.checkpoint(step), state, (q, k, v, g, beta, seg, previous))
+    state, out = lax.scan(jax.checkpoint(step), state, (*inputs, seg, previous))
     out = jnp.moveaxis(out, 2, 3).reshape(-1, b, chunk, h, dv)  # [N, B, C, H, dv]
     out = jnp.moveaxis(out, 0, 1).reshape(b, -1, h, dv)[:, :s]
     return out.astype(v.dtype if v.dtype != F32 else F32), state

@@ -31,8 +31,8 @@ from model.config import LINEAR, ModelConfig
 from model.gated_delta import F32, gated_delta_rule
 from model.kv_cache import LinearCache
 from model.layers import dense, rms_norm
-from model.linear_parallel import Recurrence, by_heads, by_state
-from model.short_conv import causal_conv, last_inputs
+from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
+from model.short_conv import causal_conv
 
 
 @jax.tree_util.register_dataclass
@@ -117,11 +117,8 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     g = -jnp.exp(w.a_log.astype(F32)) * jax.nn.softplus(a + w.dt_bias.astype(F32))
     conv = w.conv.astype(F32)
     seg = _segments(segment_ids, b, s)
-    if collect:  # the padding neither decays nor writes: the final state is the prompt's
-        prompt = seg == 0
-        g, beta = jnp.where(prompt[..., None], g, 0.0), jnp.where(prompt[..., None], beta, 0.0)
-        history = last_inputs(mixed, prompt, order, conv.shape[0] - 1)
-        seg = jnp.zeros_like(seg)
+    if collect:
+        g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
     if cache is not None:
         o, cache = _decode(mixed, g, beta, conv, cache, la)
     elif mesh is None or mesh.shape[parallel.SEQ] == 1:

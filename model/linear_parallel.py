@@ -33,7 +33,7 @@ from jax import lax
 
 import parallel
 from model.gated_delta import pass_states
-from model.short_conv import causal_conv, halo
+from model.short_conv import causal_conv, halo, last_inputs
 from parallel.contiguous import from_blocks, local_positions, to_blocks
 
 TOKENS = jax.P(parallel.DATA, parallel.SEQ)
@@ -70,6 +70,16 @@ def check_heads(groups: int, num_shards: int,
             f"parallel.linear_strategy='heads' splits the {what[0]}' {groups} {noun} over "
             f"{num_shards} 'seq' devices, which does not divide them: set "
             f"parallel.linear_strategy='state' (or 'auto')")
+
+
+def for_prefill(mixed, g, beta, seg, order, width: int):
+    """A sequence-parallel prefill's inputs (segment 0: each row's prompt, padding after it):
+    the padding neither decays nor writes, so the final state is the prompt's. Returns (g,
+    beta, segment ids all 0, the convolution's last `width` prompt inputs [B, width, C]: the
+    decoding cache's)."""
+    prompt = seg == 0
+    g, beta = jnp.where(prompt[..., None], g, 0.0), jnp.where(prompt[..., None], beta, 0.0)
+    return g, beta, jnp.zeros_like(seg), last_inputs(mixed, prompt, order, width)
 
 
 def by_state(mixed, g, beta, seg, order, conv, bias, rec: Recurrence, layout: str, mesh):

@@ -26,8 +26,8 @@ import parallel
 from model.config import MAMBA, ModelConfig
 from model.kv_cache import LinearCache
 from model.layers import dense
-from model.linear_parallel import Recurrence, by_heads, by_state
-from model.short_conv import causal_conv, last_inputs
+from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
+from model.short_conv import causal_conv
 from model.ssd import ssd_rule
 
 F32 = jnp.float32
@@ -108,11 +108,8 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     conv, bias = w.conv.astype(F32), None if w.conv_bias is None else w.conv_bias.astype(F32)
     seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
     rec = recurrence(mc, w.d)
-    if collect:  # the padding neither decays nor writes: the final state is the prompt's
-        prompt = seg == 0
-        g, beta = jnp.where(prompt[..., None], g, 0.0), jnp.where(prompt[..., None], beta, 0.0)
-        history = last_inputs(mixed, prompt, order, conv.shape[0] - 1)
-        seg = jnp.zeros_like(seg)
+    if collect:
+        g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
     if cache is not None:
         width = conv.shape[0] - 1
         out = causal_conv(mixed, conv, before=(cache.conv, jnp.zeros((b, width), jnp.int32),

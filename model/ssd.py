@@ -25,9 +25,10 @@ v [B, S, H, P], g, beta [B, S, H]; float32 inside.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
+
+from model.gated_delta import scan_in_chunks
 
 F32 = jnp.float32
 HIGHEST = lax.Precision.HIGHEST
@@ -38,22 +39,7 @@ def ssd_rule(q, k, v, g, beta, chunk: int = 64, initial_state=None, segment_ids=
     docstring's recurrence, chunk tokens at a time (S padded to a multiple of chunk: padded
     tokens neither decay nor write). initial_state [B, H, N, P]: the state before token 0, of
     token 0's document; segment_ids [B, S] ints."""
-    b, s, h, n = k.shape
-    p = v.shape[-1]
-    pad = -s % chunk
-    seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-
-    def chunks(x, mode="constant"):  # [B, S, ...] -> [N, B, C, ...] (padded)
-        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), mode=mode)
-        return jnp.moveaxis(x.reshape(b, -1, chunk, *x.shape[2:]), 1, 0)
-
     written = v.astype(F32) * beta.astype(F32)[..., None]
-    q, k, written = (jnp.moveaxis(chunks(x.astype(F32)), 3, 2) for x in (q, k, written))
-    g = jnp.moveaxis(chunks(g.astype(F32)), 3, 2)  # [N, B, H, C]
-    seg = chunks(seg, mode="edge")  # padding joins the last document (g 0, nothing written)
-    first = seg[:1, :, :1]
-    previous = jnp.concatenate([first, seg[:-1, :, -1:]], axis=0)  # the state's document
-    state = jnp.zeros((b, h, n, p), F32) if initial_state is None else initial_state.astype(F32)
 
     def step(state, x):
         q, k, written, g, seg, before = x
@@ -74,8 +60,4 @@ def ssd_rule(q, k, v, g, beta, chunk: int = 64, initial_state=None, segment_ids=
                                           precision=HIGHEST)
         return state, out
 
-    # the chunk's C x C matrices are recomputed in the backward: the scan keeps a state a chunk
-    state, out = lax.scan(jax.checkpoint(step), state, (q, k, written, g, seg, previous))
-    out = jnp.moveaxis(out, 2, 3).reshape(-1, b, chunk, h, p)
-    out = jnp.moveaxis(out, 0, 1).reshape(b, -1, h, p)[:, :s]
-    return out.astype(v.dtype if v.dtype != F32 else F32), state
+    return scan_in_chunks(step, (q, k, written, g), v, chunk, initial_state, segment_ids)

@@ -58,6 +58,32 @@ def value_and_grads(fn, w, x, dout):
     return fn(w, x), jax.grad(loss, argnums=(0, 1))(w, x)
 
 
+def assert_over_devices(layer, cfg, w, one_device, layout: str, mesh_shape):
+    """layer(w, x, cfg, segment_ids=, order=, mesh=) on natural()'s rows laid out by `layout`
+    over a (data, seq) mesh: its outputs and the gradients of its input and of every weight
+    (a registered dataclass of arrays) within 1e-5 relative of `one_device`'s (value_and_grads
+    of the same layer unsplit)."""
+    (want_out, (want_dw, want_dx)) = one_device
+    x, dout, seg = natural()
+    data, seq = mesh_shape
+    mesh = parallel.make_mesh(data, seq, devices=jax.devices()[:data * seq])
+    order = layout_order(layout, seg, x.shape[0], x.shape[1], seq, tile=4)
+    sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
+    put = lambda a: jax.device_put(jnp.asarray(a), sharding)  # noqa: E731
+    fn = lambda w, x: layer(w, x, cfg, segment_ids=put(take(seg, order)),  # noqa: E731
+                            order=put(order), mesh=mesh)
+    with jax.set_mesh(mesh):
+        out, (dw, dx) = jax.jit(lambda w, x: value_and_grads(fn, w, x, put(take(dout, order))))(
+            w, put(take(x, order)))
+    close = lambda got, want: np.abs(np.asarray(got) - np.asarray(want)).max() / np.abs(  # noqa
+        np.asarray(want)).max()
+    assert close(out, take(np.asarray(want_out), order)) < 1e-5
+    assert close(dx, take(np.asarray(want_dx), order)) < 1e-5
+    for name, got, want in zip(type(w).__dataclass_fields__, jax.tree.leaves(dw),
+                               jax.tree.leaves(want_dw)):
+        assert close(got, want) < 1e-5, name
+
+
 @pytest.fixture(scope="module")
 def one_device():
     x, dout, seg = natural()
@@ -77,26 +103,8 @@ def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device,
                                                                       layout, mesh_shape):
     """Outputs and the gradients of the input and of every weight within 1e-5 relative (the
     convolution weight's and the decays' summed over devices), with either strategy."""
-    (want_out, (want_dw, want_dx)) = one_device
-    x, dout, seg = natural()
-    data, seq = mesh_shape
-    mesh = parallel.make_mesh(data, seq, devices=jax.devices()[:data * seq])
-    order = layout_order(layout, seg, B, S, seq, tile=4)
-    sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
-    put = lambda a: jax.device_put(jnp.asarray(a), sharding)  # noqa: E731
-    cfg = layer_config(layout, strategy)
-    fn = lambda w, x: layer(w, x, cfg, segment_ids=put(take(seg, order)),  # noqa: E731
-                            order=put(order), mesh=mesh)
-    with jax.set_mesh(mesh):
-        out, (dw, dx) = jax.jit(lambda w, x: value_and_grads(fn, w, x, put(take(dout, order))))(
-            weights(), put(take(x, order)))
-    close = lambda got, want: np.abs(np.asarray(got) - np.asarray(want)).max() / np.abs(  # noqa
-        np.asarray(want)).max()
-    assert close(out, take(np.asarray(want_out), order)) < 1e-5
-    assert close(dx, take(np.asarray(want_dx), order)) < 1e-5
-    for name, got, want in zip(Weights.__dataclass_fields__, jax.tree.leaves(dw),
-                               jax.tree.leaves(want_dw)):
-        assert close(got, want) < 1e-5, name
+    assert_over_devices(layer, layer_config(layout, strategy), weights(), one_device, layout,
+                        mesh_shape)
 
 
 HYBRID = dict(SIZES, num_layers=3, layer_types=("linear_attention", "linear_attention",

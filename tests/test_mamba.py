@@ -15,8 +15,8 @@ import parallel
 from model.config import MambaConfig, ModelConfig, MoEConfig
 from model.mamba import Weights, layer
 from model.ssd import ssd_rule
-from tests.test_attention import layout_order, take
-from tests.test_linear_attention import LAYOUTS, MESHES, natural, value_and_grads
+from tests.test_linear_attention import (LAYOUTS, MESHES, assert_over_devices, natural,
+                                         value_and_grads)
 from tests.test_model import SIZES, attention, loss_and_grads
 
 # 8 groups of 2 heads: 'heads' splits the groups over 8 devices
@@ -84,26 +84,8 @@ def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device,
                                                                       layout, mesh_shape):
     """Outputs and the gradients of the input and of every weight (D, the convolution's bias
     among them) within 1e-5 relative, documents crossing device boundaries."""
-    (want_out, (want_dw, want_dx)) = one_device
-    x, dout, seg = natural()
-    data, seq = mesh_shape
-    mesh = parallel.make_mesh(data, seq, devices=jax.devices()[:data * seq])
-    order = layout_order(layout, seg, x.shape[0], x.shape[1], seq, tile=4)
-    sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
-    put = lambda a: jax.device_put(jnp.asarray(a), sharding)  # noqa: E731
-    cfg = layer_config(layout, strategy)
-    fn = lambda w, x: layer(w, x, cfg, segment_ids=put(take(seg, order)),  # noqa: E731
-                            order=put(order), mesh=mesh)
-    with jax.set_mesh(mesh):
-        out, (dw, dx) = jax.jit(lambda w, x: value_and_grads(fn, w, x, put(take(dout, order))))(
-            weights(), put(take(x, order)))
-    close = lambda got, want: np.abs(np.asarray(got) - np.asarray(want)).max() / np.abs(  # noqa
-        np.asarray(want)).max()
-    assert close(out, take(np.asarray(want_out), order)) < 1e-5
-    assert close(dx, take(np.asarray(want_dx), order)) < 1e-5
-    for name, got, want in zip(Weights.__dataclass_fields__, jax.tree.leaves(dw),
-                               jax.tree.leaves(want_dw)):
-        assert close(got, want) < 1e-5, name
+    assert_over_devices(layer, layer_config(layout, strategy), weights(), one_device, layout,
+                        mesh_shape)
 
 
 GRANITE = dict(SIZES, num_layers=3, layer_types=("mamba", "full_attention", "mamba"),
