@@ -205,7 +205,8 @@ def get_config():
     # Memory switches, 'auto': the planner turns on what the run needs to fit its devices and
     # no more, the fastest setting it predicts to fit (planner/switches.py; the run's first
     # lines say what it chose). A value set here, in a config or on the command line wins.
-    for switch in ("remat", "remat_policy", "scan_layers", "loss_chunk", "mlp_chunk"):
+    for switch in ("remat", "remat_policy", "scan_layers", "loss_chunk", "mlp_chunk",
+                   "linear_chunk"):
         config.model[switch] = config_dict.placeholder(object)  # 'auto' or a value of any type
         config.model[switch] = "auto"
     # remat: recompute each block in the backward pass (True | False)
@@ -216,6 +217,8 @@ def get_config():
     # loss_chunk, mlp_chunk: per-token work a chunk of each device's tokens at a time (0 = all
     #   at once; a divisor of seq_len / mesh.seq): the output projection + loss never makes
     #   [B, S, vocab] logits, the MLP never [B, S, mlp_dim]
+    # linear_chunk: Gated DeltaNet and Mamba2 layers a piece of each device's tokens at a time,
+    #   the state carried (0 = the whole block; model/linear_pieces.py)
     config.model.dtype = "float32"  # compute dtype ('bfloat16' on accelerators)
     config.model.param_dtype = "float32"  # parameter and optimizer-state dtype
 

@@ -45,6 +45,9 @@ class MemorySwitches:
     scan_layers: bool = False  # the blocks stacked under one lax.scan
     loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
     mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
+    # a recurrent layer (Gated DeltaNet, Mamba2) this many tokens per device at a time, its
+    # state carried between pieces (model/linear_pieces.py); 0 = the whole block at once
+    linear_chunk: int = 0
 
     @classmethod
     def fields(cls) -> tuple[str, ...]:
@@ -59,7 +62,8 @@ class MemorySwitches:
         parts = ([f"remat ({self.remat_policy})"] if self.remat else []) + (
             ["scanned layers"] if self.scan_layers else []) + (
             [f"loss in chunks of {self.loss_chunk:,}"] if self.loss_chunk else []) + (
-            [f"MLP in chunks of {self.mlp_chunk:,}"] if self.mlp_chunk else [])
+            [f"MLP in chunks of {self.mlp_chunk:,}"] if self.mlp_chunk else []) + (
+            [f"recurrent layers in pieces of {self.linear_chunk:,}"] if self.linear_chunk else [])
         return ", ".join(parts) or "no memory switches"
 
 
@@ -91,6 +95,7 @@ class ModelConfig:
     scan_layers: bool = fixed(SHAPE, False)
     loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
     mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
+    linear_chunk: int = 0  # recurrent layers this many tokens per device at a time; 0 = all
     dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
     param_dtype: str = "float32"
     # The run's resolved sequence-parallel attention (layout, strategy and its degree, kernel,

@@ -185,6 +185,18 @@ def pass_states(q, k, v, g, beta, seg, chunk: int = 64, rule=None):
     Returns (o [B, n, H, dv] in v's dtype, the state after the whole sequence [B, H, dk, dv],
     the same on every device). rule: block_summary's."""
     out, reads, r, t = block_summary(q, k, v, g, beta, chunk, seg, rule)
+    incoming, final = incoming_state(r, t, seg)
+    extra = jnp.einsum("bshk,bhkv->bshv", reads, incoming, precision=lax.Precision.HIGHEST)
+    return (out + extra).astype(v.dtype), final
+
+
+def incoming_state(r, t, seg):
+    """Inside a shard_map over 'seq' whose devices hold contiguous blocks in device order, each
+    summarised by S_out = T S_in + R (block_summary; r [B, H, dk, dv], t [B, H, dk, dk]) and
+    its segment ids seg [B, n]: the devices all-gather the summaries and the documents at their
+    blocks' ends, and each folds the blocks before its own. Returns (the state this device's
+    block starts from, zero where its first token starts a document; the state after the whole
+    row, the same on every device)."""
     ends = jnp.stack([seg[:, 0], seg[:, -1]], axis=-1)  # [B, 2]: first and last documents
     r_all, t_all, ends_all = (jax.lax.all_gather(x, parallel.SEQ) for x in (r, t, ends))
     me = jax.lax.axis_index(parallel.SEQ)
@@ -200,6 +212,4 @@ def pass_states(q, k, v, g, beta, seg, chunk: int = 64, rule=None):
     incoming = before[me]
     # a document that starts at this block's first token does not see the state before it
     previous_last = jnp.where(me > 0, ends_all[jnp.maximum(me - 1, 0), :, 1], -1)
-    incoming = jnp.where((seg[:, 0] == previous_last)[:, None, None, None], incoming, 0.0)
-    extra = jnp.einsum("bshk,bhkv->bshv", reads, incoming, precision=lax.Precision.HIGHEST)
-    return (out + extra).astype(v.dtype), final
+    return jnp.where((seg[:, 0] == previous_last)[:, None, None, None], incoming, 0.0), final

@@ -32,6 +32,7 @@ from model.gated_delta import F32, gated_delta_rule
 from model.kv_cache import LinearCache
 from model.layers import dense, rms_norm
 from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
+from model.linear_pieces import by_pieces, in_pieces
 from model.short_conv import causal_conv
 
 
@@ -100,38 +101,27 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     (with `cache`: (out, new cache)). With a mesh of more than one 'seq' device the sequence is
     split over them in cfg.layout's order (order: the batch's original indices, required by
     'balanced'). collect: the tokens of segment 0 are each row's prompt, the rest padding
-    after it; returns (out, the LinearCache a decoder continues the prompts from)."""
-    la, dtype = cfg.linear_attention, cfg.compute_dtype
-    b, s, _ = x.shape
-    hk, hv, dk, dv = la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim
-    group = hv // hk
-    x = x.astype(dtype)
-    qkvz = jnp.dot(x, w.qkvz.astype(dtype)).reshape(b, s, hk, 2 * dk + 2 * group * dv)
-    q, k = qkvz[..., :dk], qkvz[..., dk:2 * dk]
-    v = qkvz[..., 2 * dk:2 * dk + group * dv]
-    z = qkvz[..., 2 * dk + group * dv:].reshape(b, s, hv, dv)
-    mixed = jnp.concatenate([t.reshape(b, s, -1) for t in (q, k, v)], axis=-1).astype(F32)
-    ba = jnp.dot(x, w.ba.astype(dtype)).reshape(b, s, hk, 2 * group).astype(F32)
-    beta = jax.nn.sigmoid(ba[..., :group].reshape(b, s, hv))
-    a = ba[..., group:].reshape(b, s, hv)
-    g = -jnp.exp(w.a_log.astype(F32)) * jax.nn.softplus(a + w.dt_bias.astype(F32))
-    conv = w.conv.astype(F32)
-    seg = _segments(segment_ids, b, s)
+    after it; returns (out, the LinearCache a decoder continues the prompts from). With
+    cfg.linear_chunk, training runs each device's tokens a piece at a time
+    (model/linear_pieces.py)."""
+    rec, conv = recurrence(cfg), w.conv.astype(F32)
+    seg = _segments(segment_ids, *x.shape[:2])
+    if cache is None and not collect and in_pieces(cfg, x, mesh):
+        return by_pieces(w, x, seg, order, conv, None, rec, cfg, mesh)
+    mixed, g, beta, z = rec.project(w, x)
     if collect:
         g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
     if cache is not None:
-        o, cache = _decode(mixed, g, beta, conv, cache, la)
+        o, cache = _decode(mixed, g, beta, conv, cache, cfg.linear_attention)
     elif mesh is None or mesh.shape[parallel.SEQ] == 1:
-        q, k, v = _heads(causal_conv(mixed, conv, seg), la)
-        o, state = gated_delta_rule(q, k, v, g, beta, la.chunk_size, segment_ids=seg)
+        q, k, v, _ = rec.heads_of(causal_conv(mixed, conv, seg), rec.groups)
+        o, state = gated_delta_rule(q, k, v, g, beta, rec.chunk, segment_ids=seg)
     else:
         strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
-        o, state = strategy(mixed, g, beta, seg, order, conv, None, recurrence(la), cfg.layout,
-                            mesh)
+        o, state = strategy(mixed, g, beta, seg, order, conv, None, rec, cfg.layout, mesh)
     if collect:
         cache = LinearCache(state, history)
-    o = rms_norm(o, w.norm, cfg.norm_eps, F32) * jax.nn.silu(z.astype(F32))
-    out = jnp.dot(o.reshape(b, s, hv * dv).astype(dtype), w.out.astype(dtype))
+    out = rec.finish(w, o, z)
     return out if cache is None else (out, cache)
 
 
@@ -139,14 +129,37 @@ def _segments(segment_ids, b, s):
     return jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
 
 
-def recurrence(la) -> Recurrence:
+def recurrence(cfg: ModelConfig) -> Recurrence:
     """The layer as model/linear_parallel.py's strategies see it: q | k | v channels by key
-    head, the value heads grouped by key head, the gated delta rule."""
-    group = la.num_value_heads // la.num_key_heads
+    head, the value heads grouped by key head, the gated delta rule, the projections in and
+    out."""
+    la, dtype = cfg.linear_attention, cfg.compute_dtype
+    hk, hv, dk, dv = la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim
+    group = hv // hk
+
+    def project(w: Weights, x):  # -> mixed [b, n, C], g, beta [b, n, Hv], z [b, n, Hv, dv]
+        b, s, _ = x.shape
+        x = x.astype(dtype)
+        qkvz = jnp.dot(x, w.qkvz.astype(dtype)).reshape(b, s, hk, 2 * dk + 2 * group * dv)
+        q, k = qkvz[..., :dk], qkvz[..., dk:2 * dk]
+        v = qkvz[..., 2 * dk:2 * dk + group * dv]
+        z = qkvz[..., 2 * dk + group * dv:].reshape(b, s, hv, dv)
+        mixed = jnp.concatenate([t.reshape(b, s, -1) for t in (q, k, v)], axis=-1).astype(F32)
+        ba = jnp.dot(x, w.ba.astype(dtype)).reshape(b, s, hk, 2 * group).astype(F32)
+        beta = jax.nn.sigmoid(ba[..., :group].reshape(b, s, hv))
+        a = ba[..., group:].reshape(b, s, hv)
+        g = -jnp.exp(w.a_log.astype(F32)) * jax.nn.softplus(a + w.dt_bias.astype(F32))
+        return mixed, g, beta, z
+
+    def finish(w: Weights, o, z):  # o [b, n, Hv, dv] -> [b, n, D]
+        b, s = o.shape[:2]
+        o = rms_norm(o, w.norm, cfg.norm_eps, F32) * jax.nn.silu(z.astype(F32))
+        return jnp.dot(o.reshape(b, s, hv * dv).astype(dtype), w.out.astype(dtype))
+
     return Recurrence(
-        widths=(la.key_head_dim, la.key_head_dim, group * la.value_head_dim),
-        groups=la.num_key_heads, heads=la.num_value_heads, chunk=la.chunk_size,
-        rule=gated_delta_rule, heads_of=lambda mixed, groups: (*_heads(mixed, la, groups), None))
+        widths=(dk, dk, group * dv), groups=hk, heads=hv, chunk=la.chunk_size,
+        rule=gated_delta_rule, heads_of=lambda mixed, groups: (*_heads(mixed, la, groups), None),
+        project=project, finish=finish)
 
 
 def _heads(mixed, la, key_heads: int | None = None):

@@ -55,6 +55,12 @@ class Recurrence:
     # and what o adds besides the rule (Mamba2's D x) or None
     heads_of: Callable
     unit: str = "Gated DeltaNet layers' key heads"  # what `groups` counts, for errors
+    # The layer's two ends (model/linear_pieces.py runs them a piece at a time):
+    # project(weights, x [b, n, D]) -> (the convolution's inputs [b, n, C] float32, g, beta
+    # [b, n, H] float32, what finish needs besides o: Gated DeltaNet's and Mamba2's gate z);
+    # finish(weights, o [b, n, H, P], that) -> out [b, n, D]
+    project: Callable | None = None
+    finish: Callable | None = None
 
     def split(self, count: int) -> "Recurrence":
         return dataclasses.replace(self, groups=self.groups // count,

@@ -27,6 +27,7 @@ from model.config import MAMBA, ModelConfig
 from model.kv_cache import LinearCache
 from model.layers import dense
 from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
+from model.linear_pieces import by_pieces, in_pieces
 from model.short_conv import causal_conv
 from model.ssd import ssd_rule
 
@@ -96,18 +97,15 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     """The layer as a function of its weights: x [B, S, D] -> [B, S, D] in the compute dtype
     (with `cache`: (out, new cache); with `collect`: (out, the cache after each row's prompt,
     segment 0)), split over the mesh's 'seq' devices in cfg.layout's order (order: the batch's
-    original indices, required by 'balanced')."""
-    mc, dtype = cfg.mamba, cfg.compute_dtype
+    original indices, required by 'balanced'); with cfg.linear_chunk, training a piece of each
+    device's tokens at a time (model/linear_pieces.py)."""
     b, s, _ = x.shape
-    proj = jnp.dot(x.astype(dtype), w.in_proj.astype(dtype))
-    z = proj[..., :mc.inner]
-    mixed = proj[..., mc.inner:mc.inner + mc.conv_channels].astype(F32)
-    dt = jax.nn.softplus(proj[..., mc.inner + mc.conv_channels:].astype(F32)
-                         + w.dt_bias.astype(F32))  # [B, S, H]
-    g, beta = -jnp.exp(w.a_log.astype(F32)) * dt, dt
     conv, bias = w.conv.astype(F32), None if w.conv_bias is None else w.conv_bias.astype(F32)
     seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-    rec = recurrence(mc, w.d)
+    rec = recurrence(cfg, w.d)
+    if cache is None and not collect and in_pieces(cfg, x, mesh):
+        return by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh)
+    mixed, g, beta, z = rec.project(w, x)
     if collect:
         g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
     if cache is not None:
@@ -115,33 +113,46 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
         out = causal_conv(mixed, conv, before=(cache.conv, jnp.zeros((b, width), jnp.int32),
                                                jnp.ones((b, width), bool)), bias=bias)
         q, k, v, skip = rec.heads_of(out, rec.groups)
-        o, state = ssd_rule(q, k, v, g, beta, min(mc.chunk_size, s), initial_state=cache.state)
+        o, state = ssd_rule(q, k, v, g, beta, min(rec.chunk, s), initial_state=cache.state)
         o = o + skip
         cache = LinearCache(state, jnp.concatenate([cache.conv, mixed], axis=1)[:, -width:]
                             if width else cache.conv)
     elif mesh is None or mesh.shape[parallel.SEQ] == 1:
         q, k, v, skip = rec.heads_of(causal_conv(mixed, conv, seg, bias=bias), rec.groups)
-        o, state = ssd_rule(q, k, v, g, beta, mc.chunk_size, segment_ids=seg)
+        o, state = ssd_rule(q, k, v, g, beta, rec.chunk, segment_ids=seg)
         o = o + skip
     else:
         strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
         o, state = strategy(mixed, g, beta, seg, order, conv, bias, rec, cfg.layout, mesh)
     if collect:
         cache = LinearCache(state, history)
-    y = o.reshape(b, s, mc.inner).astype(F32) * jax.nn.silu(z.astype(F32))
-    y = y.reshape(b, s, mc.num_groups, -1)  # the norm over each group's I / G channels
-    y = y * lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + cfg.norm_eps)
-    y = y.reshape(b, s, mc.inner) * w.norm.astype(F32)
-    out = jnp.dot(y.astype(dtype), w.out.astype(dtype))
+    out = rec.finish(w, o, z)
     return out if cache is None else (out, cache)
 
 
-def recurrence(mc, d) -> Recurrence:
+def recurrence(cfg: ModelConfig, d) -> Recurrence:
     """The layer as model/linear_parallel.py's strategies see it: x | B | C channels by group,
     the SSD rule, q = C and k = B repeated over each group's heads, v = x, and D x beside the
-    rule. d [H]: the skip's weights (the strategy 'heads' takes its own heads' inside its
-    shard_map, by the device's index)."""
+    rule, the projections in and out. d [H]: the skip's weights (the strategy 'heads' takes its
+    own heads' inside its shard_map, by the device's index)."""
+    mc, dtype = cfg.mamba, cfg.compute_dtype
     per_group = mc.num_heads // mc.num_groups
+
+    def project(w: Weights, x):  # -> mixed [b, n, C], g, beta [b, n, H], z [b, n, I]
+        proj = jnp.dot(x.astype(dtype), w.in_proj.astype(dtype))
+        z = proj[..., :mc.inner]
+        mixed = proj[..., mc.inner:mc.inner + mc.conv_channels].astype(F32)
+        dt = jax.nn.softplus(proj[..., mc.inner + mc.conv_channels:].astype(F32)
+                             + w.dt_bias.astype(F32))  # [b, n, H]
+        return mixed, -jnp.exp(w.a_log.astype(F32)) * dt, dt, z
+
+    def finish(w: Weights, o, z):  # o [b, n, H, P] -> [b, n, D]
+        b, s = o.shape[:2]
+        y = o.reshape(b, s, mc.inner).astype(F32) * jax.nn.silu(z.astype(F32))
+        y = y.reshape(b, s, mc.num_groups, -1)  # the norm over each group's I / G channels
+        y = y * lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + cfg.norm_eps)
+        y = y.reshape(b, s, mc.inner) * w.norm.astype(F32)
+        return jnp.dot(y.astype(dtype), w.out.astype(dtype))
 
     def heads_of(mixed, groups: int):
         b, s, _ = mixed.shape
@@ -159,4 +170,5 @@ def recurrence(mc, d) -> Recurrence:
 
     return Recurrence(widths=(per_group * mc.head_dim, mc.state_size, mc.state_size),
                       groups=mc.num_groups, heads=mc.num_heads, chunk=mc.chunk_size,
-                      rule=ssd_rule, heads_of=heads_of, unit="Mamba2 layers' groups")
+                      rule=ssd_rule, heads_of=heads_of, unit="Mamba2 layers' groups",
+                      project=project, finish=finish)

@@ -3,11 +3,14 @@ formulas are tabled in planner/README.md), and the verdict against a device's me
 
 from __future__ import annotations
 
+import dataclasses
+
 from model import chunks
 from model.embedding import splits
 from model.config import MLAConfig
 from planner.flops import (experts_of, head_widths, linear_layers, linear_of, mamba_layers,
-                           mamba_of, matmul_params, mixer_params, mlp_params, recurrent_kinds)
+                           mamba_of, matmul_params, mixer_params, mlp_params, recurrent_kinds,
+                           recurrent_layers)
 from planner.devices import Device
 from planner.run import Run
 
@@ -134,7 +137,7 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
         "kv_ring_buffers": tokens * (2 * c * travels + 2 * f32 * travels + 2 * 4
                                      + (2 * c * kv * dh if latent else 0)),
         "kernel_accumulators": tokens * f32 * (heads * dh + heads),
-        "recurrent_layers": recurrent_bytes(m, tokens),
+        "recurrent_layers": recurrent_bytes(m, tokens, b * _chunk(m.linear_chunk, n)),
         "tile_scratch": 3 * f32 * b * heads * tiles[0] * tiles[1],
         "final_norm": tokens * (c * d + f32),
         # The embedding lookup's gathered token ids, every device's (model/embedding.py).
@@ -147,13 +150,19 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
     }
 
 
-def recurrent_bytes(m, tokens: int) -> float:
+def recurrent_bytes(m, tokens: int, piece_tokens: int = 0) -> float:
     """Gated DeltaNet and Mamba2 layers (model/linear_parallel.py), float32 inside, per layer
     alive at once (one with remat, else all of them): the convolution's inputs, g and beta, the
     gate z; the convolution's output and q, k, v one per head; the chunked rule's residuals
     (a chunk's C x C decays and scores and a few vectors a head, per token); 'state' widens the
     values by dk columns (block_summary), 'heads' holds its all-to-all's send and receive
-    buffers. The larger of the two strategies (the run's is resolved after memory)."""
+    buffers. The larger of the two strategies (the run's is resolved after memory). In pieces
+    (model.linear_chunk: piece_tokens of a device's tokens at a time, model/linear_pieces.py)
+    all that is one piece's, beside the layer's output and its gradient over every token."""
+    if piece_tokens:
+        kept = 1 if m.remat else recurrent_layers(m)
+        return (recurrent_bytes(dataclasses.replace(m, remat=True), piece_tokens)
+                + kept * tokens * 2 * 4.0 * m.d_model)
     total = 0.0
     for layers, x in recurrent_kinds(m):
         h, dk, dv = x.heads, x.key_dim, x.value_dim

@@ -139,7 +139,8 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
         device=device.title, step_s=best["step_s"], bytes_per_device=best["total_bytes"],
         device_bytes=device.memory_bytes,
         auto_switches=tuple(k for k in model.MemorySwitches.fields()
-                            if k not in given(config.model)),
+                            if k not in given(config.model) and (
+                                k != "linear_chunk" or recurrent_layers(config.model))),
         candidates=tuple(rows), attention_candidates=tuple(weighed),
         auto_attention=recommend.left_open(config), mla_prices=mla_prices,
         linear_prices=linear_prices)

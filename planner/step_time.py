@@ -18,6 +18,8 @@ from planner.flops import (experts_of, head_widths, layer_windows, matmul_params
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 
+# a rule's forward and backward are 1 + 2 forwards; in pieces each piece's forward runs again
+PIECE_RECOMPUTE = 4 / 3
 
 def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
     """The attention's rates on `device`: its calibrated kernel share of peak, links and
@@ -129,16 +131,20 @@ def expert_exchange_bytes(m, run: Run) -> float:
 def linear_layers_seconds(m, run: Run, layout: str, device: Device) -> float:
     """A micro-step's recurrent layers (Gated DeltaNet, Mamba2), forward and backward: their
     rules and exchanges as planner/linear_strategy.py prices them, by the run's linear_strategy
-    (the cheaper that runs while it is still 'auto'); on one 'seq' device the rule alone."""
+    (the cheaper that runs while it is still 'auto'); on one 'seq' device the rule alone. In
+    pieces (model.linear_chunk; 'heads' runs whole) each piece's forward runs again in the
+    backward, and 'state' runs the block twice (model/linear_pieces.py: a summarising pass)."""
     if not recurrent_layers(m):
         return 0.0
     prices = linear_strategy.price(m, layout, run.seq_len, run.seq, device, run.rows)
     chosen = getattr(getattr(m, "attention", None), "linear_strategy", "state")
+    pieced = PIECE_RECOMPUTE if _chunk(m.linear_chunk, run.block) else 1.0
     if run.seq == 1:
-        return prices["heads"]  # the whole row, every head: no exchange, no widening
+        return prices["heads"] * pieced  # the whole row, every head: no exchange, no widening
+    state = prices["state"] * (2 * pieced if pieced > 1 else 1.0)
     if prices["heads"] is None:
-        return prices["state"]
-    return prices[chosen] if chosen == "heads" else min(prices["state"], prices["heads"])
+        return state
+    return prices["heads"] if chosen == "heads" else min(state, prices["heads"])
 
 
 def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:

@@ -1,8 +1,8 @@
 """The memory switches a run leaves 'auto' (model.remat, remat_policy, scan_layers, loss_chunk,
-mlp_chunk; configs/default.py), resolved once before anything is built: every combination of
-the values they may take, each priced by the planner (time: planner/step_time.py; memory: the
-analytic total of planner/memory.py), and the fastest whose memory fits. A value the config
-gives is never searched.
+mlp_chunk, linear_chunk; configs/default.py), resolved once before anything is built: every
+combination of the values they may take, each priced by the planner (time:
+planner/step_time.py; memory: the analytic total of planner/memory.py), and the fastest whose
+memory fits. A value the config gives is never searched.
 
     resolve_switches(config, run, choice, device) -> (MemorySwitches, ranked candidates)
 
@@ -36,11 +36,12 @@ from model.config import AUTO, MemorySwitches, ModelConfig
 from parallel.layouts.base import largest_divisor
 from planner import memory, step_time
 from planner.devices import Device
-from planner.flops import flops_per_token
+from planner.flops import flops_per_token, recurrent_layers
 from planner.run import Run
 
 AUTO_SHARE = 0.75  # of the device's memory, for the analytic total of an 'auto' candidate
-CHUNKS = {"loss_chunk": 4096, "mlp_chunk": 8192}  # the largest chunk of each tried (a divisor)
+# the largest chunk of each tried (a divisor of the block)
+CHUNKS = {"loss_chunk": 4096, "mlp_chunk": 8192, "linear_chunk": 8192}
 
 
 def given(model_cfg) -> dict:
@@ -69,6 +70,8 @@ def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
         **{name: [0] + [c for c in [largest_divisor(block, most)] if 0 < c < block]
            for name, most in CHUNKS.items()},
     }
+    if not recurrent_layers(model_cfg):  # no Gated DeltaNet or Mamba2 layer to cut in pieces
+        options["linear_chunk"] = [0]
     names = MemorySwitches.fields()
     found = []
     for values in itertools.product(*[[fixed[n]] if n in fixed else options[n] for n in names]):

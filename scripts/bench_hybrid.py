@@ -11,7 +11,8 @@ exchange  every collective's bytes of the train step with 3 Gated DeltaNet layer
 memory    per-device bytes (XLA's memory_analysis: temporaries, and with arguments and outputs)
           of the hybrid (4 key heads, 8 value heads) at --seq-len tokens over 4 devices, its
           Gated DeltaNet layers split by each strategy, against the same model with softmax
-          attention in every layer, every memory switch resolved by the planner for each.
+          attention in every layer, every memory switch resolved by the planner for each (the
+          first row keeps the recurrent layers whole: model.linear_chunk 0).
 """
 
 from __future__ import annotations
@@ -89,17 +90,19 @@ def exchange(args) -> list[dict]:
 def memory(args) -> list[dict]:
     layers = 4
     hybrid = ["linear_attention"] * 3 + ["full_attention"]
-    kinds = {"hybrid 3:1, linear by state": (hybrid, "state"),
-             "hybrid 3:1, linear by heads": (hybrid, "heads"),
-             "softmax everywhere": (["full_attention"] * layers, "auto")}
+    kinds = {"hybrid 3:1, by state, whole": (hybrid, "state", 0),
+             "hybrid 3:1, linear by state": (hybrid, "state", "auto"),
+             "hybrid 3:1, linear by heads": (hybrid, "heads", "auto"),
+             "softmax everywhere": (["full_attention"] * layers, "auto", "auto")}
     print(f"train step of configs/hybrid_tiny.py at {args.seq_len:,} tokens on {DEVICES} fake CPU "
           f"devices ({args.seq_len // DEVICES:,} per device), per device, memory switches "
           f"resolved by the planner:")
     print(f"  {'model':<30}{'temporaries GB':>16}{'total GB':>10}  switches; attention")
     rows = []
-    for name, (types, strategy) in kinds.items():
+    for name, (types, strategy, pieces) in kinds.items():
         figures = compiled({"seq_len": args.seq_len, "global_batch_size": 1,
                             "model.layer_types": types, "parallel.linear_strategy": strategy,
+                            "model.scan_layers": "auto", "model.linear_chunk": pieces,
                             "model.linear_attention.num_key_heads": 4,  # 'heads' splits them
                             "model.linear_attention.num_value_heads": 8})
         rows.append(dict(figures, model=name))

@@ -25,10 +25,11 @@ LAYOUTS = ("ring", "striped", "zigzag", "balanced")
 MESHES = ((1, 4), (2, 4), (1, 8))
 
 
-def layer_config(layout: str, strategy: str = "state") -> ModelConfig:
+def layer_config(layout: str, strategy: str = "state", piece: int = 0) -> ModelConfig:
+    """piece: model.linear_chunk (model/linear_pieces.py)."""
     return ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
                        head_dim=8, mlp_dim=8, layer_types=("linear_attention",),
-                       linear_attention=LINEAR,
+                       linear_attention=LINEAR, linear_chunk=piece,
                        attention=attention(layout, linear_strategy=strategy))
 
 
@@ -94,17 +95,31 @@ def one_device():
 
 
 # each strategy: every layout, the meshes in turn, and ring ('state': no all-to-all, the halo
-# and states alone) on all
-@pytest.mark.parametrize("strategy,layout,mesh_shape", [
-    (strategy, layout, MESHES[(i + shift) % 3]) for strategy, shift in (("state", 0), ("heads", 1))
-    for i, layout in enumerate(LAYOUTS)] + [("state", "ring", MESHES[1]),
-                                            ("state", "ring", MESHES[2])])
+# and states alone) on all; 'state' on zigzag, balanced and ring (1 x 8) a piece of 4 tokens at
+# a time (model.linear_chunk: two passes over the pieces, the state and halo carried)
+@pytest.mark.parametrize("strategy,layout,mesh_shape,piece", [
+    (strategy, layout, MESHES[(i + shift) % 3], 4 if strategy == "state" and i > 1 else 0)
+    for strategy, shift in (("state", 0), ("heads", 1)) for i, layout in enumerate(LAYOUTS)]
+    + [("state", "ring", MESHES[1], 0), ("state", "ring", MESHES[2], 4)])
 def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, strategy,
-                                                                      layout, mesh_shape):
+                                                                      layout, mesh_shape, piece):
     """Outputs and the gradients of the input and of every weight within 1e-5 relative (the
-    convolution weight's and the decays' summed over devices), with either strategy."""
-    assert_over_devices(layer, layer_config(layout, strategy), weights(), one_device, layout,
-                        mesh_shape)
+    convolution weight's and the decays' summed over devices), with either strategy, whole or
+    in pieces."""
+    assert_over_devices(layer, layer_config(layout, strategy, piece), weights(), one_device,
+                        layout, mesh_shape)
+
+
+def test_the_layer_in_pieces_on_one_device_is_the_layer_whole(one_device):
+    """model.linear_chunk on one device (pieces of 8 of 64 tokens, documents crossing them):
+    outputs and every gradient within 1e-5 relative of the whole layer's."""
+    x, dout, seg = natural()
+    cfg = layer_config("ring", piece=8)
+    got = jax.jit(lambda w, x: value_and_grads(
+        lambda w, x: layer(w, x, cfg, segment_ids=jnp.asarray(seg)), w, x, jnp.asarray(dout)))(
+            weights(), jnp.asarray(x))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(one_device)):
+        assert np.abs(np.asarray(g) - w).max() < 1e-5 * np.abs(np.asarray(w)).max()
 
 
 HYBRID = dict(SIZES, num_layers=3, layer_types=("linear_attention", "linear_attention",

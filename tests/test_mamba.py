@@ -53,10 +53,11 @@ def test_the_ssd_rule_is_its_recurrence():
         assert np.abs(final - want_state).max() / np.abs(want_state).max() < 1e-5, chunk
 
 
-def layer_config(layout: str, strategy: str = "state") -> ModelConfig:
+def layer_config(layout: str, strategy: str = "state", piece: int = 0) -> ModelConfig:
+    """piece: model.linear_chunk (model/linear_pieces.py)."""
     return ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
                        head_dim=8, mlp_dim=8, layer_types=("mamba",), mamba=MAMBA,
-                       attention=attention(layout, linear_strategy=strategy))
+                       linear_chunk=piece, attention=attention(layout, linear_strategy=strategy))
 
 
 def weights(seed=0) -> Weights:
@@ -77,15 +78,17 @@ def one_device():
             weights(), jnp.asarray(x))
 
 
-@pytest.mark.parametrize("strategy,layout,mesh_shape", [
-    (strategy, layout, MESHES[(i + shift) % 3]) for strategy, shift in (("state", 2), ("heads", 0))
-    for i, layout in enumerate(LAYOUTS)])
+# 'state' on ring and striped a piece of 4 tokens at a time (model.linear_chunk)
+@pytest.mark.parametrize("strategy,layout,mesh_shape,piece", [
+    (strategy, layout, MESHES[(i + shift) % 3], 4 if strategy == "state" and i < 2 else 0)
+    for strategy, shift in (("state", 2), ("heads", 0)) for i, layout in enumerate(LAYOUTS)])
 def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, strategy,
-                                                                      layout, mesh_shape):
+                                                                      layout, mesh_shape, piece):
     """Outputs and the gradients of the input and of every weight (D, the convolution's bias
-    among them) within 1e-5 relative, documents crossing device boundaries."""
-    assert_over_devices(layer, layer_config(layout, strategy), weights(), one_device, layout,
-                        mesh_shape)
+    among them) within 1e-5 relative, documents crossing device boundaries, whole or in
+    pieces."""
+    assert_over_devices(layer, layer_config(layout, strategy, piece), weights(), one_device,
+                        layout, mesh_shape)
 
 
 GRANITE = dict(SIZES, num_layers=3, layer_types=("mamba", "full_attention", "mamba"),

@@ -93,7 +93,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     except ValueError as e:
         raise ConfigError(str(e)) from None
     block = config.block(seq)
-    for field in ("loss_chunk", "mlp_chunk"):
+    for field in ("loss_chunk", "mlp_chunk", "linear_chunk"):
         size = getattr(config.model, field)
         if not isinstance(size, int) or isinstance(size, bool):
             continue  # 'auto', or a wrong kind of value (_validate_switches says which)
@@ -232,7 +232,7 @@ def _validate_switches(config):
     if policy != AUTO and policy not in REMAT_POLICIES:
         raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
                           f"{', '.join(REMAT_POLICIES)}, or 'auto'")
-    for name in ("loss_chunk", "mlp_chunk"):
+    for name in ("loss_chunk", "mlp_chunk", "linear_chunk"):
         value = getattr(config.model, name)
         if value != AUTO and (isinstance(value, bool) or not isinstance(value, int)
                               or value < 0):

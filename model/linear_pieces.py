@@ -1,0 +1,131 @@
+"""A recurrent layer (Gated DeltaNet, Mamba2) in training, a piece of each device's tokens at a
+time (model.linear_chunk): what its step holds grows with the piece, not with the block.
+
+Run whole, a recurrent layer's projections, convolution, rule and gates each make [b, n, C]
+float32 arrays of a device's n tokens, and autodiff keeps tens of them; at a million tokens on
+a few devices that is tens of GB a device, more than the softmax layers' ring holds. Here the
+layer runs in a lax.scan over pieces of P tokens, each piece a jax.checkpoint (the backward
+recomputes its arrays), carrying what the next piece needs: the state, and the convolution's
+last K - 1 inputs with their documents.
+
+    one 'seq' device    pieces from a zero state
+    'state' strategy    pass 1: each device summarises its block, S_out = T S_in + R, piece by
+                        piece from the start [0 | I] (block_summary's widened values, outputs
+                        unused); the devices fold the gathered (T, R) into the state each
+                        block starts from (gated_delta.incoming_state); pass 2: the pieces
+                        again from that state, now with outputs
+    (the 'heads' strategy runs whole: its all-to-alls move whole rows)
+
+    by_pieces(w, x [B, S, D], seg, order, conv, bias, rec, cfg, mesh) -> out [B, S, D]
+
+Exact: the same sums as the whole layer (tests/test_linear_attention.py, tests/test_mamba.py).
+Pass 1 costs one more projection and rule a token; what the step keeps is the layer's input and
+output and a state a piece.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import parallel
+from model.chunks import check_chunk, join_local, split_local, splits
+from model.gated_delta import F32, incoming_state
+from model.short_conv import causal_conv, halo
+from parallel.contiguous import from_blocks, local_positions, to_blocks
+
+ROWS = jax.P(parallel.DATA, parallel.SEQ, None)
+
+
+def in_pieces(cfg, x, mesh) -> bool:
+    """Whether a training call runs the layer a piece at a time: cfg.linear_chunk cuts each
+    device's block of x [B, S, D] and the layer's sequence is not split by heads."""
+    count = 1 if mesh is None else mesh.shape[parallel.SEQ]
+    block = x.shape[1] // count
+    if not splits(cfg.linear_chunk, block):
+        return False
+    check_chunk(cfg.linear_chunk, block, "model.linear_chunk")
+    return count == 1 or cfg.attention.linear_strategy != "heads"
+
+
+def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
+    """The layer (its Recurrence rec, weights w, convolution taps conv [K, C] and bias) over x
+    [B, S, D] in the layout's order, segment ids seg [B, S] -> out [B, S, D], a piece of
+    cfg.linear_chunk tokens at a time (module docstring)."""
+    piece = cfg.linear_chunk
+    if mesh is None or mesh.shape[parallel.SEQ] == 1:
+        b = x.shape[0]
+        start = jnp.zeros((b, rec.heads, *_state_shape(rec, conv)), F32)
+        return _pieces(w, x, seg, conv, bias, rec, piece, start, _nothing_before(x, conv))
+    count = mesh.shape[parallel.SEQ]
+    block, layout = x.shape[1] // count, cfg.layout
+
+    def local(w, x, seg, conv, bias, order):
+        if layout != "ring":  # contiguous blocks in device order, and back after
+            pos = local_positions(layout, order, block, count)
+            x, seg = to_blocks(x, pos), to_blocks(seg, pos)
+        width = conv.shape[0] - 1
+        tail = rec.project(w, x[:, x.shape[1] - width:])[0]  # the convolution's last inputs
+        before = halo(tail, seg[:, seg.shape[1] - width:], width)
+        dk, dv = _state_shape(rec, conv)
+        widened = jnp.concatenate([jnp.zeros((x.shape[0], rec.heads, dk, dv), F32),
+                                   jnp.broadcast_to(jnp.eye(dk, dtype=F32),
+                                                    (x.shape[0], rec.heads, dk, dk))], axis=-1)
+        summary = _pieces(w, x, seg, conv, bias, rec, piece, widened, before, widen=dk)
+        incoming, _ = incoming_state(summary[..., :dv], summary[..., dv:], seg)
+        out = _pieces(w, x, seg, conv, bias, rec, piece, incoming, before)
+        return from_blocks(out, pos) if layout != "ring" else out
+
+    return jax.shard_map(
+        local, mesh=mesh, check_vma=False,
+        in_specs=(jax.tree.map(lambda _: jax.P(), w), ROWS, jax.P(parallel.DATA, parallel.SEQ),
+                  jax.P(), None if bias is None else jax.P(),
+                  None if order is None else jax.P(parallel.DATA, parallel.SEQ)),
+        out_specs=ROWS)(w, x, seg, conv, bias, order)
+
+
+def _pieces(w, x, seg, conv, bias, rec, piece: int, state, before, widen: int = 0):
+    """The layer over one block x [b, n, D] (segment ids seg [b, n]) from `state` [b, H, dk,
+    dv'] (of seg[:, 0]'s document) and the convolution's `before` (inputs, segment ids,
+    present: the K - 1 tokens before the block), piece tokens at a time. Returns out [b, n, D];
+    with `widen` (dk), the rule's values get dk zero columns, and what comes back is the state
+    after the block (block_summary's: its first dv columns R, the others T), not outputs."""
+    width = conv.shape[0] - 1
+
+    def step(carry, inputs):
+        state, before, last = carry
+        x, seg = inputs
+        mixed, g, beta, z = rec.project(w, x)
+        q, k, v, skip = rec.heads_of(causal_conv(mixed, conv, seg, before=before, bias=bias),
+                                     rec.groups)
+        if widen:
+            v = jnp.concatenate([v, jnp.zeros((*v.shape[:-1], widen), v.dtype)], axis=-1)
+        # the state is the previous token's document's: nothing of it where a document starts
+        state = jnp.where((seg[:, 0] == last)[:, None, None, None], state, 0.0)
+        o, state = rec.rule(q, k, v, g, beta, rec.chunk, state, seg)
+        n = x.shape[1]
+        carry = (state, (mixed[:, n - width:], seg[:, n - width:],
+                         jnp.ones((x.shape[0], width), bool)), seg[:, -1])
+        if widen:
+            return carry, None
+        return carry, rec.finish(w, o if skip is None else o + skip, z)
+
+    check_chunk(piece, x.shape[1], "model.linear_chunk")
+    carry, out = lax.scan(jax.checkpoint(step), (state.astype(F32), before, seg[:, 0]),
+                          (split_local(x, piece), split_local(seg, piece)))
+    return carry[0] if widen else join_local(out)
+
+
+def _state_shape(rec, conv) -> tuple[int, int]:
+    """(dk, dv) of the layer's state per head: the widths of the q and v its heads_of makes."""
+    q, _, v, _ = jax.eval_shape(lambda mixed: rec.heads_of(mixed, rec.groups),
+                                jax.ShapeDtypeStruct((1, 1, conv.shape[1]), F32))
+    return q.shape[-1], v.shape[-1]
+
+
+def _nothing_before(x, conv):
+    """The convolution's `before` at the start of a row: K - 1 absent tokens."""
+    b, width = x.shape[0], conv.shape[0] - 1
+    return (jnp.zeros((b, width, conv.shape[1]), F32), jnp.zeros((b, width), jnp.int32),
+            jnp.zeros((b, width), bool))
