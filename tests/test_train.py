@@ -206,7 +206,7 @@ def test_auto_is_recorded_as_what_it_resolved_to(losses_by_kind):
     # tiny fits its devices many times over: auto turns no memory switch on
     assert "; no memory switches: predicted" in said and "(fits)" in said
     off = {"remat": False, "remat_policy": "nothing", "scan_layers": False, "loss_chunk": 0,
-           "mlp_chunk": 0}
+           "mlp_chunk": 0, "linear_chunk": 0}
     assert meta["memory_switches"] == off and meta["config"]["model"]["scan_layers"] == "auto"
     assert {k: first[f"memory/{k}"] for k in off} == off
 
@@ -221,7 +221,7 @@ def test_auto_written_out_by_hand_gives_the_same_run(tmp_path, shared_cache, los
     by_hand.append(f"--config.parallel.tile={first['attention/tile_q']}x"
                    f"{first['attention/tile_k']}")
     by_hand += [f"--config.model.{k}={first[f'memory/{k}']}" for k in (
-        "remat", "remat_policy", "scan_layers", "loss_chunk", "mlp_chunk")]
+        "remat", "remat_policy", "scan_layers", "loss_chunk", "mlp_chunk", "linear_chunk")]
     result = run_train(tmp_path, "--config.data.loader=grain", *by_hand,
                        f"--config.data.cache_dir={shared_cache}")
     assert result.returncode == 0, result.stderr[-3000:]
