@@ -10,7 +10,8 @@ becomes q, k, v.
              row per device, whatever the length); the convolution's first taps read the
              previous device's last conv_kernel - 1 inputs (a halo). A layout whose devices do
              not hold contiguous blocks (striped, zigzag, balanced) reaches them and comes back
-             with an all-to-all each way (parallel/contiguous.py).
+             (parallel/contiguous.py: ppermutes of each token once for a static layout, padded
+             all-to-alls for balanced).
     'heads'  an all-to-all gives each device the whole row for groups / N groups (their
              channels, their heads' decays and betas: Ulysses for the recurrence), which it
              scans alone in the original order; one all-to-all brings the outputs back. What
@@ -96,14 +97,14 @@ def by_state(mixed, g, beta, seg, order, conv, bias, rec: Recurrence, layout: st
 
     def local(mixed, g, beta, seg, conv, bias, order):
         if reorder:
-            pos = local_positions(layout, order, block, count)
-            mixed, g, beta, seg = (to_blocks(t, pos) for t in (mixed, g, beta, seg))
+            mixed, g, beta, seg = (to_blocks(t, layout, order, block)
+                                   for t in (mixed, g, beta, seg))
         mixed = causal_conv(mixed, conv, seg, before=halo(mixed, seg, conv.shape[0] - 1),
                             bias=bias)
         q, k, v, skip = rec.heads_of(mixed, rec.groups)
         o, final = pass_states(q, k, v, g, beta, seg, rec.chunk, rec.rule)
         o = o if skip is None else o + skip
-        return (from_blocks(o, pos) if reorder else o), final
+        return (from_blocks(o, layout, order, block) if reorder else o), final
 
     return _over_devices(local, mesh, bias, order)(mixed, g, beta, seg, conv, bias, order)
 

@@ -33,7 +33,7 @@ import parallel
 from model.chunks import check_chunk, join_local, split_local, splits
 from model.gated_delta import F32, incoming_state
 from model.short_conv import causal_conv, halo
-from parallel.contiguous import from_blocks, local_positions, to_blocks
+from parallel.contiguous import from_blocks, to_blocks
 
 ROWS = jax.P(parallel.DATA, parallel.SEQ, None)
 
@@ -63,8 +63,7 @@ def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
 
     def local(w, x, seg, conv, bias, order):
         if layout != "ring":  # contiguous blocks in device order, and back after
-            pos = local_positions(layout, order, block, count)
-            x, seg = to_blocks(x, pos), to_blocks(seg, pos)
+            x, seg = to_blocks(x, layout, order, block), to_blocks(seg, layout, order, block)
         width = conv.shape[0] - 1
         tail = rec.project(w, x[:, x.shape[1] - width:])[0]  # the convolution's last inputs
         before = halo(tail, seg[:, seg.shape[1] - width:], width)
@@ -75,7 +74,7 @@ def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
         summary = _pieces(w, x, seg, conv, bias, rec, piece, widened, before, widen=dk)
         incoming, _ = incoming_state(summary[..., :dv], summary[..., dv:], seg)
         out = _pieces(w, x, seg, conv, bias, rec, piece, incoming, before)
-        return from_blocks(out, pos) if layout != "ring" else out
+        return from_blocks(out, layout, order, block) if layout != "ring" else out
 
     return jax.shard_map(
         local, mesh=mesh, check_vma=False,

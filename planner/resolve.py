@@ -122,6 +122,9 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     attention = dataclasses.replace(attention, mla_exchange=mla_exchange.resolve(
         config, attention, shapes, mesh_shape[1], device), linear_strategy=linear_strategy.resolve(
         config, shapes, attention.layout, mesh_shape[1], device, run.rows))
+    if (attention.linear_strategy == "heads" and mesh_shape[1] > 1
+            and "linear_chunk" not in given(config.model)):
+        switches = dataclasses.replace(switches, linear_chunk=0)  # 'heads' runs whole
     linear_prices = {} if not recurrent_layers(shapes) or mesh_shape[1] == 1 else dict(
         linear_strategy.price(shapes, attention.layout, config.seq_len, mesh_shape[1], device,
                               run.rows), configured=config.parallel.linear_strategy)

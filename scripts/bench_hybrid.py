@@ -1,13 +1,14 @@
 """The recurrent layers of a hybrid model (configs/hybrid_tiny.py: Gated DeltaNet, Qwen3-Next's
 3 : 1) from XLA's own compiled train step, on fake CPU devices in one process (nothing is run):
 
-    python scripts/bench_hybrid.py exchange [--seq-lens 2048 8192 32768]
+    python scripts/bench_hybrid.py exchange [--seq-lens 2048 8192 32768] [--layout zigzag]
     python scripts/bench_hybrid.py memory [--seq-len 1048576]
 
 exchange  every collective's bytes of the train step with 3 Gated DeltaNet layers beyond one
           with 1, on a ring of 4, per parallel.linear_strategy ('state': passed states; 'heads':
           all-to-alls to whole rows of a quarter of the heads), against the length: what the
-          recurrent layers themselves move (the weights' gathers are the same in both programs).
+          recurrent layers themselves move (the weights' gathers are the same in both programs);
+          --layout other than 'ring': with the moves to contiguous blocks and back.
 memory    per-device bytes (XLA's memory_analysis: temporaries, and with arguments and outputs)
           of the hybrid (4 key heads, 8 value heads) at --seq-len tokens over 4 devices, its
           Gated DeltaNet layers split by each strategy, against the same model with softmax
@@ -62,7 +63,8 @@ def one(overrides: dict) -> None:
 
 def exchange(args) -> list[dict]:
     print(f"collective bytes of the compiled train step, 3 Gated DeltaNet layers beyond 1 "
-          f"(4 key heads, 8 value heads of 32 x 32), one row, ring of {DEVICES} fake CPU devices:")
+          f"(4 key heads, 8 value heads of 32 x 32), one row, {DEVICES} fake CPU devices, "
+          f"{args.layout} layout:")
     print(f"  {'tokens':>8}  {'state MB':>10}{'vs first':>10}  {'heads MB':>10}{'vs first':>10}"
           f"{'heads all-to-all MB':>21}")
     rows = []
@@ -72,6 +74,7 @@ def exchange(args) -> list[dict]:
             moved = []
             for layers in (1, 3):
                 figures = compiled({**SMALL, "seq_len": seq_len, "model.num_layers": layers,
+                                    "parallel.layout": args.layout,
                                     "model.layer_types": ["linear_attention"] * layers,
                                     "parallel.linear_strategy": strategy, "model.remat": False,
                                     "model.loss_chunk": 0, "model.mlp_chunk": 0})
@@ -119,6 +122,7 @@ def main():
     parser.add_argument("what", choices=["exchange", "memory", "one"])
     parser.add_argument("--seq-lens", type=int, nargs="+", default=[2048, 8192, 32768])
     parser.add_argument("--seq-len", type=int, default=1 << 20)
+    parser.add_argument("--layout", default="ring", help="exchange: the tokens' layout")
     parser.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
