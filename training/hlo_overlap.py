@@ -149,7 +149,7 @@ def summary(loops: list[Loop]) -> dict[str, str]:
 _ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1, "u8": 1,
              "pred": 1, "s64": 8, "u64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
 _COLLECTIVE = re.compile(r"= (.+?) (collective-permute|all-gather|all-reduce|reduce-scatter|"
-                         r"all-to-all|ragged-all-to-all)(?:-start)?\(")
+                         r"all-to-all|ragged-all-to-all)(-start)?\(")
 _ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
 
 
@@ -157,16 +157,19 @@ def collective_bytes(hlo: str) -> dict[str, int]:
     """Bytes each kind of collective moves in the program as written (each instruction once,
     whatever loop runs it: a ring loop's hop counts as one step's), from the optimized HLO:
     {'collective-permute': bytes, 'all-gather': ..., ...}. An instruction's size is its
-    result's (for an asynchronous start, the first array of its result tuple: the operand)."""
+    result's: every array of a tuple (an all-to-all of N operands, XLA:CPU's form, returns N
+    arrays; a combined all-reduce one per operand), but for an asynchronous start only the
+    first (its operand; the others are the result and scratch)."""
     out: dict[str, int] = {}
     for line in hlo.splitlines():
         found = _COLLECTIVE.search(line)
         if not found:
             continue
-        array = _ARRAY.search(found.group(1))
-        if not array or array.group(1) not in _ITEMSIZE:
-            continue
-        dims = [int(d) for d in array.group(2).split(",") if d]
-        size = _ITEMSIZE[array.group(1)] * math.prod(dims)
-        out[found.group(2)] = out.get(found.group(2), 0) + size
+        arrays = _ARRAY.findall(found.group(1))
+        size = 0
+        for dtype, dims in arrays[:1] if found.group(3) else arrays:
+            if dtype in _ITEMSIZE:
+                size += _ITEMSIZE[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+        if size:
+            out[found.group(2)] = out.get(found.group(2), 0) + size
     return out
