@@ -8,10 +8,11 @@ becomes q, k, v.
     'state'  each device scans its contiguous block of the row from a zero state and the devices
              pass states (gated_delta.pass_states: an all-gather of H (dk^2 + dk dv) numbers a
              row per device, whatever the length); the convolution's first taps read the
-             previous device's last conv_kernel - 1 inputs (a halo). A layout whose devices do
-             not hold contiguous blocks (striped, zigzag, balanced) reaches them and comes back
-             (parallel/contiguous.py: ppermutes of each token once for a static layout, padded
-             all-to-alls for balanced).
+             previous piece's last conv_kernel - 1 inputs (a halo). Zigzag's devices hold two
+             contiguous halves each: they pass the states of 2N pieces in place. Where that
+             costs more than moving the tokens (short blocks), and for striped and balanced,
+             the tokens go to contiguous blocks and back (parallel/contiguous.py: a ppermute
+             of each token once for a static layout, padded all-to-alls for balanced).
     'heads'  an all-to-all gives each device the whole row for groups / N groups (their
              channels, their heads' decays and betas: Ulysses for the recurrence), which it
              scans alone in the original order; one all-to-all brings the outputs back. What
@@ -30,12 +31,14 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 import parallel
 from model.gated_delta import pass_states
-from model.short_conv import causal_conv, halo, last_inputs
+from model.short_conv import causal_conv, last_inputs
 from parallel.contiguous import from_blocks, local_positions, to_blocks
+from parallel.layouts import get_layout
 
 TOKENS = jax.P(parallel.DATA, parallel.SEQ)
 CHANNELS = jax.P(parallel.DATA, parallel.SEQ, None)
@@ -93,20 +96,77 @@ def by_state(mixed, g, beta, seg, order, conv, bias, rec: Recurrence, layout: st
     """'state' (module docstring): conv [K, C] and bias [C] (or None) the convolution's."""
     count = mesh.shape[parallel.SEQ]
     block = mixed.shape[1] // count
-    reorder = layout != "ring"
+    pieces = pieces_in_place(layout, block, count, *numbers(rec))
 
     def local(mixed, g, beta, seg, conv, bias, order):
-        if reorder:
+        if pieces is None:  # not contiguous enough: to contiguous blocks and back after
             mixed, g, beta, seg = (to_blocks(t, layout, order, block)
                                    for t in (mixed, g, beta, seg))
-        mixed = causal_conv(mixed, conv, seg, before=halo(mixed, seg, conv.shape[0] - 1),
-                            bias=bias)
+        places = np.arange(count)[:, None] if pieces is None else pieces
+        p, b = places.shape[1], mixed.shape[0]
+        split = lambda x: jnp.moveaxis(  # noqa: E731  [b, n, ...] -> [P, b, n / P, ...]
+            x.reshape(b, p, block // p, *x.shape[2:]), 1, 0)
+        mixed, g, beta, seg = (split(t) for t in (mixed, g, beta, seg))
+        before = piece_halos(mixed, seg, conv.shape[0] - 1, places)
+        rows = lambda x: x.reshape(p * b, *x.shape[2:])  # noqa: E731  pieces as rows
+        mixed = causal_conv(rows(mixed), conv, rows(seg), before=before, bias=bias)
         q, k, v, skip = rec.heads_of(mixed, rec.groups)
-        o, final = pass_states(q, k, v, g, beta, seg, rec.chunk, rec.rule)
-        o = o if skip is None else o + skip
-        return (from_blocks(o, layout, order, block) if reorder else o), final
+        pieced = lambda x: x.reshape(p, b, *x.shape[1:])  # noqa: E731
+        o, final = pass_states(*(pieced(x) for x in (q, k, v)), g, beta, seg, rec.chunk,
+                               rec.rule, places)
+        o = rows(o) if skip is None else rows(o) + skip
+        o = jnp.moveaxis(o.reshape(p, b, *o.shape[1:]), 0, 1).reshape(b, block, *o.shape[2:])
+        return (from_blocks(o, layout, order, block) if pieces is None else o), final
 
     return _over_devices(local, mesh, bias, order)(mixed, g, beta, seg, conv, bias, order)
+
+
+def pieces_in_place(layout: str, block: int, count: int, summary: int, token: int):
+    """Where each device's tokens of a static layout are a few contiguous pieces (ring: one
+    block; zigzag: two halves), [N, P] ints, each (device, piece)'s place among the row's N P
+    pieces, when all-gathering the pieces' summaries (`summary` numbers each: H dk (dk + dv))
+    moves fewer numbers than sending the block's tokens to contiguous blocks and back (`token`
+    numbers each: the convolution's inputs, g, beta, the segment id there, the output back);
+    None otherwise (striped: pieces of one token; balanced: its placement comes with the
+    batch). The planner prices the same choice (planner/linear_strategy.py)."""
+    if get_layout(layout).data_dependent:
+        return None
+    pos = np.stack([get_layout(layout).positions(d, block, count, xp=np) for d in range(count)])
+    p = len(np.flatnonzero(np.diff(pos[0]) != 1)) + 1
+    if block % p:
+        return None
+    length = block // p
+    runs = pos.reshape(count, p, length)
+    if not (np.diff(runs, axis=-1) == 1).all():
+        return None  # the devices' pieces differ in length
+    in_place = p == 1 or count * p * summary <= block * token
+    return runs[:, :, 0] // length if in_place else None
+
+
+def numbers(rec: Recurrence) -> tuple[int, int]:
+    """(a piece's summary, a token's move) in numbers, pieces_in_place's: H dk (dk + dv), and
+    C + 2 H + 1 + H dv."""
+    q, _, v, _ = jax.eval_shape(lambda m: rec.heads_of(m, rec.groups),
+                                jax.ShapeDtypeStruct((1, 1, rec.groups * sum(rec.widths)),
+                                                     jnp.float32))
+    dk, dv = q.shape[-1], v.shape[-1]
+    return (rec.heads * dk * (dk + dv),
+            rec.groups * sum(rec.widths) + 2 * rec.heads + 1 + rec.heads * dv)
+
+
+def piece_halos(mixed, seg, width: int, places):
+    """Each piece's convolution taps before it ([P b, width, C], segment ids, present): the
+    last `width` inputs of the piece before it in the row, from whichever device holds it
+    (an all-gather of every piece's tails: N P width tokens)."""
+    p, b = seg.shape[:2]
+    tails = (mixed[:, :, mixed.shape[2] - width:], seg[:, :, seg.shape[2] - width:])
+    in_row = np.argsort(places.reshape(-1))
+    tails = [lax.all_gather(t, parallel.SEQ).reshape(-1, *t.shape[1:])[in_row] for t in tails]
+    mine = jnp.asarray(places, jnp.int32)[lax.axis_index(parallel.SEQ)]  # [P]
+    previous = jnp.maximum(mine - 1, 0)
+    present = jnp.broadcast_to((mine > 0)[:, None, None], (p, b, width))
+    return tuple(x.reshape(p * b, *x.shape[2:]) for x in (tails[0][previous],
+                                                         tails[1][previous], present))
 
 
 def by_heads(mixed, g, beta, seg, order, conv, bias, rec: Recurrence, layout: str, mesh):

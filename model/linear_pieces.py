@@ -13,7 +13,9 @@ last K - 1 inputs with their documents.
                         piece from the start [0 | I] (block_summary's widened values, outputs
                         unused); the devices fold the gathered (T, R) into the state each
                         block starts from (gated_delta.incoming_state); pass 2: the pieces
-                        again from that state, now with outputs
+                        again from that state, now with outputs. Zigzag's two halves run as
+                        two rows, their states passed in place where that is cheaper
+                        (linear_parallel.pieces_in_place)
     (the 'heads' strategy runs whole: its all-to-alls move whole rows)
 
     by_pieces(w, x [B, S, D], seg, order, conv, bias, rec, cfg, mesh) -> out [B, S, D]
@@ -27,12 +29,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 import parallel
 from model.chunks import check_chunk, join_local, split_local, splits
 from model.gated_delta import F32, incoming_state
-from model.short_conv import causal_conv, halo
+from model.linear_parallel import numbers, piece_halos, pieces_in_place
+from model.short_conv import causal_conv
 from parallel.contiguous import from_blocks, to_blocks
 
 ROWS = jax.P(parallel.DATA, parallel.SEQ, None)
@@ -61,20 +65,36 @@ def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
     count = mesh.shape[parallel.SEQ]
     block, layout = x.shape[1] // count, cfg.layout
 
+    places = pieces_in_place(layout, block, count, *numbers(rec))
+    if places is not None and (block // places.shape[1]) % piece:
+        places = None  # the pieces of the layer do not cut zigzag's halves: reorder
+
     def local(w, x, seg, conv, bias, order):
-        if layout != "ring":  # contiguous blocks in device order, and back after
+        if places is None:  # contiguous blocks in device order, and back after
             x, seg = to_blocks(x, layout, order, block), to_blocks(seg, layout, order, block)
+        where = np.arange(count)[:, None] if places is None else places
+        p, b = where.shape[1], x.shape[0]
+        rows = lambda t: jnp.moveaxis(  # noqa: E731  [b, n, ...] -> [P b, n / P, ...]
+            t.reshape(b, p, block // p, *t.shape[2:]), 1, 0).reshape(p * b, block // p,
+                                                                     *t.shape[2:])
+        x, seg = rows(x), rows(seg)
         width = conv.shape[0] - 1
-        tail = rec.project(w, x[:, x.shape[1] - width:])[0]  # the convolution's last inputs
-        before = halo(tail, seg[:, seg.shape[1] - width:], width)
+        tail = rec.project(w, x[:, x.shape[1] - width:])[0]  # each piece's last conv inputs
+        before = piece_halos(tail.reshape(p, b, width, -1),
+                              seg[:, seg.shape[1] - width:].reshape(p, b, width), width, where)
         dk, dv = _state_shape(rec, conv)
-        widened = jnp.concatenate([jnp.zeros((x.shape[0], rec.heads, dk, dv), F32),
+        widened = jnp.concatenate([jnp.zeros((p * b, rec.heads, dk, dv), F32),
                                    jnp.broadcast_to(jnp.eye(dk, dtype=F32),
-                                                    (x.shape[0], rec.heads, dk, dk))], axis=-1)
+                                                    (p * b, rec.heads, dk, dk))], axis=-1)
         summary = _pieces(w, x, seg, conv, bias, rec, piece, widened, before, widen=dk)
-        incoming, _ = incoming_state(summary[..., :dv], summary[..., dv:], seg)
-        out = _pieces(w, x, seg, conv, bias, rec, piece, incoming, before)
-        return from_blocks(out, layout, order, block) if layout != "ring" else out
+        summary = summary.reshape(p, b, *summary.shape[1:])
+        incoming, _ = incoming_state(summary[..., :dv], summary[..., dv:],
+                                     seg.reshape(p, b, -1), where)
+        out = _pieces(w, x, seg, conv, bias, rec, piece,
+                      incoming.reshape(p * b, *incoming.shape[2:]), before)
+        out = jnp.moveaxis(out.reshape(p, b, *out.shape[1:]), 0, 1).reshape(
+            b, block, *out.shape[2:])
+        return from_blocks(out, layout, order, block) if places is None else out
 
     return jax.shard_map(
         local, mesh=mesh, check_vma=False,

@@ -7,9 +7,11 @@ layers, and 'auto' takes the cheaper that can run (H heads of a dk x dv state; M
                      by dk columns (gated_delta.block_summary carries d S / d S_in), and the fold
                      of the N blocks' summaries
             bytes    the all-gather of (T, R): (N - 1) H (dk^2 + dk dv) float32 a row, the
-                     convolution's halo, and for a layout other than 'ring' the moves to
-                     contiguous blocks and back (striped, zigzag: the tokens that leave a
-                     device, at most n; balanced: N - 1 padded blocks of n each way)
+                     convolution's halo; zigzag's halves pass their states in place (2N
+                     summaries) where that is fewer bytes than moving its tokens to contiguous
+                     blocks and back (model/linear_parallel.pieces_in_place), which striped
+                     (the tokens that leave a device, at most n) and balanced (N - 1 padded
+                     blocks of n each way) always do
     heads   compute  the rule over all S tokens for H / N heads (no widening)
             bytes    an all-to-all of the inputs (q, k, v channels, g, beta) and one of the
                      outputs, (N - 1) / N of n tokens each; the segment ids' and order's
@@ -27,7 +29,7 @@ less (no widening) and moves bytes that grow with it, so short rows and few devi
 
 from __future__ import annotations
 
-from model.linear_parallel import check_heads
+from model.linear_parallel import check_heads, pieces_in_place
 from parallel.layouts import get_layout
 from planner.flops import peak_flops, recurrent_kinds
 
@@ -65,10 +67,14 @@ def _one_layer(x, layout: str, seq_len: int, count: int, rows: int) -> dict:
     state_flops = rows * (n * x.rule_flops(dv + dk) + fold) * (1 + BACKWARD)
     state_bytes = rows * F32 * ((count - 1) * h * (dk * dk + dk * dv)
                                 + (x.conv_kernel - 1) * (c + 1))
-    if layout != "ring":  # to contiguous blocks and back (parallel/contiguous.py): a static
+    token = c + 2 * h + 1 + h * dv  # a token's inputs, segment id and output
+    pieces = pieces_in_place(layout, n, count, h * dk * (dk + dv), token)
+    if pieces is not None:  # zigzag's halves pass their states in place: N (P - 1) more
+        state_bytes += rows * F32 * count * (pieces.shape[1] - 1) * h * (dk * dk + dk * dv)
+    elif layout != "ring":  # to contiguous blocks and back (parallel/contiguous.py): a static
         # layout moves the tokens that leave the device (at most n), balanced N - 1 padded blocks
         moved = (count - 1) * n if get_layout(layout).data_dependent else n
-        state_bytes += rows * F32 * moved * (c + 2 * h + 1 + h * dv)
+        state_bytes += rows * F32 * moved * token
     heads_flops = rows * seq_len * x.rule_flops() / count * (1 + BACKWARD)
     heads_bytes = rows * F32 * ((count - 1) / count * n * (c + 2 * h + h * dv)
                                 + (count - 1) * n * 2)

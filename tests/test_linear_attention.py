@@ -13,7 +13,8 @@ import pytest
 
 import parallel
 from model.config import LinearAttentionConfig, ModelConfig, MoEConfig
-from model.linear_attention import Weights, layer
+from model.linear_attention import Weights, layer, recurrence
+from model.linear_parallel import numbers, pieces_in_place
 from tests.test_attention import layout_order, take
 from tests.test_model import SIZES, assert_as_one_device, attention, loss_and_grads
 
@@ -100,12 +101,19 @@ def one_device():
 @pytest.mark.parametrize("strategy,layout,mesh_shape,piece", [
     (strategy, layout, MESHES[(i + shift) % 3], 4 if strategy == "state" and i > 1 else 0)
     for strategy, shift in (("state", 0), ("heads", 1)) for i, layout in enumerate(LAYOUTS)]
-    + [("state", "ring", MESHES[1], 0), ("state", "ring", MESHES[2], 4)])
+    + [("state", "ring", MESHES[1], 0), ("state", "ring", MESHES[2], 4),
+       ("state", "zigzag", (1, 2), 8)])
 def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, strategy,
                                                                       layout, mesh_shape, piece):
     """Outputs and the gradients of the input and of every weight within 1e-5 relative (the
     convolution weight's and the decays' summed over devices), with either strategy, whole or
-    in pieces."""
+    in pieces; zigzag on 2 devices passes its 4 halves' states in place (in pieces of 8), on 8
+    (blocks of 8 tokens) it moves the tokens to contiguous blocks."""
+    if layout == "zigzag" and strategy == "state":
+        block = S // mesh_shape[1]
+        in_place = pieces_in_place(layout, block, mesh_shape[1],
+                                   *numbers(recurrence(layer_config(layout))))
+        assert (in_place is not None) == (mesh_shape[1] == 2)
     assert_over_devices(layer, layer_config(layout, strategy, piece), weights(), one_device,
                         layout, mesh_shape)
 

@@ -81,7 +81,8 @@ def one_device():
 # 'state' on ring and striped a piece of 4 tokens at a time (model.linear_chunk)
 @pytest.mark.parametrize("strategy,layout,mesh_shape,piece", [
     (strategy, layout, MESHES[(i + shift) % 3], 4 if strategy == "state" and i < 2 else 0)
-    for strategy, shift in (("state", 2), ("heads", 0)) for i, layout in enumerate(LAYOUTS)])
+    for strategy, shift in (("state", 2), ("heads", 0)) for i, layout in enumerate(LAYOUTS)]
+    + [("state", "zigzag", (1, 2), 0)])  # zigzag's 4 halves passing their states in place
 def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, strategy,
                                                                       layout, mesh_shape, piece):
     """Outputs and the gradients of the input and of every weight (D, the convolution's bias
