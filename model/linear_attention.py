@@ -26,14 +26,11 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-import parallel
+from model import recurrent_layer
 from model.config import LINEAR, ModelConfig
 from model.gated_delta import F32, gated_delta_rule
-from model.kv_cache import LinearCache
 from model.layers import dense, rms_norm
-from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
-from model.linear_pieces import by_pieces, in_pieces
-from model.short_conv import causal_conv
+from model.linear_parallel import Recurrence
 
 
 @jax.tree_util.register_dataclass
@@ -103,30 +100,9 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     'balanced'). collect: the tokens of segment 0 are each row's prompt, the rest padding
     after it; returns (out, the LinearCache a decoder continues the prompts from). With
     cfg.linear_chunk, training runs each device's tokens a piece at a time
-    (model/linear_pieces.py)."""
-    rec, conv = recurrence(cfg), w.conv.astype(F32)
-    seg = _segments(segment_ids, *x.shape[:2])
-    if cache is None and not collect and in_pieces(cfg, x, mesh):
-        return by_pieces(w, x, seg, order, conv, None, rec, cfg, mesh)
-    mixed, g, beta, z = rec.project(w, x)
-    if collect:
-        g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
-    if cache is not None:
-        o, cache = _decode(mixed, g, beta, conv, cache, cfg.linear_attention)
-    elif mesh is None or mesh.shape[parallel.SEQ] == 1:
-        q, k, v, _ = rec.heads_of(causal_conv(mixed, conv, seg), rec.groups)
-        o, state = gated_delta_rule(q, k, v, g, beta, rec.chunk, segment_ids=seg)
-    else:
-        strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
-        o, state = strategy(mixed, g, beta, seg, order, conv, None, rec, cfg.layout, mesh)
-    if collect:
-        cache = LinearCache(state, history)
-    out = rec.finish(w, o, z)
-    return out if cache is None else (out, cache)
-
-
-def _segments(segment_ids, b, s):
-    return jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+    (model/recurrent_layer.py says which way a call runs)."""
+    return recurrent_layer.run(w, x, recurrence(cfg), w.conv.astype(F32), None, cfg,
+                               segment_ids, order, mesh, cache, collect)
 
 
 def recurrence(cfg: ModelConfig) -> Recurrence:
@@ -180,17 +156,3 @@ def _heads(mixed, la, key_heads: int | None = None):
 def l2_normalize(x, eps: float = 1e-6):
     """x / sqrt(sum(x^2) + eps) over the last axis (the layer's q and k)."""
     return x * lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
-
-
-def _decode(mixed, g, beta, conv, cache: LinearCache, la):
-    """Tokens [B, T] in natural order after the cache: the convolution continues from the
-    cache's last inputs, the rule from its state. Returns (o [B, T, Hv, dv], new cache)."""
-    b, t, _ = mixed.shape
-    width = conv.shape[0] - 1
-    present = jnp.ones((b, width), bool)
-    out = causal_conv(mixed, conv, before=(cache.conv, jnp.zeros((b, width), jnp.int32), present))
-    q, k, v = _heads(out, la)
-    o, state = gated_delta_rule(q, k, v, g, beta, min(la.chunk_size, t),
-                                initial_state=cache.state)
-    history = jnp.concatenate([cache.conv, mixed], axis=1)[:, -width:] if width else cache.conv
-    return o, LinearCache(state, history)

@@ -23,12 +23,10 @@ from flax import nnx
 from jax import lax
 
 import parallel
+from model import recurrent_layer
 from model.config import MAMBA, ModelConfig
-from model.kv_cache import LinearCache
 from model.layers import dense
-from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
-from model.linear_pieces import by_pieces, in_pieces
-from model.short_conv import causal_conv
+from model.linear_parallel import Recurrence
 from model.ssd import ssd_rule
 
 F32 = jnp.float32
@@ -98,36 +96,10 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     (with `cache`: (out, new cache); with `collect`: (out, the cache after each row's prompt,
     segment 0)), split over the mesh's 'seq' devices in cfg.layout's order (order: the batch's
     original indices, required by 'balanced'); with cfg.linear_chunk, training a piece of each
-    device's tokens at a time (model/linear_pieces.py)."""
-    b, s, _ = x.shape
-    conv, bias = w.conv.astype(F32), None if w.conv_bias is None else w.conv_bias.astype(F32)
-    seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-    rec = recurrence(cfg, w.d)
-    if cache is None and not collect and in_pieces(cfg, x, mesh):
-        return by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh)
-    mixed, g, beta, z = rec.project(w, x)
-    if collect:
-        g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
-    if cache is not None:
-        width = conv.shape[0] - 1
-        out = causal_conv(mixed, conv, before=(cache.conv, jnp.zeros((b, width), jnp.int32),
-                                               jnp.ones((b, width), bool)), bias=bias)
-        q, k, v, skip = rec.heads_of(out, rec.groups)
-        o, state = ssd_rule(q, k, v, g, beta, min(rec.chunk, s), initial_state=cache.state)
-        o = o + skip
-        cache = LinearCache(state, jnp.concatenate([cache.conv, mixed], axis=1)[:, -width:]
-                            if width else cache.conv)
-    elif mesh is None or mesh.shape[parallel.SEQ] == 1:
-        q, k, v, skip = rec.heads_of(causal_conv(mixed, conv, seg, bias=bias), rec.groups)
-        o, state = ssd_rule(q, k, v, g, beta, rec.chunk, segment_ids=seg)
-        o = o + skip
-    else:
-        strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
-        o, state = strategy(mixed, g, beta, seg, order, conv, bias, rec, cfg.layout, mesh)
-    if collect:
-        cache = LinearCache(state, history)
-    out = rec.finish(w, o, z)
-    return out if cache is None else (out, cache)
+    device's tokens at a time (model/recurrent_layer.py says which way a call runs)."""
+    bias = None if w.conv_bias is None else w.conv_bias.astype(F32)
+    return recurrent_layer.run(w, x, recurrence(cfg, w.d), w.conv.astype(F32), bias, cfg,
+                               segment_ids, order, mesh, cache, collect)
 
 
 def recurrence(cfg: ModelConfig, d) -> Recurrence:
