@@ -143,13 +143,18 @@ def pieces_in_place(layout: str, block: int, count: int, summary: int, token: in
     return runs[:, :, 0] // length if in_place else None
 
 
-def numbers(rec: Recurrence) -> tuple[int, int]:
-    """(a piece's summary, a token's move) in numbers, pieces_in_place's: H dk (dk + dv), and
-    C + 2 H + 1 + H dv."""
+def state_widths(rec: Recurrence) -> tuple[int, int]:
+    """(dk, dv) of the layer's state per head: the widths of the q and v its heads_of makes."""
     q, _, v, _ = jax.eval_shape(lambda m: rec.heads_of(m, rec.groups),
                                 jax.ShapeDtypeStruct((1, 1, rec.groups * sum(rec.widths)),
                                                      jnp.float32))
-    dk, dv = q.shape[-1], v.shape[-1]
+    return q.shape[-1], v.shape[-1]
+
+
+def numbers(rec: Recurrence) -> tuple[int, int]:
+    """(a piece's summary, a token's move) in numbers, pieces_in_place's: H dk (dk + dv), and
+    C + 2 H + 1 + H dv."""
+    dk, dv = state_widths(rec)
     return (rec.heads * dk * (dk + dv),
             rec.groups * sum(rec.widths) + 2 * rec.heads + 1 + rec.heads * dv)
 
@@ -159,6 +164,9 @@ def piece_halos(mixed, seg, width: int, places):
     last `width` inputs of the piece before it in the row, from whichever device holds it
     (an all-gather of every piece's tails: N P width tokens)."""
     p, b = seg.shape[:2]
+    if mixed.shape[2] < width:
+        raise ValueError(f"a device's piece of {mixed.shape[2]} tokens is shorter than the "
+                         f"convolution's {width + 1} taps: use fewer 'seq' devices")
     tails = (mixed[:, :, mixed.shape[2] - width:], seg[:, :, seg.shape[2] - width:])
     in_row = np.argsort(places.reshape(-1))
     tails = [lax.all_gather(t, parallel.SEQ).reshape(-1, *t.shape[1:])[in_row] for t in tails]

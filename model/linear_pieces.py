@@ -35,7 +35,7 @@ from jax import lax
 import parallel
 from model.chunks import check_chunk, join_local, split_local, splits
 from model.gated_delta import F32, incoming_state
-from model.linear_parallel import numbers, piece_halos, pieces_in_place
+from model.linear_parallel import numbers, piece_halos, pieces_in_place, state_widths
 from model.short_conv import causal_conv
 from parallel.contiguous import from_blocks, to_blocks
 
@@ -60,7 +60,7 @@ def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
     piece = cfg.linear_chunk
     if mesh is None or mesh.shape[parallel.SEQ] == 1:
         b = x.shape[0]
-        start = jnp.zeros((b, rec.heads, *_state_shape(rec, conv)), F32)
+        start = jnp.zeros((b, rec.heads, *state_widths(rec)), F32)
         return _pieces(w, x, seg, conv, bias, rec, piece, start, _nothing_before(x, conv))
     count = mesh.shape[parallel.SEQ]
     block, layout = x.shape[1] // count, cfg.layout
@@ -82,7 +82,7 @@ def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
         tail = rec.project(w, x[:, x.shape[1] - width:])[0]  # each piece's last conv inputs
         before = piece_halos(tail.reshape(p, b, width, -1),
                               seg[:, seg.shape[1] - width:].reshape(p, b, width), width, where)
-        dk, dv = _state_shape(rec, conv)
+        dk, dv = state_widths(rec)
         widened = jnp.concatenate([jnp.zeros((p * b, rec.heads, dk, dv), F32),
                                    jnp.broadcast_to(jnp.eye(dk, dtype=F32),
                                                     (p * b, rec.heads, dk, dk))], axis=-1)
@@ -134,13 +134,6 @@ def _pieces(w, x, seg, conv, bias, rec, piece: int, state, before, widen: int = 
     carry, out = lax.scan(jax.checkpoint(step), (state.astype(F32), before, seg[:, 0]),
                           (split_local(x, piece), split_local(seg, piece)))
     return carry[0] if widen else join_local(out)
-
-
-def _state_shape(rec, conv) -> tuple[int, int]:
-    """(dk, dv) of the layer's state per head: the widths of the q and v its heads_of makes."""
-    q, _, v, _ = jax.eval_shape(lambda mixed: rec.heads_of(mixed, rec.groups),
-                                jax.ShapeDtypeStruct((1, 1, conv.shape[1]), F32))
-    return q.shape[-1], v.shape[-1]
 
 
 def _nothing_before(x, conv):

@@ -1,10 +1,9 @@
 """The short causal convolution before a recurrent layer's rule (Gated DeltaNet's over q, k, v;
 Mamba2's over x, B, C): depthwise, conv_kernel taps, each token reading only its own document's
-earlier tokens; over the 'seq' devices the first taps of a block read the previous device's
-last inputs (`halo`).
+earlier tokens; over the 'seq' devices the first taps of a piece read the last inputs of the
+piece before it (`before`: model/linear_parallel.piece_halos).
 
     causal_conv(x [B, S, C], w [K, C], segment_ids, before) -> act(conv) [B, S, C] float32
-    halo(x, seg, K - 1)   inside a shard_map over 'seq': the previous device's last inputs
     last_inputs(...)      a prefill's last K - 1 inputs per row: a decoding cache's
 """
 
@@ -12,9 +11,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-
-import parallel
 
 F32 = jnp.float32
 
@@ -40,20 +36,6 @@ def causal_conv(x, w, segment_ids=None, before=None, activation=jax.nn.silu, bia
         same = (segs[:, j:j + s] == seg) & live[:, j:j + s]
         out = out + w[j].astype(F32) * jnp.where(same[..., None], xs[:, j:j + s], 0.0)
     return activation(out if bias is None else out + bias.astype(F32))
-
-
-def halo(x, seg, width: int):
-    """The previous 'seq' device's last `width` tokens of x [b, n, C] and their segment ids, and
-    whether they exist (not on the first device): the convolution's taps before the block."""
-    count = jax.lax.axis_size(parallel.SEQ)
-    pairs = [(i, i + 1) for i in range(count - 1)]
-    tail_x, tail_seg = x[:, x.shape[1] - width:], seg[:, seg.shape[1] - width:]
-    if tail_x.shape[1] < width:
-        raise ValueError(f"a device's block of {x.shape[1]} tokens is shorter than the "
-                         f"convolution's {width + 1} taps: use fewer 'seq' devices")
-    first = jax.lax.axis_index(parallel.SEQ) == 0
-    return (lax.ppermute(tail_x, parallel.SEQ, pairs), lax.ppermute(tail_seg, parallel.SEQ, pairs),
-            jnp.broadcast_to(~first, tail_seg.shape))
 
 
 def last_inputs(mixed, prompt, order, width: int):

@@ -86,13 +86,18 @@ def assert_over_devices(layer, cfg, w, one_device, layout: str, mesh_shape):
         assert close(got, want) < 1e-5, name
 
 
-@pytest.fixture(scope="module")
-def one_device():
+def on_one_device(layer, cfg, w):
+    """value_and_grads of layer(w, x, cfg, segment_ids=) on natural()'s rows, unsplit: what
+    assert_over_devices compares with."""
     x, dout, seg = natural()
-    cfg = layer_config("ring")
     return jax.jit(lambda w, x: value_and_grads(
         lambda w, x: layer(w, x, cfg, segment_ids=jnp.asarray(seg)), w, x, jnp.asarray(dout)))(
-            weights(), jnp.asarray(x))
+            w, jnp.asarray(x))
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    return on_one_device(layer, layer_config("ring"), weights())
 
 
 # each strategy: every layout, the meshes in turn, and ring ('state': no all-to-all, the halo
@@ -121,11 +126,7 @@ def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device,
 def test_the_layer_in_pieces_on_one_device_is_the_layer_whole(one_device):
     """model.linear_chunk on one device (pieces of 8 of 64 tokens, documents crossing them):
     outputs and every gradient within 1e-5 relative of the whole layer's."""
-    x, dout, seg = natural()
-    cfg = layer_config("ring", piece=8)
-    got = jax.jit(lambda w, x: value_and_grads(
-        lambda w, x: layer(w, x, cfg, segment_ids=jnp.asarray(seg)), w, x, jnp.asarray(dout)))(
-            weights(), jnp.asarray(x))
+    got = on_one_device(layer, layer_config("ring", piece=8), weights())
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(one_device)):
         assert np.abs(np.asarray(g) - w).max() < 1e-5 * np.abs(np.asarray(w)).max()
 

@@ -15,8 +15,7 @@ import parallel
 from model.config import MambaConfig, ModelConfig, MoEConfig
 from model.mamba import Weights, layer
 from model.ssd import ssd_rule
-from tests.test_linear_attention import (LAYOUTS, MESHES, assert_over_devices, natural,
-                                         value_and_grads)
+from tests.test_linear_attention import LAYOUTS, MESHES, assert_over_devices, on_one_device
 from tests.test_model import SIZES, attention, loss_and_grads
 
 # 8 groups of 2 heads: 'heads' splits the groups over 8 devices
@@ -71,11 +70,7 @@ def weights(seed=0) -> Weights:
 
 @pytest.fixture(scope="module")
 def one_device():
-    x, dout, seg = natural()
-    cfg = layer_config("ring")
-    return jax.jit(lambda w, x: value_and_grads(
-        lambda w, x: layer(w, x, cfg, segment_ids=jnp.asarray(seg)), w, x, jnp.asarray(dout)))(
-            weights(), jnp.asarray(x))
+    return on_one_device(layer, layer_config("ring"), weights())
 
 
 # 'state' on ring and striped a piece of 4 tokens at a time (model.linear_chunk)
