@@ -9,7 +9,8 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: install test test-cluster test-slow profile train train-passkey bench bench-train lock clean
+.PHONY: install test test-programs test-sweeps test-slow test-cluster test-check test-all profile \
+	train train-passkey bench bench-train lock clean
 
 install: $(STAMP)
 
@@ -20,18 +21,37 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -c 'import jax, parallel, model, data, training'
 	touch $(STAMP)
 
+# The tiers of the tests (tests/tiers.py says what each covers; README.md, how long each takes).
+# make test is the fast one: every package's unit and exactness tests and a few whole runs.
 test: install
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -m "not heavy and not cluster" tests
+	$(PY) tests/tiers.py run fast
+
+# Whole programs as users run them: train.py, sample.py and the scripts as subprocesses
+test-programs: install
+	$(PY) tests/tiers.py run programs
+
+# The exactness sweeps' cases beyond the representative ones make test keeps
+test-sweeps: install
+	$(PY) tests/tiers.py run sweeps
+
+# TPU compiles of whole configs at their real sizes (libtpu, no TPU needed)
+test-slow: install
+	$(PY) tests/tiers.py run heavy
 
 # The launcher against a real one-node SLURM cluster the tests start (as root; the packages are
-# installed with apt-get where missing): preemption, requeue, resume (about 3 minutes)
+# installed with apt-get where missing): preemption, requeue, resume
 test-cluster: install
 	$(PY) tests/slurm_cluster.py
-	$(PY) -m pytest -q -m cluster tests
+	$(PY) tests/tiers.py run cluster
 
-# The whole-config TPU compiles that do not fit make test's 15 minutes (about 2 minutes)
-test-slow: install
-	$(PY) -m pytest -q -m heavy tests
+# Fails on a test that no tier runs (a marker no tier knows, a tier's arguments narrowed)
+test-check: install
+	$(PY) tests/tiers.py check
+
+# Everything .ci/run runs: the check, then every tier, make test first
+test-all: install
+	$(MAKE) test-check
+	for target in $$($(PY) tests/tiers.py targets); do $(MAKE) $$target || exit 1; done
 
 train: install
 	$(PY) train.py --config configs/default.py --workdir runs/default

@@ -21,6 +21,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {FAST_COMPILE}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402  (must come after XLA_FLAGS)
+import pytest  # noqa: E402
 
 # Fresh for each pytest run and each worker (nothing outlives the run; two workers never write
 # one file); set before the first compile, which is when JAX opens the cache. This process and
@@ -39,16 +40,28 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 assert jax.device_count("cpu") == 8, f"expected 8 fake CPU devices, got {jax.devices('cpu')}"
 
 
-# make test runs the files on two workers (pytest-xdist, --dist loadfile), a file at a time, in
-# the order collected (--no-loadscope-reorder: xdist would otherwise put the files with the most
-# tests first). The files that take longest go first, so that the run does not end with one
-# worker busy on a long file and the other idle (longest-first scheduling; measured with
-# --durations). The TPU compiles stay in one file on one worker: libtpu lets one process at a
-# time hold it, so two workers compiling at once wait for each other. (A third worker on the
-# 2 cores was measured no faster: 14:57 against 15:38 with the suite a little smaller.)
-LONGEST_FIRST = ("test_tpu_compile.py", "test_bucket.py", "test_checkpoints.py", "test_train.py",
-                 "test_figures.py", "test_init_from.py", "test_faults.py", "test_sample.py",
-                 "test_model_memory.py", "test_parallel_decode.py", "test_stages.py")
+# Each tier runs its files on two workers (pytest-xdist, --dist loadfile: tests/tiers.py), a
+# file at a time, in the order collected (--no-loadscope-reorder: xdist would otherwise put the
+# files with the most tests first). The files that take longest in their tier go first, so that
+# a run does not end with one worker busy on a long file and the other idle (longest-first
+# scheduling; measured with --durations). A file's place counts only among the files of its
+# tier. (A third worker on the 2 cores was measured no faster: 14:57 against 15:38.)
+LONGEST_FIRST = (
+    # the programs tier
+    "test_bucket.py", "test_checkpoints.py", "test_train.py", "test_figures.py",
+    "test_init_from.py", "test_faults.py", "test_sample.py", "test_launch.py",
+    # the fast and sweeps tiers
+    "test_attention.py", "test_hf.py", "test_linear_attention.py", "test_moe.py",
+    "test_parallel_decode.py", "test_mla_parallel.py", "test_bad_input.py", "test_mamba.py",
+    "test_model.py", "test_attention_pallas.py", "test_model_memory.py")
+
+
+@pytest.fixture(scope="session")
+def token_cache(tmp_path_factory):
+    """One tokenizer and token cache (data.cache_dir) for the tiny train.py runs of every file a
+    worker runs: each run keys its token cache by its data settings, so a run with other ones
+    adds its own beside it."""
+    return str(tmp_path_factory.mktemp("token_cache"))
 
 
 def pytest_collection_modifyitems(session, config, items):

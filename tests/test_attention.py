@@ -9,6 +9,7 @@ import pytest
 
 import parallel
 from parallel.kernels import xla
+from tests.tiers import split
 from tests import dense_reference as ref
 
 SEQ_LEN = 64
@@ -120,8 +121,9 @@ CASES = [(layout, n, *mode, HEADS[c % 3], TILES[c % 4], (c // 4) % 2 == 1, OPTIO
          for c, (layout, n, mode) in enumerate(_PICKED)]
 
 
+# The fast tier: a case of every layout and option; the sweeps tier: the rest.
 @pytest.mark.parametrize("layout,num_shards,causal,segments,heads,tile,with_order,options",
-                         CASES)
+                         split(CASES, 0, 7))
 def test_matches_dense_reference(layout, num_shards, causal, segments, heads, tile, with_order,
                                  options):
     mesh = mesh_for(num_shards)
@@ -152,7 +154,7 @@ def test_reference_agrees_with_autodiff():
         assert ref.relative_error(got, want) < 1e-5
 
 
-@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("layout", split(parallel.LAYOUTS, fast=[0, 3]))
 def test_data_sharded_two_by_four(layout):
     mesh = mesh_for(4, data=2)
     q, k, v, dout, seg = make_inputs(11, 4, 4, 2, segments="packed")
@@ -168,7 +170,7 @@ def test_data_sharded_two_by_four(layout):
     assert y.sharding.is_equivalent_to(sharding, 4)
 
 
-@pytest.mark.parametrize("layout", ["striped", "balanced"])  # one static, one per-row order
+@pytest.mark.parametrize("layout", split(["striped", "balanced"], fast=[1]))  # static, per-row
 def test_bfloat16_error_does_not_grow_with_ring_size(layout):
     seq_len = 256
     q, k, v, dout, seg = make_inputs(3, 2, 4, 2, dim=16, seq_len=seq_len, segments="packed")
@@ -187,7 +189,7 @@ def test_bfloat16_error_does_not_grow_with_ring_size(layout):
     assert max(errors.values()) <= 1.5 * errors[1], errors
 
 
-@pytest.mark.parametrize("layout", parallel.LAYOUTS)
+@pytest.mark.parametrize("layout", split(parallel.LAYOUTS, fast=[0]))
 def test_mesh_with_explicit_axes(layout):
     """jax.make_mesh's default (Explicit axes) works too, with plain or sharded inputs."""
     mesh = jax.make_mesh((2, 4), ("data", "seq"))
@@ -214,8 +216,8 @@ GROUPINGS = [(16, 2, (1, 2)), (64, 4, (1, 8)), (128, 8, (2, 8)), (256, 2, (4, 8)
 
 
 @pytest.mark.parametrize("budget,piece,grouping,layout",
-                         [(*g, "striped") for g in GROUPINGS]
-                         + [(*g, "balanced") for g in GROUPINGS if g[2][0] > 4])
+                         split([(*g, "striped") for g in GROUPINGS]
+                               + [(*g, "balanced") for g in GROUPINGS if g[2][0] > 4], 3))
 def test_every_cut_of_heads_rows_and_masked_tiles_is_exact(monkeypatch, budget, piece, grouping,
                                                            layout):
     """The xla kernel takes heads in groups and queries in steps sized by SCORE_BUDGET, and

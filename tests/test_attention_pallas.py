@@ -11,6 +11,7 @@ from jax import export
 import parallel
 from parallel.kernels import pallas_gpu, pallas_tpu
 from parallel.spec import TileSpec
+from tests.tiers import split
 from tests.test_attention import (OPTIONS, assert_matches_reference, layout_order, make_inputs,
                                   mesh_for, run_kernel, take, with_options)
 
@@ -28,8 +29,9 @@ _LAID = [(layout, *case) for layout in parallel.LAYOUTS for case in CASES
 
 
 @pytest.mark.parametrize("kernel,layout,num_shards,causal,segments,heads,tile,options",
-                         [(kernel, *case, OPTIONS[(i + 3 * j) % len(OPTIONS)])
-                          for j, kernel in enumerate(PALLAS) for i, case in enumerate(_LAID)])
+                         split([(kernel, *case, OPTIONS[(i + 3 * j) % len(OPTIONS)])
+                                for j, kernel in enumerate(PALLAS) for i, case in enumerate(_LAID)],
+                               0, 7))  # each kernel and option
 def test_matches_dense_reference(kernel, layout, num_shards, causal, segments, heads, tile,
                                  options):
     q, k, v, dout, seg = make_inputs(11, 2, *heads, segments=segments)

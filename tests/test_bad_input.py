@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.tiers import split
 from tests.train_runs import ROOT, clean_env, completed_checkpoints, read_metrics, run_train
 
 
@@ -95,11 +96,11 @@ def test_memory_switches_that_cannot_work(field, value, message):
         validate_config(config, device_count=4, process_count=1)
 
 
-@pytest.mark.parametrize("make_source,fragments", [
+@pytest.mark.parametrize("make_source,fragments", split([
     (lambda d: str(d / "missing.txt"), ["data.source", "no such file or directory"]),
     (lambda d: str(_mkdir(d / "empty")), ["data.source", "empty"]),
     (lambda d: str(_write(d / "blob.bin", bytes(range(256)) * 64)), ["data.source"]),
-])
+], fast=[0], rest="programs"))
 def test_bad_data_source(tmp_path, make_source, fragments):
     source = make_source(tmp_path)
     result = run_train(tmp_path / "run", f"--config.data.source={source}")
@@ -107,6 +108,7 @@ def test_bad_data_source(tmp_path, make_source, fragments):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.programs
 def test_corpus_smaller_than_one_sequence(tmp_path, trained):
     corpus = _write(tmp_path / "small.txt", b"def f():\n    return 1\n")
     result = run_train(tmp_path / "run", f"--config.data.source={corpus}",
@@ -122,6 +124,7 @@ def test_tokenizer_missing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.programs
 def test_tokenizer_corrupt(tmp_path, cache):
     bad = _write(tmp_path / "bad.model", b"this is not a sentencepiece model" * 10)
     result = run_train(tmp_path / "run", f"--config.data.tokenizer_path={bad}",
@@ -129,6 +132,7 @@ def test_tokenizer_corrupt(tmp_path, cache):
     assert_user_error(result, str(bad))
 
 
+@pytest.mark.programs
 def test_tokenizer_vocabulary_not_matching_model(tmp_path, trained, cache):
     _, tokenizer = trained
     result = run_train(tmp_path / "run", f"--config.data.tokenizer_path={tokenizer}",
@@ -145,6 +149,7 @@ def test_tokenizer_vocabulary_not_matching_model(tmp_path, trained, cache):
     # a norm's weights of each query and key head: parameters the checkpoint does not have
     ("--config.model.qk_norm=True", ["model.qk_norm=False", "model.qk_norm=True"]),
 ])
+@pytest.mark.programs
 def test_incompatible_checkpoint_is_refused_and_kept(tmp_path, trained, cache, override,
                                                      fragments):
     workdir = tmp_path / "copy"
@@ -155,6 +160,7 @@ def test_incompatible_checkpoint_is_refused_and_kept(tmp_path, trained, cache, o
     assert snapshot(workdir) == before
 
 
+@pytest.mark.programs
 def test_corrupt_latest_checkpoint_falls_back_to_previous(tmp_path, trained, cache):
     workdir = tmp_path / "copy"
     shutil.copytree(trained[0], workdir)
@@ -180,6 +186,7 @@ def test_workdir_not_writable(tmp_path):
     assert_user_error(result, "not writable", "choose another --workdir")
 
 
+@pytest.mark.programs
 def test_workdir_that_cannot_be_created():
     """/proc passes a permission check as root, yet no directory can be made in it."""
     before = set(os.listdir("/proc"))
@@ -209,6 +216,7 @@ def test_sample_without_checkpoints(tmp_path):
     assert_user_error(result, "no checkpoints in", "train first")
 
 
+@pytest.mark.programs
 def test_sample_at_a_step_that_was_not_saved(trained):
     workdir, _ = trained
     result = _sample("--workdir", str(workdir), "--step", "7", "--prompt", "x")

@@ -41,6 +41,7 @@ def _wait_for_checkpoint(gcs, prefix, step, proc, timeout=300):
                          f"{proc.communicate(timeout=60)[1][-3000:] if proc.poll() else ''}")
 
 
+@pytest.mark.programs
 def test_bucket_run_killed_and_resumed_elsewhere_matches_a_local_run(gcs, tmp_path):
     """Killed inside its first save, then again once trained a while; refused to a second
     trainer; resumed on a "new machine"; the losses of a local run."""
@@ -124,6 +125,7 @@ def _bucket_metrics(gcs, prefix):
     return [json.loads(line) for line in gcs.read(f"{prefix}/metrics.jsonl").splitlines()]
 
 
+@pytest.mark.programs
 def test_a_stop_signal_to_both_processes_of_a_bucket_run_checkpoints_one_step(gcs, tmp_path):
     """Two processes on 127.0.0.1 (two hosts, each with its own local mirror); process 0 alone
     gets Ctrl-C (SIGINT), which it passes on as the SIGTERM that JAX's preemption service hears

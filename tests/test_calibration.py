@@ -41,6 +41,7 @@ def test_another_recipe_held_out_ulysses_and_ring():
         assert 0.8 <= rows[label]["ratio"] <= 1.25, (label, rows[label]["ratio"])
 
 
+@pytest.mark.sweeps
 def test_the_devices_constants_are_the_fits():
     points = calibration.measurements("llama3_8b_v5p")
     fitted = calibration.fit(points, DEVICES["tpu-v5p"])

@@ -23,8 +23,8 @@ WANDB_OFFLINE = dict(clean_env(), WANDB_MODE="offline")  # wandb writes its run 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return f"--config.data.cache_dir={tmp_path_factory.mktemp('cache')}"
+def cache(token_cache):
+    return f"--config.data.cache_dir={token_cache}"
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,7 @@ def load_state(workdir, step):
     return jax.tree.leaves(checkpointer.restore(path, restore_args=args))
 
 
+@pytest.mark.programs
 def test_resume_is_bitwise_identical_and_wandb_continues_its_run(tmp_path, cache,
                                                                   uninterrupted, stopped_at_6):
     tmp_path = copy_run(stopped_at_6, tmp_path)
@@ -82,6 +83,7 @@ def test_resume_is_bitwise_identical_and_wandb_continues_its_run(tmp_path, cache
     assert rows[-1]["progress/train_tokens"] == STEPS * 4 * 128
 
 
+@pytest.mark.programs
 def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted, stopped_at_6):
     """Stopped on data 2 x seq 2 (striped), resumed on data 2 x seq 1 (ring, 2 devices)."""
     tmp_path = copy_run(stopped_at_6, tmp_path)
@@ -97,6 +99,7 @@ def test_resume_on_another_mesh_and_layout(tmp_path, cache, uninterrupted, stopp
                                rtol=1e-4)
 
 
+@pytest.mark.programs
 def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path, cache,
                                                                       uninterrupted,
                                                                       stopped_at_6):
@@ -121,6 +124,7 @@ def test_a_checkpoint_from_before_the_layout_rename_resumes_and_samples(tmp_path
     assert got[8] == want[8]  # resumed bitwise from the old record
 
 
+@pytest.mark.programs
 def test_parameters_alone_restore_as_in_the_whole_state(uninterrupted):
     """restore_params (sample.py's) reads state['params'] only, equal to a whole restore's."""
     import parallel
@@ -149,6 +153,7 @@ def test_parameters_alone_restore_as_in_the_whole_state(uninterrupted):
         assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
 
 
+@pytest.mark.programs
 def test_ctrl_c_saves_the_current_step_and_the_same_command_resumes_as_if_uninterrupted(
         tmp_path, cache, uninterrupted):
     """Ctrl-C (SIGINT) stops as SIGTERM does: the step finishes, a checkpoint of it, exit 75, one
@@ -191,6 +196,7 @@ def test_a_second_ctrl_c_stops_at_once_without_saving():
     assert "Ctrl-C again stops at once" in first and "a second Ctrl-C: stopped at once" in second
 
 
+@pytest.mark.programs
 def test_sigkill_three_times_then_same_final_loss(tmp_path, cache, uninterrupted):
     """Kills land at varied moments, many while an asynchronous save is being written
     (a save every 2 steps); each restart must resume from the last completed checkpoint."""
@@ -225,6 +231,7 @@ def test_sigkill_three_times_then_same_final_loss(tmp_path, cache, uninterrupted
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.programs
 def test_nonfinite_loss_stops_without_touching_the_last_good_checkpoint(tmp_path, cache,
                                                                         uninterrupted):
     tmp_path = copy_run(uninterrupted, tmp_path)
@@ -240,6 +247,7 @@ def test_nonfinite_loss_stops_without_touching_the_last_good_checkpoint(tmp_path
     assert {p: os.stat(p).st_mtime_ns for p in _files(tmp_path / "checkpoints")} == files
 
 
+@pytest.mark.programs
 def test_nonfinite_batches_can_be_skipped(tmp_path, cache):
     result = run_train(tmp_path, cache, "--config.optim.learning_rate=1e30",
                        "--config.optim.skip_nonfinite=True", "--config.num_train_steps=6")

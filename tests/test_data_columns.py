@@ -120,6 +120,7 @@ def test_two_processes_build_their_halves_of_one_row():
         assert f"[{p}] ok: 32 of 64 columns" in result.stdout, result.stdout[-3000:]
 
 
+@pytest.mark.programs
 def test_one_row_over_two_processes_trains_as_in_one(tmp_path):
     """tiny.py, one row per step, mesh data 1 x seq 2: 2 processes of 1 device each (the row
     split between them) log the losses of 1 process with 2 devices."""

@@ -19,6 +19,7 @@ from data.document_lengths import document_lengths, packed_segment_ids, parse_le
 from parallel import cost
 from planner import flops, step_time
 from planner.attention import choice_from_config
+from tests.tiers import split
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -145,6 +146,7 @@ def test_planner_reports_document_efficiency_and_chooses(tmp_path):
     assert "documents: exp:256, 2 sample row(s)" in proc.stdout
 
 
+@pytest.mark.programs
 def test_planner_one_document_is_the_closed_form():
     """--documents one prints the same critical paths as no --documents (balanced = zigzag)."""
     lines = {}
@@ -159,12 +161,12 @@ def test_planner_one_document_is_the_closed_form():
     assert path["balanced"] == path["zigzag"]
 
 
-@pytest.mark.parametrize("args, message", [
+@pytest.mark.parametrize("args, message", split([
     (["--documents", "exp:x"], "error: document length spec 'exp:x': write exp:MEAN"),
     (["--documents", "exp:256", "--config.data.mask_documents=False"],
      "error: --documents=exp:256 needs data.mask_documents=True"),
     (["--documents", "exp:256", "--document_rows", "0"], "error: --document_rows=0"),
-])
+], fast=[0], rest="programs"))
 def test_planner_bad_documents_flags_are_one_line_errors(args, message):
     proc = plan_command(*args)
     assert proc.returncode == 2

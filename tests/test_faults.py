@@ -156,6 +156,7 @@ def own_cache_run(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.programs
 def test_a_moved_run_samples_and_resumes_and_its_stale_temp_files_go(own_cache_run, tmp_path):
     moved = tmp_path / "elsewhere"
     shutil.copytree(own_cache_run, moved)
@@ -192,6 +193,7 @@ def test_a_moved_run_samples_and_resumes_and_its_stale_temp_files_go(own_cache_r
                                          "--config.resume_accepts=data"]),
     ("--config.stop_at_step=4", ["stop_at_step=4 is not after step 6"]),
 ])
+@pytest.mark.programs
 def test_a_changed_run_is_refused_before_anything_is_written(own_cache_run, override,
                                                              fragments):
     before = _snapshot(own_cache_run)
@@ -216,6 +218,7 @@ def test_what_defines_a_run_is_compared_and_a_named_change_accepted():
         resume.check_same_run(accepting, "d", 6, meta, changed)
 
 
+@pytest.mark.programs
 def test_consecutive_skipped_steps_stop_a_diverged_run(tmp_path):
     result = run_train(tmp_path, "--config.optim.learning_rate=1e30",
                        "--config.optim.skip_nonfinite=True", "--config.optim.max_skipped_steps=3",
@@ -224,6 +227,7 @@ def test_consecutive_skipped_steps_stop_a_diverged_run(tmp_path):
     assert completed_checkpoints(tmp_path) == []
 
 
+@pytest.mark.programs
 def test_a_disk_the_checkpoints_fill_is_one_line_and_the_last_checkpoint_resumes(own_cache_run,
                                                                                    tmp_path):
     """A 6 MB disk filled by the run's own checkpoints (one every 2 steps, all kept): Orbax's save

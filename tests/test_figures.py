@@ -22,8 +22,8 @@ def _is_png(path):
         return f.read(8) == PNG and os.path.getsize(path) > 10_000
 
 
-@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:os.fork")  # the pinned children exec train.py at once
+@pytest.mark.programs
 def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     out = tmp_path / "bench.json"
     bench_train.main(["--config", "configs/tiny.py", "--seq-lens", "256", "--layouts", "ring",

@@ -79,6 +79,7 @@ def gemma3_reference(gemma3_dir) -> float:
     return single_device_loss(gemma3_dir)
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout", ["ring", "striped", "zigzag", "balanced"])
 def test_first_step_loss_is_the_loaded_models(layout, gemma3_dir, gemma3_reference, tmp_path):
     reference = gemma3_reference
@@ -87,6 +88,7 @@ def test_first_step_loss_is_the_loaded_models(layout, gemma3_dir, gemma3_referen
     assert abs(first - reference) < 1e-5 * abs(reference), (layout, first, reference)
 
 
+@pytest.mark.sweeps
 def test_gpt_oss_with_its_experts_over_the_sequence_devices(corpus, tmp_path):
     """GPT-OSS saved by transformers (4 experts with biases, clamped SwiGLU, sinks, q/k/v/o
     biases, alternating windows), its experts in MXFP4 as the published checkpoints keep them:
@@ -106,6 +108,7 @@ def test_gpt_oss_with_its_experts_over_the_sequence_devices(corpus, tmp_path):
     assert max(shares) == evaluated["moe/layer1/share_max"]
 
 
+@pytest.mark.sweeps
 def test_deepseek_v3_passing_latents_over_the_sequence_devices(corpus, tmp_path):
     """DeepSeek-V3 saved by transformers (latent attention with a query latent, YaRN with its
     mscale, interleaved RoPE; sigmoid group-limited routing with its correction bias, a shared
@@ -124,6 +127,7 @@ def test_deepseek_v3_passing_latents_over_the_sequence_devices(corpus, tmp_path)
 # Qwen3-Next's (Gated DeltaNet) hf.load is the same path: tests/test_hf.py, test_linear_attention
 @pytest.mark.parametrize("case,layout,strategy,mesh", [
     ("granite_hybrid_mamba2", "zigzag", "heads", (4, 2))])  # its 2 groups over 2 devices
+@pytest.mark.sweeps
 def test_hybrids_over_the_sequence_devices(corpus, tmp_path, case, layout, strategy, mesh):
     """Granite 4.0's hybrid (Mamba2 layers, a softmax layer, experts beside a shared MLP, its
     multipliers) saved by transformers, trained on a 4 x 2 mesh with documents, its Mamba2
@@ -142,6 +146,7 @@ def test_hybrids_over_the_sequence_devices(corpus, tmp_path, case, layout, strat
     assert next(r for r in rows if r["step"] == 1)["attention/linear_strategy"] == strategy
 
 
+@pytest.mark.programs
 def test_train_py_then_a_new_stage_from_the_run(model_dir, tmp_path):
     """train.py from the Hugging Face directory (its tokenizer, config.json's shapes and RoPE),
     then a second stage from that run at twice the length, another mesh and another RoPE base:

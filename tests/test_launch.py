@@ -43,9 +43,11 @@ def _calls(folder):
     return (folder / "calls.log").read_text().splitlines()
 
 
-def test_a_preempted_slice_is_created_again_and_the_run_resumes_exactly(gcloud, tmp_path):
+@pytest.mark.programs
+def test_a_preempted_slice_is_created_again_and_the_run_resumes_exactly(gcloud, tmp_path,
+                                                                       token_cache):
     folder, env = gcloud
-    cache = tmp_path / "cache"
+    cache = token_cache
     reference = run_train(tmp_path / "one", *RUN, f"--config.data.cache_dir={cache}")
     assert reference.returncode == 0, reference.stderr[-3000:]
     workdir = tmp_path / "run"  # (a bucket on a real slice; here the VM and this test share it)
@@ -68,6 +70,7 @@ def test_a_preempted_slice_is_created_again_and_the_run_resumes_exactly(gcloud, 
     assert not os.path.exists(folder / "vms" / "rs-t")  # deleted once finished
 
 
+@pytest.mark.programs
 def test_a_run_that_fails_by_itself_is_not_started_again_past_the_bound(gcloud, tmp_path):
     folder, env = gcloud
     result = launch("tpu", "--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"),
@@ -166,6 +169,7 @@ def test_slurm_print_shows_the_batch_script_and_submits_nothing(tmp_path):
     (("--time", "soon"), "--time 'soon' is not a SLURM time"),
     (("stray",), "unrecognized arguments: stray"),
 ])
+@pytest.mark.programs
 def test_slurm_bad_input_is_one_line_and_nothing_is_written_or_submitted(tmp_path, args,
                                                                           message):
     """sbatch is not on this PATH: a run that got past the checks would fail there, loudly."""

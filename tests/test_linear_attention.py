@@ -15,6 +15,7 @@ import parallel
 from model.config import LinearAttentionConfig, ModelConfig, MoEConfig
 from model.linear_attention import Weights, layer, recurrence
 from model.linear_parallel import numbers, pieces_in_place
+from tests.tiers import split
 from tests.test_attention import layout_order, take
 from tests.test_model import SIZES, assert_as_one_device, attention, loss_and_grads
 
@@ -103,11 +104,11 @@ def one_device():
 # each strategy: every layout, the meshes in turn, and ring ('state': no all-to-all, the halo
 # and states alone) on all; 'state' on zigzag, balanced and ring (1 x 8) a piece of 4 tokens at
 # a time (model.linear_chunk: two passes over the pieces, the state and halo carried)
-@pytest.mark.parametrize("strategy,layout,mesh_shape,piece", [
+@pytest.mark.parametrize("strategy,layout,mesh_shape,piece", split([  # fast: each layout, either strategy
     (strategy, layout, MESHES[(i + shift) % 3], 4 if strategy == "state" and i > 1 else 0)
     for strategy, shift in (("state", 0), ("heads", 1)) for i, layout in enumerate(LAYOUTS)]
     + [("state", "ring", MESHES[1], 0), ("state", "ring", MESHES[2], 4),
-       ("state", "zigzag", (1, 2), 8)])
+       ("state", "zigzag", (1, 2), 8)], fast=[0, 5, 2, 7]))
 def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, strategy,
                                                                       layout, mesh_shape, piece):
     """Outputs and the gradients of the input and of every weight within 1e-5 relative (the
@@ -144,6 +145,7 @@ def hybrid_one_device():
     return loss_and_grads("ring", 1, 1, **HYBRID)
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout,data,seq", [("zigzag", 2, 4), ("balanced", 1, 8)])
 def test_a_hybrid_model_is_the_one_device_model(hybrid_one_device, layout, data, seq):
     """Qwen3-Next's block kinds (two Gated DeltaNet layers, a gated softmax layer with q/k norms
@@ -153,6 +155,7 @@ def test_a_hybrid_model_is_the_one_device_model(hybrid_one_device, layout, data,
     assert_as_one_device(loss, grads, hybrid_one_device, tolerance=1e-5)
 
 
+@pytest.mark.sweeps
 def test_a_hybrid_scanned_a_period_at_a_time_with_its_layers_split_by_heads():
     """model.scan_layers on a hybrid: Gated DeltaNet and softmax blocks alternate (period 2),
     each position of the period stacked apart and one lax.scan step running a period; on 2 x 4
@@ -180,6 +183,7 @@ def qwen3_next():
     return (parallel.make_mesh(1, 1, devices=jax.devices()[:1]), *nnx.split(m, nnx.Param))
 
 
+@pytest.mark.sweeps
 def test_decoding_carries_the_state_and_the_convolution_inputs(qwen3_next):
     """The recurrent cache (model/kv_cache.LinearCache): a prompt of 7 tokens, then 3 and 2 more
     at once, each piece's logits equal to the training forward's at those positions; greedy
@@ -260,6 +264,7 @@ def test_linear_strategy_auto_takes_the_cheaper_and_heads_must_split_the_key_hea
         planner.resolve_run(config, (1, 4), "cpu", jax.devices()[0].device_kind)
 
 
+@pytest.mark.sweeps
 def test_heads_at_full_optimisation_with_one_row_a_device():
     """The tests compile unoptimised (tests/conftest.py); XLA:CPU's optimised compile once got
     the 'heads' strategy's reordering wrong where a device holds one row (outputs 150% off): in

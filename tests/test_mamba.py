@@ -15,6 +15,7 @@ import parallel
 from model.config import MambaConfig, ModelConfig, MoEConfig
 from model.mamba import Weights, layer
 from model.ssd import ssd_rule
+from tests.tiers import split
 from tests.test_linear_attention import LAYOUTS, MESHES, assert_over_devices, on_one_device
 from tests.test_model import SIZES, attention, loss_and_grads
 
@@ -74,10 +75,10 @@ def one_device():
 
 
 # 'state' on ring and striped a piece of 4 tokens at a time (model.linear_chunk)
-@pytest.mark.parametrize("strategy,layout,mesh_shape,piece", [
+@pytest.mark.parametrize("strategy,layout,mesh_shape,piece", split([  # fast: each layout, either strategy
     (strategy, layout, MESHES[(i + shift) % 3], 4 if strategy == "state" and i < 2 else 0)
     for strategy, shift in (("state", 2), ("heads", 0)) for i, layout in enumerate(LAYOUTS)]
-    + [("state", "zigzag", (1, 2), 0)])  # zigzag's 4 halves passing their states in place
+    + [("state", "zigzag", (1, 2), 0)], fast=[0, 5, 2, 7]))  # zigzag's 4 halves passing their states in place
 def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device, strategy,
                                                                       layout, mesh_shape, piece):
     """Outputs and the gradients of the input and of every weight (D, the convolution's bias
@@ -99,6 +100,7 @@ def granite_one_device():
     return loss_and_grads("ring", 1, 1, **GRANITE)
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout,data,seq,strategy", [("zigzag", 2, 4, "heads"),
                                                       ("balanced", 1, 8, "state")])
 def test_a_granite_hybrid_is_the_one_device_model(granite_one_device, layout, data, seq,
@@ -114,6 +116,7 @@ def test_a_granite_hybrid_is_the_one_device_model(granite_one_device, layout, da
     assert max(jax.tree.leaves(errors)) < 1e-5, errors
 
 
+@pytest.mark.sweeps
 def test_decoding_granite_carries_the_state_and_equals_the_full_forward():
     """transformers' Granite 4.0 hybrid fixture: a prompt of 7 tokens then 3 and 2 more, each
     piece's logits within 1e-5 of the training forward's; greedy decoding with the cache equals

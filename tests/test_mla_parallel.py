@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import parallel
+from tests.tiers import split
 from tests import dense_reference
 from model.config import MLAConfig, MoEConfig
 from tests.test_attention import layout_order, take
@@ -70,7 +71,8 @@ def expanded(q, c, k_rope, kv_b):
     return q, k, kv[..., NOPE:]
 
 
-@pytest.mark.parametrize("layout,strategy,degree,mesh_shape,exchange", CASES)
+# The fast tier: a case of every layout, strategy and exchange; the sweeps tier: the rest.
+@pytest.mark.parametrize("layout,strategy,degree,mesh_shape,exchange", split(CASES, 0, 1, 4))
 def test_latent_attention_is_exact_passing_latents_or_keys(reference, layout, strategy, degree,
                                                             mesh_shape, exchange):
     """Every layout x strategy x exchange, on one of the three meshes: output and the gradients
@@ -116,6 +118,7 @@ def one_device():
     return loss_and_grads("ring", 1, 1, **MLA_MODEL)
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout,data,seq,strategy,exchange,scan", [
     ("striped", 1, 4, "ring", "latent", False), ("zigzag", 2, 4, "allgather", "latent", True),
     ("balanced", 1, 8, "ring", "latent", False), ("ring", 1, 4, "ulysses", "latent", False),

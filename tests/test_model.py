@@ -94,6 +94,7 @@ def single_device_mixed():
     return loss_and_grads("ring", 1, 1, **MIXED)
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout,data,seq,overrides", [  # (every layout: test_init_from.py)
     ("zigzag", 1, 4, dict(scan_layers=True)), ("balanced", 2, 4, dict(loss_chunk=4))])
 def test_local_and_global_layers_with_every_option_as_one_device(single_device_mixed, layout,

@@ -27,6 +27,7 @@ def assert_same(got, want, rtol=1e-5):
         np.testing.assert_allclose(g, w, rtol=0, atol=rtol * np.abs(w).max())
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout,data,seq,overrides", [
     ("striped", 2, 2, dict(loss_chunk=4, remat=True, remat_policy="dots")),
     ("zigzag", 1, 4, dict(loss_chunk=2, mlp_chunk=4)),
@@ -67,6 +68,7 @@ def _unstacked(grads, num_layers):
 
 
 @pytest.mark.parametrize("overrides", [dict(remat=True, mlp_chunk=4, loss_chunk=4)])
+@pytest.mark.sweeps
 def test_scan_layers_matches_the_unrolled_blocks(overrides):
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
     plain, scanned = _models(mesh, attention=attention("zigzag"), **overrides)

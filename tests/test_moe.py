@@ -147,6 +147,7 @@ def single_device_ep():
     return loss_and_grads("ring", 1, 1, **EP)
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout,data,seq,experts,strategy", [
     # every layout on each mesh; experts in groups of 2 within the 4 or 8 sequence devices,
     # over the 2 data devices, and over whole axes (4, 8)
@@ -237,6 +238,7 @@ def test_planner_prices_the_all_to_alls_the_compiler_emits():
     assert sent == planner_time.expert_exchange_bytes(m, run) > 0
 
 
+@pytest.mark.sweeps
 def test_the_correction_bias_moves_the_busiest_expert_down_with_no_auxiliary_loss():
     """DeepSeek-V3's balancing outside the gradient: a model whose expert 0 is favoured (its
     correction bias +0.5, as a checkpoint may carry it), trained 12 steps by AdamW with the

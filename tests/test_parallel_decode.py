@@ -42,6 +42,7 @@ def single_device(prompts):
                        for p in prompts], "logits": logits}
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("layout,shards", [("ring", 1), ("striped", 2), ("ring", 4),
                                            ("striped", 4), ("zigzag", 4), ("balanced", 4)])
 def test_same_tokens_and_logits_whatever_the_layout_and_devices(layout, shards, prompts,
@@ -92,6 +93,7 @@ def _options(name):
             "granite": dict(GRANITE, linear_strategy="heads")}[name]
 
 
+@pytest.mark.sweeps
 @pytest.mark.parametrize("options,layout,new", [("mixed", "zigzag", 8), ("latent", "striped", 6),
                                                 ("hybrid", "balanced", 6),
                                                 ("granite", "zigzag", 4)])

@@ -284,6 +284,7 @@ def run_plan(*args, tmp_path):
     return proc.stdout, json.loads(out.read_text())
 
 
+@pytest.mark.programs
 def test_compiled_memory_of_tiny_is_close_to_the_analytic_total(tmp_path):
     """Found: analytic / compiled = 0.69 (XLA:CPU keeps more alive than the model counts)."""
     stdout, result = run_plan("--config", "configs/tiny.py", "--compile", "yes", "--device",
@@ -297,6 +298,7 @@ def test_compiled_memory_of_tiny_is_close_to_the_analytic_total(tmp_path):
     assert "Compiled train step" in stdout and "analytic (design) / compiled" in stdout
 
 
+@pytest.mark.programs
 def test_plan_compiles_and_reports_what_auto_resolved_to(tmp_path):
     """The defaults (layout, strategy and tile 'auto') are resolved as a run resolves them,
     before the compile, and the plan says to what."""
@@ -333,6 +335,7 @@ def test_state_as_built_is_what_create_train_state_makes():
         tiny_resolved(config).model, run)["parameters"])
 
 
+@pytest.mark.programs
 def test_large_config_skips_the_compile(tmp_path):
     stdout, result = run_plan("--config", "configs/paper_a100_256k.py", tmp_path=tmp_path)
     assert "skipped (too large to compile on this host" in stdout

@@ -6,11 +6,13 @@ import glob
 import re
 
 import jax
+import pytest
 
 from tests.train_runs import clean_env, read_metrics, run_train
 from training import profile
 
 
+@pytest.mark.programs
 def test_a_profiled_run_writes_a_trace_and_says_where_the_time_went(tmp_path):
     result = run_train(tmp_path, "--config.profile.start_step=3", "--config.profile.num_steps=2",
                        "--config.num_train_steps=6", "--config.eval_every_steps=100",

@@ -71,6 +71,7 @@ def test_top_k_and_temperature():
     assert int(decode.sample_token(logits, jax.random.key(0), 0.0, 0)[0]) == 0
 
 
+@pytest.mark.programs
 def test_model_trained_on_a_repeating_corpus_continues_it(tmp_path):
     line = "one two three four five six seven eight nine ten eleven twelve\n"
     corpus = tmp_path / "corpus.txt"

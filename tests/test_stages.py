@@ -33,6 +33,7 @@ def saved(workdir, step):
         checkpointer.close()
 
 
+@pytest.mark.programs
 def test_two_stages_with_a_resume_inside_the_second(tmp_path, capsys):
     workdir = tmp_path / "run"
     train_and_evaluate(staged_config(stop_at_step=2), str(workdir))  # stage 1's last step

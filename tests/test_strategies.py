@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import parallel
+from tests.tiers import split
 from tests.test_attention import (HEADS, MODES, OPTIONS, assert_matches_reference, layout_order,
                                   make_inputs, mesh_for, run_kernel, take, with_options)
 
@@ -39,7 +40,9 @@ CASES += [("usp", layout, (data, seq), u, MODES[c % 4], ulysses_heads(u, c),
           for c, (layout, (data, seq, u)) in enumerate(_picked(USP_MESHES))]
 
 
-@pytest.mark.parametrize("strategy,layout,mesh_shape,degree,mode,heads,options", CASES)
+# The fast tier: a case of every strategy and option; the sweeps tier: the rest.
+@pytest.mark.parametrize("strategy,layout,mesh_shape,degree,mode,heads,options",
+                         split(CASES, 0, 6))
 def test_matches_dense_reference(strategy, layout, mesh_shape, degree, mode, heads, options):
     data, num_shards = mesh_shape
     causal, segments = mode

@@ -17,8 +17,8 @@ from planner import topology
 from training.hlo_overlap import loop_overlaps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.slow
-# The two heaviest compiles (about 110 s of make test's 15 minutes): `make test-slow` runs them.
+# Each compile here takes from seconds to minutes: all but the checks that need no compile are
+# in the heavy tier (`make test-slow`).
 heavy = pytest.mark.heavy
 
 
@@ -68,6 +68,7 @@ def _cases():
 
 
 @pytest.mark.parametrize("layout,strategy,causal,segments,tile,head_dim,window", list(_cases()))
+@heavy
 def test_attention_compiles_for_v4(v4_8, layout, strategy, causal, segments, tile, head_dim,
                                    window):
     compiled = compile_attention(v4_8, layout, strategy, causal=causal, segments=segments,
@@ -86,6 +87,7 @@ def test_the_cases_cover_every_value_with_every_layout_and_strategy():
     assert any(c[6] for c in cases)
 
 
+@heavy
 def test_ring_transfers_overlap_the_kernel_forward_and_backward(v4_8):
     """In the scheduled program, each ring step's K/V transfer (and in the backward the dK/dV
     one) starts before the step's kernel call and completes after it, with and without
@@ -117,6 +119,7 @@ TINY_V4_8 = ["--config=configs/tiny.py", "--topology=v4-8", "--config.mesh.data=
              "--config.mesh.seq=4", "--config.seq_len=4096", "--config.data.eval_fraction=0.05"]
 
 
+@heavy
 def test_plan_compiles_tiny_for_a_v4_8_and_says_it_fits():
     result = plan(*TINY_V4_8)
     assert result.returncode == 0, result.stderr
@@ -127,6 +130,7 @@ def test_plan_compiles_tiny_for_a_v4_8_and_says_it_fits():
     assert ": FITS;" in out
 
 
+@heavy
 def test_plan_names_what_the_tpu_compiler_refused():
     # The whole stdlib corpus (max_bytes 0), so that validation lets 4,096 rows through.
     result = plan(*TINY_V4_8, "--config.global_batch_size=4096", "--config.data.max_bytes=0")
@@ -169,6 +173,7 @@ def test_the_7b_paper_config_compiles_and_fits_a_v4_32(tmp_path):
     assert compiled["host_total"] == pytest.approx(figures["host_offload_bytes"], rel=0.01)
 
 
+@heavy
 def test_plan_compiles_for_two_slices_with_the_ring_inside_each():
     """Multi-slice: 'data' spans the slices (the data-centre network), each 'seq' ring stays
     on one slice's links; a ring across slices is refused in one line."""

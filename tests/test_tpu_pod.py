@@ -317,7 +317,7 @@ def test_run_and_all_check_the_compile_for_the_slice_first():
         "create")
 
 
-@pytest.mark.slow
+@pytest.mark.programs
 def test_all_stops_before_creating_a_slice_the_step_does_not_fit(tmp_path):
     """The TPU compiler, here, refuses tiny.py with 4,096 rows per step on a v4-8: one line,
     exit 1, and gcloud is never called."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import parallel
+from tests.tiers import split
 from tests.train_runs import ROOT, clean_env, read_metrics, run_train
 
 METRIC_NAMES = ["train/loss", "throughput/tokens_per_sec", "throughput/tokens_per_sec_per_device",
@@ -26,28 +27,34 @@ KIND_FLAGS = {"memory": ["--config.parallel.layout=striped", *PINNED,
               "auto": ["--config.parallel.tile=auto"]}
 
 
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory):
-    """One tokenizer and token cache for every run in this module (each run reuses it)."""
-    return str(tmp_path_factory.mktemp("cache"))
+class Runs(dict):
+    """train.py's run of each kind, started the first time a test asks for it (the fast tier
+    asks for 'auto' alone, the programs tier for the rest)."""
 
+    def __init__(self, tmp_path_factory, cache):
+        super().__init__()
+        self.tmp_path_factory, self.cache = tmp_path_factory, cache
 
-@pytest.fixture(scope="module")
-def losses_by_kind(tmp_path_factory, shared_cache):
-    curves = {}
-    # ring against striped through train.py is tests/test_figures.py's bench_train case.
-    for kind in ("striped", "zigzag", "memory", "auto"):
-        workdir = tmp_path_factory.mktemp(kind)
+    def __missing__(self, kind):
+        workdir = self.tmp_path_factory.mktemp(kind)
         flags = KIND_FLAGS.get(kind, [f"--config.parallel.layout={kind}", *PINNED])
-        result = run_train(workdir, *flags,
-                           f"--config.data.cache_dir={shared_cache}")
+        result = run_train(workdir, *flags, f"--config.data.cache_dir={self.cache}")
         assert result.returncode == 0, result.stderr[-3000:]
-        curves[kind] = (read_metrics(workdir), result, workdir)
-    return curves
+        self[kind] = (read_metrics(workdir), result, workdir)
+        return self[kind]
+
+    def curve(self, kind):
+        return np.array([r["train/loss"] for r in self[kind][0]])
+
+
+@pytest.fixture(scope="module")
+def losses_by_kind(tmp_path_factory, token_cache):
+    # ring against striped through train.py is tests/test_figures.py's bench_train case.
+    return Runs(tmp_path_factory, token_cache)
 
 
 def test_tiny_run_writes_metrics_and_learns(losses_by_kind):
-    rows, result, _ = losses_by_kind["striped"]
+    rows, result, _ = losses_by_kind["auto"]  # the defaults, as a user's first run has them
     # Step 1 compiles: its loss is logged, its time is not (no throughput for it).
     assert [r["step"] for r in rows] == [1] + list(range(2, 21, 2))
     assert np.isfinite(rows[0]["train/loss"]) and "throughput/tokens_per_sec" not in rows[0]
@@ -64,19 +71,19 @@ def test_tiny_run_writes_metrics_and_learns(losses_by_kind):
     assert "tokens/s" in result.stdout
 
 
+@pytest.mark.programs
 def test_zigzag_trains_the_same_loss_curve_as_striped(losses_by_kind):
-    curves = {kind: np.array([r["train/loss"] for r in rows])
-              for kind, (rows, *_) in losses_by_kind.items()}
-    np.testing.assert_allclose(curves["zigzag"], curves["striped"], rtol=2e-4)
+    np.testing.assert_allclose(losses_by_kind.curve("zigzag"), losses_by_kind.curve("striped"),
+                               rtol=2e-4)
 
 
+@pytest.mark.programs
 def test_chunked_loss_tiled_mlp_and_scanned_layers_train_as_the_plain_model(losses_by_kind):
     """Same weights at the start (scan_layers stacks the blocks the unrolled model draws), the
     same gradients within float32 rounding, so the same curve."""
-    curves = {kind: np.array([r["train/loss"] for r in rows])
-              for kind, (rows, *_) in losses_by_kind.items()}
-    print("largest |memory - striped| loss:", np.abs(curves["memory"] - curves["striped"]).max())
-    np.testing.assert_allclose(curves["memory"], curves["striped"], rtol=1e-5)
+    memory, striped = losses_by_kind.curve("memory"), losses_by_kind.curve("striped")
+    print("largest |memory - striped| loss:", np.abs(memory - striped).max())
+    np.testing.assert_allclose(memory, striped, rtol=1e-5)
 
 
 def test_bad_config_is_one_line_error(tmp_path):
@@ -149,10 +156,10 @@ def test_a_config_file_mistake_is_one_line(text, argv, message, tmp_path, capsys
     assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
 
 
-@pytest.mark.parametrize("command", [  # train.py and bench_window.py parse as plan.py does
+@pytest.mark.parametrize("command", split([  # train.py and bench_window.py parse as plan.py does
     ["scripts/plan.py"], ["scripts/bench_train.py"], ["scripts/bench_bound.py"],
     ["scripts/bench_extension.py", "--workdir", "/tmp/never", "--out", "/tmp/never/x.png",
-     "--json", "/tmp/never/x.json"]])
+     "--json", "/tmp/never/x.json"]], fast=[0], rest="programs"))
 def test_a_missing_config_file_is_one_line_in_every_entry_point(command):
     result = subprocess.run([sys.executable, *command, "--config", "configs/nope.py"],
                             cwd=ROOT, env=clean_env(), capture_output=True, text=True,
@@ -163,6 +170,7 @@ def test_a_missing_config_file_is_one_line_in_every_entry_point(command):
     assert not os.path.exists("/tmp/never")
 
 
+@pytest.mark.programs
 def test_the_old_layout_and_tile_fields_name_the_new_ones(tmp_path):
     """parallel.attention became parallel.layout, model.tile_q/tile_k parallel.tile: on the
     command line and in a config file."""
@@ -211,7 +219,8 @@ def test_auto_is_recorded_as_what_it_resolved_to(losses_by_kind):
     assert {k: first[f"memory/{k}"] for k in off} == off
 
 
-def test_auto_written_out_by_hand_gives_the_same_run(tmp_path, shared_cache, losses_by_kind):
+@pytest.mark.programs
+def test_auto_written_out_by_hand_gives_the_same_run(tmp_path, token_cache, losses_by_kind):
     """Everything 'auto' resolved to (layout, strategy and degree, tile, memory switches)
     written out by hand, and the grain loader: the same losses as the defaults' run."""
     rows = losses_by_kind["auto"][0]
@@ -223,14 +232,15 @@ def test_auto_written_out_by_hand_gives_the_same_run(tmp_path, shared_cache, los
     by_hand += [f"--config.model.{k}={first[f'memory/{k}']}" for k in (
         "remat", "remat_policy", "scan_layers", "loss_chunk", "mlp_chunk", "linear_chunk")]
     result = run_train(tmp_path, "--config.data.loader=grain", *by_hand,
-                       f"--config.data.cache_dir={shared_cache}")
+                       f"--config.data.cache_dir={token_cache}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ringstripe: auto" not in result.stdout  # nothing left to the planner
     got = [r["train/loss"] for r in read_metrics(tmp_path)]
     assert got == [r["train/loss"] for r in rows]
 
 
-def test_train_and_evaluate_is_importable_and_runs_in_process(tmp_path, shared_cache):
+@pytest.mark.programs
+def test_train_and_evaluate_is_importable_and_runs_in_process(tmp_path, token_cache):
     """`from train import train_and_evaluate`, as in Flax's examples (in a fresh interpreter:
     train.py defines absl flags, which other modules imported by the tests define too)."""
     script = f"""
@@ -240,7 +250,7 @@ from train import train_and_evaluate
 from configs import tiny
 config = tiny.get_config()
 config.num_train_steps, config.eval_every_steps = 4, 4
-config.data.cache_dir = {shared_cache!r}
+config.data.cache_dir = {token_cache!r}
 last = train_and_evaluate(config, {str(tmp_path)!r})
 print("LOSS", last["train/loss"], last["eval/loss"])
 """
