@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 from typing import Iterable
 
+import storage
 from data.errors import DataError
 
 
@@ -54,19 +56,18 @@ class HFTokenizer:
 
 def _read_json(path: str) -> dict:
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.loads(storage.read_text(path))  # a local file, or a bucket's
     except (OSError, json.JSONDecodeError):
         return {}
 
 
 def _eos_id(path: str, tok) -> int:
-    folder = os.path.dirname(path)
-    eos = _read_json(os.path.join(folder, "config.json")).get("eos_token_id")
+    folder = posixpath.dirname(path) if storage.is_remote(path) else os.path.dirname(path)
+    eos = _read_json(storage.join(folder, "config.json")).get("eos_token_id")
     if isinstance(eos, list):
         eos = eos[0] if eos else None
     if eos is None:
-        token = _read_json(os.path.join(folder, "tokenizer_config.json")).get("eos_token")
+        token = _read_json(storage.join(folder, "tokenizer_config.json")).get("eos_token")
         if isinstance(token, dict):  # older files: {"content": "</s>", ...}
             token = token.get("content")
         eos = tok.token_to_id(token) if token else None

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 
 import sentencepiece as spm
 
+import storage
 from data.errors import DataError
 from data.hf_tokenizer import HFTokenizer
 from data.progress import Ticker
@@ -67,12 +68,11 @@ def load_tokenizer(path: str) -> Tokenizer:
     """Loads a sentencepiece .model file, or a Hugging Face tokenizer.json (data/hf_tokenizer.py).
     DataError if it is missing, corrupt or has no EOS."""
     try:
-        with open(path, "rb") as f:
-            model_bytes = f.read()
+        model_bytes = storage.path(path).read_bytes()  # a local file, or a bucket's (gs://)
     except OSError as e:
-        raise DataError(f"data.tokenizer_path: cannot read {path!r} ({e.strerror}): point it at a "
-                        f"sentencepiece .model or a tokenizer.json file, or leave it empty to "
-                        f"train one") from e
+        raise DataError(f"data.tokenizer_path: cannot read {path!r} ({e.strerror or e}): point "
+                        f"it at a sentencepiece .model or a tokenizer.json file, or leave it "
+                        f"empty to train one") from e
     if path.endswith(".json"):
         return HFTokenizer(path, model_bytes)
     try:

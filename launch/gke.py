@@ -15,6 +15,10 @@ The preemption rule: a pod whose node is taken back (condition DisruptionTarget)
 train.py exits 75 after saving fails its Job by the pod failure policy, and the JobSet restarts
 every Job without counting it (RestartJobSetAndIgnoreMaxRestarts); any other failure counts
 against failurePolicy.maxRestarts. A restarted run resumes from the bucket's checkpoint.
+
+wandb: the launching shell's WANDB_MODE, WANDB_PROJECT and WANDB_ENTITY go into the pods'
+environment; WANDB_API_KEY from a secret (`kubectl create secret generic wandb
+--from-literal=WANDB_API_KEY=...`, then --wandb-secret wandb), never from the manifest.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import re
 
 from launch.preflight import PREEMPTED_EXIT_CODE, LaunchError, TrainRun
+from launch.run_env import public
 from launch.tpu import vms_of
 from launch.tpu_inputs import _topology_module, check_accelerator_type
 
@@ -46,6 +51,8 @@ class GkeJob:
     repo: str = "/ringstripe"
     python: str = "python"
     namespace: str = "default"
+    env: dict = dataclasses.field(default_factory=dict)  # launch.run_env.forwarded()
+    wandb_secret: str | None = None  # the Kubernetes secret whose WANDB_API_KEY the pods get
 
     def __post_init__(self):
         if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", self.name):
@@ -55,6 +62,10 @@ class GkeJob:
         if not self.run.workdir.startswith("gs://"):
             raise LaunchError(f"--workdir {self.run.workdir} is not a bucket: a pod's disk goes "
                               f"with it at a restart; give gs://BUCKET/PATH")
+        if self.wandb_secret is not None and not re.fullmatch(
+                r"[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?", self.wandb_secret):
+            raise LaunchError(f"--wandb-secret {self.wandb_secret!r} is not a Kubernetes secret "
+                              f"name: lowercase letters, digits, '-' and '.', e.g. wandb")
         if self.num_slices < 1 or self.max_restarts < 0:
             raise LaunchError("--num-slices must be at least 1 and --max-restarts at least 0")
 
@@ -73,6 +84,12 @@ class GkeJob:
 
 def _env(job: GkeJob) -> list[dict]:
     env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    # wandb's settings from the launching shell; its API key never in the manifest (kubectl
+    # and --print show it, the cluster keeps it): from the secret, where one is named
+    env += [{"name": k, "value": v} for k, v in public(job.env).items()]
+    if job.wandb_secret:
+        env.append({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {
+            "name": job.wandb_secret, "key": "WANDB_API_KEY"}}})
     if job.num_slices > 1:
         env += [{"name": "MEGASCALE_COORDINATOR_ADDRESS",
                  "value": f"{job.name}-slice-0-0.{job.name}:{COORDINATOR_PORT}"},

@@ -102,11 +102,13 @@ def check_command(run: TrainRun, compile: str = "no", device: str | None = None,
     return [*cmd, *run.overrides]
 
 
-def run_check(cmd: list[str], what: str, dry_run: bool) -> None:
+def run_check(cmd: list[str], what: str, dry_run: bool, stream=None) -> None:
     """Runs the check (printed as `+ COMMAND`, like every command the launcher runs) and prints
-    its verdict lines; LaunchError for a config mistake (plan.py's exit 2), CommandFailed where
-    the run does not compile or fit (exit 1), with plan.py's own line."""
-    print(f"+ {shlex.join(cmd)}", flush=True)
+    its verdict lines (on `stream`, default stdout); LaunchError for a config mistake (plan.py's
+    exit 2), CommandFailed where the run does not compile or fit (exit 1), with plan.py's own
+    line."""
+    stream = stream or sys.stdout
+    print(f"+ {shlex.join(cmd)}", file=stream, flush=True)
     if dry_run:
         return
     try:
@@ -116,7 +118,7 @@ def run_check(cmd: list[str], what: str, dry_run: bool) -> None:
     verdicts = [ln for ln in result.stdout.splitlines()
                 if ln.startswith(("TPU compiler", "check:"))]
     if verdicts:
-        print("\n".join(verdicts), flush=True)
+        print("\n".join(verdicts), file=stream, flush=True)
     if result.returncode:
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
         reason = errors[-1][len("error: "):] if errors else (

@@ -16,6 +16,9 @@ grace time counts as COMPLETED and is never requeued, so the exit code is what c
 difference. The requeued job starts again with SLURM_RESTART_COUNT=1, 2, ... and train.py
 resumes from the checkpoint. Any other exit code is a failure: not requeued.
 
+wandb: WANDB_MODE, WANDB_PROJECT and WANDB_ENTITY, where the launching shell sets them, are
+exported by the script; WANDB_API_KEY reaches the job through sbatch's environment only.
+
 GPUs: with --gpus-per-task G, SLURM gives each task its G GPUs (CUDA_VISIBLE_DEVICES), and the
 script sets JAX_LOCAL_DEVICE_IDS=0..G-1 so that JAX takes all of them, not only the one its
 SLURM_LOCALID would pick.
@@ -30,6 +33,7 @@ import shlex
 import subprocess
 
 from launch.preflight import PREEMPTED_EXIT_CODE, REPO, CommandFailed, LaunchError, TrainRun
+from launch.run_env import public
 from storage.run_dir import RunDir
 
 # SLURM's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
@@ -69,6 +73,7 @@ class SlurmJob:
     log_dir: str | None = None  # default: WORKDIR/launch
     python: str = ""  # the interpreter on the nodes (a shared filesystem's)
     sbatch_args: tuple[str, ...] = ()  # more #SBATCH lines: --account=..., --qos=...
+    env: dict = dataclasses.field(default_factory=dict)  # launch.run_env.forwarded()
 
     def __post_init__(self):
         for name in ("nodes", "tasks_per_node"):
@@ -126,6 +131,11 @@ def batch_script(job: SlurmJob) -> str:
              *(f"#SBATCH {shlex.quote(a)}" for a in sbatch),
              "set -u",
              "export PYTHONUNBUFFERED=1"]
+    # wandb's settings from the launching shell, so a resubmitted script keeps them; the API
+    # key stays out of the file: the job has it from sbatch's environment (SLURM exports it)
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in public(job.env).items()]
+    if len(public(job.env)) < len(job.env):
+        lines.append("# WANDB_API_KEY: from the environment sbatch ran in (not written here)")
     if job.gpus_per_task:
         ids = ",".join(str(i) for i in range(job.gpus_per_task))
         lines.append(f"export JAX_LOCAL_DEVICE_IDS={ids}  # every GPU SLURM gave the task")

@@ -27,6 +27,7 @@ import subprocess
 import time
 
 from launch.preflight import PREEMPTED_EXIT_CODE, CommandFailed, LaunchError, TrainRun
+from launch.run_env import forwarded, hide_secrets
 from launch.tpu_inputs import _topology_module, check_accelerator_type, check_name
 from launch.tpu_worker import (EXIT_FILE, REMOTE_TARBALL, bootstrap_script, local_tarball,
                                logs_script, run_script, tar_command)
@@ -113,7 +114,7 @@ class Gcloud:
         self.dry_run = dry_run
 
     def run(self, cmd: list[str], capture: bool = False) -> str:
-        print(f"+ {shlex.join(cmd)}", flush=True)
+        print(f"+ {hide_secrets(shlex.join(cmd))}", flush=True)
         if self.dry_run:
             return ""
         try:
@@ -122,8 +123,8 @@ class Gcloud:
             raise CommandFailed(f"`{cmd[0]}` could not start: {e}") from None
         if done.returncode:
             detail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
-            raise CommandFailed(f"`{shlex.join(cmd)}` exited with code {done.returncode}"
-                                + (f": {detail[0]}" if detail else ""))
+            raise CommandFailed(f"`{hide_secrets(shlex.join(cmd))}` exited with code "
+                                f"{done.returncode}" + (f": {detail[0]}" if detail else ""))
         return done.stdout or ""
 
 
@@ -180,7 +181,7 @@ class Watcher:
 
     def _start(self) -> None:
         script = run_script(self.run.config, self.run.workdir, list(self.run.overrides),
-                            distributed=self.slice_.multi_host)
+                            distributed=self.slice_.multi_host, env=forwarded())
         for node in self.slice_.nodes:
             self.gcloud.run(self.slice_.ssh(node, "all", script))
 

@@ -7,8 +7,9 @@ number of times:
                                the working tree, tarred here to be copied to every worker
     bootstrap_script(python)   unpack the code, make the venv if missing, install if
                                pyproject.toml or constraints.txt changed
-    run_script(config, workdir, overrides)
-                               start train.py under nohup unless one is running
+    run_script(config, workdir, overrides, env)
+                               start train.py under nohup unless one is running, with the
+                               launching shell's wandb variables
     logs_script()              follow ~/train.log until the trainer exits
 
 Nothing is mounted: a --workdir gs://BUCKET/PATH reaches train.py as it is, and train.py writes
@@ -32,6 +33,9 @@ REMOTE_TARBALL = "ringstripe.tar.gz"  # scp'd into $HOME, relative paths land th
 PID_FILE = "$HOME/train.pid"
 LOG_FILE = "$HOME/train.log"
 EXIT_FILE = "$HOME/train.exit"  # train.py's exit code, once it has ended
+# The forwarded variables (launch.run_env: wandb's, its API key among them), read by the trainer
+# at its start: in a file only this user reads, so the key is on no long-lived command line.
+ENV_FILE = "$HOME/train.env"
 
 
 def local_tarball(name: str) -> str:
@@ -77,17 +81,19 @@ def bootstrap_script(python: str) -> str:
         'if [ "$(cat "$STAMP" 2>/dev/null)" = "$H" ]; then '
         'echo "$W: pyproject.toml and constraints.txt unchanged since the last install, nothing '
         'to install"; else '
-        # One resolver run for both, so jax[tpu] cannot move jax past what pyproject.toml allows
-        # behind the back of an earlier install; -c: the versions make test passed with (jax[tpu]
-        # then brings the libtpu of that jax). -e: later code copies need no reinstall.
-        'echo "$W: installing ringstripe and jax[tpu]"; cd "$R"; '
+        # One resolver run for the project and its tpu extra (jax[tpu]), so that cannot move jax
+        # past what pyproject.toml allows behind the back of an earlier install; -c: the versions
+        # make test passed with (jax[tpu] then brings the libtpu of that jax). -e: later code
+        # copies need no reinstall.
+        'echo "$W: installing ringstripe with its tpu extra"; cd "$R"; '
         '"$V/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt '
-        '-e . "jax[tpu]"; echo "$H" > "$STAMP"; fi',
+        '-e ".[tpu]"; echo "$H" > "$STAMP"; fi',
     ]
     return "; ".join(lines)
 
 
-def run_script(config: str, workdir: str, overrides: list[str], distributed: bool = True) -> str:
+def run_script(config: str, workdir: str, overrides: list[str], distributed: bool = True,
+               env: dict | None = None) -> str:
     """Starts train.py in the background so it outlives the ssh session (nohup, stdin from
     /dev/null so ssh need not wait), unless a trainer from an earlier `run` is still alive.
 
@@ -98,10 +104,18 @@ def run_script(config: str, workdir: str, overrides: list[str], distributed: boo
 
     When train.py ends, its exit code goes to ~/train.exit (what `launch.py tpu` watches: 0
     finished, 75 stopped on a notice, else failed). distributed: jax.distributed.initialize()
-    from the TPU's environment, for slices of more than one host."""
+    from the TPU's environment, for slices of more than one host. env: variables train.py
+    gets (launch.run_env.forwarded()), through ENV_FILE."""
     train = [".venv/bin/python", "train.py", "--config", config, "--workdir", workdir,
              *(["--distributed"] if distributed else []), *overrides]
     wrapped = f'{shlex.join(train)}; echo $? > "{EXIT_FILE}"'
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in (env or {}).items()]
+    if exports:
+        wrapped = f'. "{ENV_FILE}"; {wrapped}'
+    # written afresh each start (none: removed), so an earlier launch's key does not linger;
+    # one printf argument a line, so that the script stays one line
+    write_env = (f'(umask 077; printf "%s\\n" {shlex.join(exports)} > "{ENV_FILE}")'
+                 if exports else f'rm -f "{ENV_FILE}"')
 
     return "; ".join([
         "set -euo pipefail",
@@ -112,6 +126,7 @@ def run_script(config: str, workdir: str, overrides: list[str], distributed: boo
         'stop it with kill $P on every worker, or delete the TPU" >&2; exit 1; fi',
         # `&` ends a statement itself (`&;` is a syntax error), so the pid is saved after it.
         f'rm -f "{EXIT_FILE}"',
+        write_env,
         f'nohup bash -c {shlex.quote(wrapped)} > "{LOG_FILE}" 2>&1 < /dev/null & '
         f'echo $! > "{PID_FILE}"',
         'echo "$(hostname): started train.py (pid $!), log in ~/train.log"',

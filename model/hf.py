@@ -1,7 +1,6 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS, Gemma 2, Gemma 3 (text), DeepSeek-V3 (Kimi K2,
-Moonlight), DeepSeek-V2, GLM-4.5, Qwen2-MoE and Qwen3-Next families
-(model/hf_families.py).
+families of model/hf_families.py (FAMILIES: Llama, Qwen2/2.5, Qwen3, Gemma, Mixtral, GPT-OSS,
+DeepSeek, GLM-4.5, Qwen3-Next, Granite 4.0 hybrids and more).
 
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up
@@ -44,7 +43,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 
 import parallel
-
+import storage
 from model.config import FULL, SLIDING, ModelConfig
 from model.hf_families import FAMILIES, Family, FamilyError, family_of
 from model.hf_tensors import Stored, stored
@@ -68,15 +67,14 @@ class HFError(ValueError):
 def read_config(path: str) -> tuple[dict, str]:
     """(ModelConfig fields, the stored dtype) from PATH/config.json, in either layout of the RoPE
     settings (transformers 5's `rope_parameters`, or 4's `rope_theta` + `rope_scaling`)."""
-    file = os.path.join(path, "config.json")
-    if not os.path.isdir(path):
+    file = storage.join(path, "config.json")
+    if not storage.is_remote(path) and not os.path.isdir(path):
         raise HFError(f"{path!r} is not a directory: point at a Hugging Face model directory "
                       f"(config.json and *.safetensors)")
     try:
-        with open(file) as f:
-            c = json.load(f)
+        c = json.loads(storage.read_text(file))
     except OSError as e:
-        raise HFError(f"cannot read {file} ({e.strerror}): a Hugging Face model directory "
+        raise HFError(f"cannot read {file} ({e.strerror or e}): a Hugging Face model directory "
                       f"has config.json beside its *.safetensors") from None
     except json.JSONDecodeError as e:
         raise HFError(f"{file} is not valid JSON ({e.msg}, line {e.lineno})") from None
@@ -164,10 +162,12 @@ def config_json(cfg: ModelConfig, dtype: str, max_position_embeddings: int = 0,
            "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
            "rms_norm_eps": cfg.norm_eps, "tie_word_embeddings": cfg.tie_embeddings,
            "dtype": dtype, **family.write(cfg)}
-    if family.rope_per_layer_type:
+    if family.rope_per_layer_type:  # transformers 4: the full layers' rule, the local base
         local = cfg.rope_local_theta or cfg.rope_theta
         out["rope_parameters"] = {FULL: {**scaling, "rope_theta": cfg.rope_theta},
                                   SLIDING: {"rope_type": "default", "rope_theta": local}}
+        out.update({"rope_theta": cfg.rope_theta, "rope_local_base_freq": local,
+                    "rope_scaling": None if scaling["rope_type"] == "default" else scaling})
     else:
         out.update({"rope_parameters": {**scaling, "rope_theta": cfg.rope_theta},
                     "rope_theta": cfg.rope_theta,
@@ -398,7 +398,13 @@ def save(m: Transformer, path: str, *, dtype: str | None = None,
     length it was trained for and its tokenizer's end-of-sequence id go into config.json when
     given. The files are
     written into PATH.tmp and PATH replaced only once they are complete; with several
-    processes, process 0 writes. Returns the files written."""
+    processes, process 0 writes. Returns the files written.
+
+    transformers 4.57 and 5.x both load what it writes, with the same logits (config.json holds
+    both versions' RoPE keys, Granite's layer names are the published ones), except where 4.57's
+    own model computes otherwise: GPT-OSS's SwiGLU limit is fixed at 7.0 there, whatever
+    config.json says, and its Mamba2 layers with more than one group differ from 5.x's (the
+    published GPT-OSS and Granite 4.0 files have 7.0 and one group)."""
     cfg = m.cfg
     dtype = dtype or cfg.param_dtype
     if dtype not in _DTYPES:

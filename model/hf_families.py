@@ -1,12 +1,12 @@
-"""The Hugging Face model families model.hf reads and writes: Llama, Mistral, Qwen3, Qwen3-MoE,
-Mixtral, GPT-OSS, Gemma 2, Gemma 3 (text), DeepSeek-V3, DeepSeek-V2, GLM-4.5, Qwen2-MoE and
-Qwen3-Next. A family is how one `model_type`'s config.json
+"""The Hugging Face model families model.hf reads and writes (FAMILIES, in the table below). A
+family is how one `model_type`'s config.json
 maps onto ModelConfig and back, and how its layers' tensors are named; one `Family` each, and
 one line in FAMILIES.
 
     family        attention per layer                  besides Llama's block
     llama         full                                 -
     mistral       every layer a sliding window         -
+    qwen2         full, or sliding from a layer on     q/k/v biases (Qwen2, Qwen2.5 dense)
     qwen3         full, or sliding from a layer on     RMSNorm of q and k heads
     qwen3_moe     full                                 Qwen3's, and experts (mlp_only_layers
                                                        dense; top-k weights renormalised or not)
@@ -46,7 +46,8 @@ from model.config import (FULL, FUNCTION, LINEAR, MAMBA, SHAPE, SLIDING, LinearA
 from model.hf_hybrid import granite_hybrid, granite_hybrid_json, qwen3_next, qwen3_next_json
 from model.hf_tensors import (DEEPSEEK_MOE, GEMMA_NORMS, GLM4_MOE_LAYER, GPT_OSS_LAYER,
                               GRANITE_HYBRID_LAYER, LLAMA_LAYER, MIXTRAL_LAYER, MLA_LAYER,
-                              QK_NORMS, QWEN2_MOE_LAYER, QWEN3_MOE_LAYER, QWEN3_NEXT_LAYER)
+                              QK_NORMS, QKV_BIASES, QWEN2_MOE_LAYER, QWEN3_MOE_LAYER,
+                              QWEN3_NEXT_LAYER)
 from model.hf_rules import (FamilyError, experts_of, layer_types_of, qwen2_experts,
                             qwen2_experts_json, refuse, rotary_of, sliding_window_of)
 from model.moe import GPT_OSS_ALPHA
@@ -66,13 +67,25 @@ def _mistral(c):
                 sliding_window=window)
 
 
+def _qwen_layers(c) -> dict:
+    """Qwen's sliding layers: none without use_sliding_window (transformers then ignores the
+    window); where config.json has no layer_types (the hub's Qwen2.5 files), sliding from layer
+    max_window_layers on."""
+    window = sliding_window_of(c) if c.get("use_sliding_window") else 0
+    first = c.get("max_window_layers", c["num_hidden_layers"])
+    types = layer_types_of(c, lambda i: SLIDING if i >= first else FULL) if window else ()
+    sliding = SLIDING in types
+    return dict(layer_types=types if sliding else (), sliding_window=window if sliding else 0)
+
+
+def _qwen2(c):
+    refuse(c, [("hidden_act", ["silu"])])
+    return dict(qkv_bias=True, **_qwen_layers(c))
+
+
 def _qwen3(c):
     refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False])])
-    # transformers ignores the window (and so the sliding layers) without use_sliding_window
-    window = sliding_window_of(c) if c.get("use_sliding_window") else 0
-    sliding = bool(window) and SLIDING in layer_types_of(c, lambda i: FULL)
-    return dict(qk_norm=True, layer_types=layer_types_of(c, lambda i: FULL) if sliding else (),
-                sliding_window=window if sliding else 0)
+    return dict(qk_norm=True, **_qwen_layers(c))
 
 
 def _qwen3_moe(c):
@@ -177,6 +190,12 @@ def _llama_json(cfg):
 
 def _mistral_json(cfg):
     return {"hidden_act": "silu", "sliding_window": cfg.sliding_window or None}
+
+
+def _qwen2_json(cfg):
+    if not cfg.qkv_bias:
+        raise FamilyError("Qwen2's attention has q, k and v biases")
+    return {k: v for k, v in _qwen3_json(cfg).items() if k != "attention_bias"}
 
 
 def _qwen3_json(cfg):
@@ -367,6 +386,7 @@ class Family:
 FAMILIES = {f.model_type: f for f in (
     Family("llama", "LlamaForCausalLM", _llama, _llama_json, LLAMA_LAYER),
     Family("mistral", "MistralForCausalLM", _mistral, _mistral_json, LLAMA_LAYER),
+    Family("qwen2", "Qwen2ForCausalLM", _qwen2, _qwen2_json, {**LLAMA_LAYER, **QKV_BIASES}),
     Family("qwen3", "Qwen3ForCausalLM", _qwen3, _qwen3_json, {**LLAMA_LAYER, **QK_NORMS}),
     Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3_moe, _qwen3_moe_json, QWEN3_MOE_LAYER),
     Family("mixtral", "MixtralForCausalLM", _mixtral, _mixtral_json, MIXTRAL_LAYER),

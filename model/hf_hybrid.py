@@ -103,7 +103,9 @@ def granite_hybrid_json(cfg) -> dict:
                             or moe.first_dense_layers):
         raise FamilyError("Granite's experts: every block sparse, softmax top-k renormalised, "
                           "one ungated shared MLP")
-    types = {MAMBA: LINEAR, FULL: FULL}  # transformers 5's names ('mamba', 'attention' read too)
+    # the published checkpoints' names, the only ones transformers 4 takes (5 reads them as its
+    # linear_attention and full_attention)
+    types = {MAMBA: "mamba", FULL: "attention"}
     return {"hidden_act": "silu", "attention_bias": False, "mamba_proj_bias": False,
             "layer_types": [types[cfg.layer_type(i)] for i in range(cfg.num_layers)],
             "mamba_n_heads": mc.num_heads, "mamba_d_head": mc.head_dim,

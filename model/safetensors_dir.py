@@ -7,7 +7,10 @@
     write(path, iter([("model.norm.weight", array), ...]), max_shard_bytes=5 << 30)
 
 Reading memory-maps each file, so a slice costs its own bytes, never the whole tensor's or file's:
-a host loads only the shards of the parameters its devices hold.
+a host loads only the shards of the parameters its devices hold. A directory in a bucket
+(gs://BUCKET/PATH, through the storage layer) is read by byte ranges instead: each file's header
+once, then for a slice the rows of its first axis that the slice takes (all of them, for a
+slice of another axis only), so a host again reads about what its devices hold.
 
 MXFP4 (how GPT-OSS's published checkpoints keep their experts): a matrix W [..., in, out] is
 stored as `W_blocks` uint8 [..., out, in / 32, 16] (32 e2m1 values a block, two a byte, the
@@ -23,9 +26,12 @@ import json
 import os
 from typing import Iterable
 
+import ml_dtypes
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
+
+import storage
 
 INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
 BLOCKS, SCALES = "_blocks", "_scales"  # an MXFP4 tensor's two parts (module docstring)
@@ -39,16 +45,16 @@ class SafetensorsDir:
 
     def __init__(self, path: str):
         self.path = path
-        index = os.path.join(path, INDEX)
-        if os.path.exists(index):
-            with open(index) as f:
-                weight_map = json.load(f)["weight_map"]
-        elif os.path.exists(os.path.join(path, SINGLE)):
+        index = storage.join(path, INDEX)
+        if storage.exists(index):
+            weight_map = json.loads(storage.read_text(index))["weight_map"]
+        elif storage.exists(storage.join(path, SINGLE)):
             weight_map = None
         else:
             raise FileNotFoundError(f"{path} has neither {SINGLE} nor {INDEX}")
         files = sorted(set(weight_map.values())) if weight_map else [SINGLE]
-        self._files = {name: safe_open(os.path.join(path, name), "np") for name in files}
+        opener = RangeFile if storage.is_remote(path) else (lambda f: safe_open(f, "np"))
+        self._files = {name: opener(storage.join(path, name)) for name in files}
         if weight_map is None:
             weight_map = {key: SINGLE for key in self._files[SINGLE].keys()}
         self._where = weight_map
@@ -90,6 +96,62 @@ class SafetensorsDir:
         rows = (*lead, out)
         values = dequantize_mxfp4(self.read(name + BLOCKS, rows), self.read(name + SCALES, rows))
         return np.swapaxes(values, -1, -2)[..., inner, :]
+
+
+# safetensors' dtype names -> numpy's (bfloat16: ml_dtypes', as JAX has it)
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+          "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+          "BOOL": np.bool_}
+
+
+class RangeFile:
+    """A safetensors file read by byte ranges (a bucket's object), as safe_open(path, "np")
+    reads a local one: keys(), get_slice(name) with get_shape(), get_dtype() and [index]."""
+
+    def __init__(self, location: str):
+        self.location = location
+        length = int.from_bytes(storage.read_range(location, 0, 8), "little")
+        header = json.loads(storage.read_range(location, 8, 8 + length))
+        header.pop("__metadata__", None)
+        self._tensors, self._data = header, 8 + length
+
+    def keys(self):
+        return list(self._tensors)
+
+    def get_slice(self, name: str) -> "_RangeSlice":
+        return _RangeSlice(self, name, self._tensors[name])
+
+
+class _RangeSlice:
+    def __init__(self, file: RangeFile, name: str, entry: dict):
+        self.file, self.name = file, name
+        self.shape, self.dtype = tuple(entry["shape"]), entry["dtype"]
+        self.start = file._data + entry["data_offsets"][0]
+
+    def get_shape(self):
+        return list(self.shape)
+
+    def get_dtype(self):
+        return self.dtype
+
+    def __getitem__(self, index) -> np.ndarray:
+        """The rows of the first axis `index` takes (one ranged read), then the rest of it."""
+        index = index if isinstance(index, tuple) else (index,)
+        dtype = np.dtype(DTYPES[self.dtype])
+        if not self.shape:
+            data = storage.read_range(self.file.location, self.start, self.start + dtype.itemsize)
+            return np.frombuffer(data, dtype).reshape(())
+        first = index[0] if index else slice(None)
+        rows = range(self.shape[0])[first] if isinstance(first, slice) else None
+        if rows is None or rows.step != 1:  # an integer or a strided first index: every row
+            rows, rest = range(self.shape[0]), index
+        else:
+            rest = (slice(None), *index[1:])
+        row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * dtype.itemsize
+        begin = self.start + rows.start * row_bytes
+        data = storage.read_range(self.file.location, begin, begin + len(rows) * row_bytes)
+        block = np.frombuffer(data, dtype).reshape(len(rows), *self.shape[1:])
+        return block[rest]
 
 
 def dequantize_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:

@@ -34,10 +34,24 @@ class Run:
         return self.global_batch * self.seq_len
 
 
+class DeviceCountError(ValueError):
+    """The devices a job will have are not the devices its config's mesh names."""
+
+
 def device_count(config, device_name: str, given: int) -> int:
-    """mesh.data x mesh.seq when both are set; else --devices, else 8 (cpu: cpu_devices)."""
+    """mesh.data x mesh.seq when both are set; else --devices, else 8 (cpu: cpu_devices).
+    DeviceCountError where both are set and --devices is another count: a launcher passes the
+    job's devices, and train.py would stop on them after the job had waited in the queue."""
     if config.mesh.data > 0 and config.mesh.seq > 0:
-        return config.mesh.data * config.mesh.seq
+        mesh = config.mesh.data * config.mesh.seq
+        if given and given != mesh:
+            fix = (f"--config.mesh.data={given // config.mesh.seq}" if given % config.mesh.seq == 0
+                   else "--config.mesh.data=-1 with a ring that divides it")
+            raise DeviceCountError(
+                f"the job has {given} devices but the config's mesh is data {config.mesh.data} x "
+                f"seq {config.mesh.seq} = {mesh} devices: ask for {mesh} devices, or set the mesh "
+                f"for {given} ({fix})")
+        return mesh
     if given:
         return given
     return config.cpu_devices if device_name == "cpu" else 8

@@ -136,7 +136,8 @@ def devices(tpu_slice: TpuSlice) -> list:
     except RuntimeError as e:
         if "not installed" in str(e):
             raise TopologyError("the TPU compiler is not installed: pip install -c "
-                                "constraints.txt -e '.[test]' (it brings libtpu)") from None
+                                "constraints.txt -e '.[tpu]' (it brings libtpu; make test's "
+                                "install has it too)") from None
         raise TopologyError(f"libtpu refused topology {tpu_slice.topology}: "
                             f"{str(e).splitlines()[0]}") from None
     return list(desc.devices)

@@ -1,6 +1,5 @@
-"""Our model against Hugging Face transformers' own model (LlamaForCausalLM, MistralForCausalLM,
-Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM,
-Gemma3ForCausalLM: its config.json says) on the same directory: the check
+"""Our model against Hugging Face transformers' own model (the architecture its config.json names,
+any family of model/hf_families.py) on the same directory: the check
 that what model.hf.save and scripts/export_hf.py write is what transformers reads.
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers -e .

@@ -1,5 +1,5 @@
-"""A training run's checkpoint as a Hugging Face directory of its family (Llama, Mistral, Qwen3,
-Gemma 2, Gemma 3), which transformers loads.
+"""A training run's checkpoint as a Hugging Face directory of its family (model/hf_families.py),
+which transformers loads.
 
     python scripts/export_hf.py --workdir runs/default --out /tmp/ringstripe-hf
     python scripts/export_hf.py --workdir runs/default --step 100 --dtype bfloat16 --out DIR

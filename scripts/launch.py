@@ -26,14 +26,17 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from launch import gke, slurm, tpu  # noqa: E402
-from launch.preflight import (CommandFailed, LaunchError, TrainRun, check_command,  # noqa: E402
-                              project_python, repo_config, run_check, split_overrides)
+from launch.preflight import (REPO, CommandFailed, LaunchError, TrainRun,  # noqa: E402
+                              check_command, project_python, repo_config, run_check,
+                              split_overrides)
+from launch.run_env import forwarded  # noqa: E402
 from launch.tpu_inputs import InputError, check_workdir  # noqa: E402
 
 
 def _train_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="config file, e.g. configs/tiny.py")
-    parser.add_argument("--workdir", required=True, help="train.py's --workdir")
+    parser.add_argument("--workdir", help="train.py's --workdir (slurm's default: runs/CONFIG "
+                                          "in this repository, which the nodes share)")
     parser.add_argument("--skip-check", action="store_true",
                         help="launch without scripts/plan.py's check of the run")
     parser.add_argument("--device", help="the planner's device for the check (planner.DEVICES; "
@@ -105,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grace-seconds", type=int, default=300,
                    help="from SIGTERM to SIGKILL: the save's time (default: %(default)s)")
     g.add_argument("--namespace", default="default")
+    g.add_argument("--wandb-secret", metavar="NAME",
+                   help="the Kubernetes secret whose WANDB_API_KEY the pods get (kubectl create "
+                        "secret generic NAME --from-literal=WANDB_API_KEY=...)")
     g.add_argument("--print", action="store_true", help="print the manifest; apply nothing")
     return parser
 
@@ -112,7 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
 def run_gke(args, run: TrainRun) -> None:
     job = gke.GkeJob(run, args.name, args.image, args.accelerator_type, args.num_slices,
                      args.spot, args.max_restarts, args.grace_seconds, args.repo, args.python,
-                     args.namespace)
+                     args.namespace, env=forwarded(), wandb_secret=args.wandb_secret)
+    if job.env.get("WANDB_API_KEY") and not job.wandb_secret:
+        print("note: WANDB_API_KEY is set here but the pods do not get it (a manifest would "
+              "show it): put it in a secret and give --wandb-secret NAME", file=sys.stderr)
     text = gke.to_yaml(gke.manifest(job)) + "\n"
     if args.print:
         print(text, end="")
@@ -164,13 +173,13 @@ def run_slurm(args, run: TrainRun) -> None:
                          gpus_per_task=args.gpus_per_task, partition=args.partition,
                          time=args.time, signal_seconds=args.signal_seconds,
                          job_name=args.job_name, log_dir=args.log_dir, python=args.python,
-                         sbatch_args=tuple(args.sbatch))
+                         sbatch_args=tuple(args.sbatch), env=forwarded())
+    if not args.skip_check:  # with --print too: its lines on stderr, the script alone on stdout
+        run_check(check_command(run, device=args.device, devices=job.devices),
+                  "the memory check", dry_run=False, stream=sys.stderr if args.print else None)
     if args.print:
         print(slurm.batch_script(job), end="")
         return
-    if not args.skip_check:
-        run_check(check_command(run, device=args.device, devices=job.devices),
-                  "the memory check", dry_run=False)
     job_id = slurm.submit(job)
     log = os.path.join(job.directory, f"slurm-{job_id}.log")
     print(f"submitted job {job_id}: log {log}\n"
@@ -179,13 +188,22 @@ def run_slurm(args, run: TrainRun) -> None:
           f"  stop for good (saves within the grace time): scancel {job_id}")
 
 
+def default_workdir(args) -> str:
+    """SLURM's runs/CONFIG beside the code (the nodes run the repository from a shared
+    filesystem, so they share it too); the TPU engines need a bucket named."""
+    if args.engine != "slurm":
+        raise LaunchError(f"--workdir is required for {args.engine}: give gs://BUCKET/PATH, "
+                          f"where every host of the slice reads and writes the run")
+    return os.path.join(REPO, "runs", os.path.splitext(os.path.basename(args.config))[0])
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         own, overrides = split_overrides(argv)
         args = build_parser().parse_args(own)
-        workdir = args.workdir if args.workdir.startswith("gs://") else os.path.abspath(
-            args.workdir)
+        workdir = args.workdir or default_workdir(args)
+        workdir = workdir if workdir.startswith("gs://") else os.path.abspath(workdir)
         run = TrainRun(repo_config(args.config), workdir, overrides)
         {"slurm": run_slurm, "tpu": run_tpu, "gke": run_gke}[args.engine](args, run)
     except (LaunchError, InputError) as e:

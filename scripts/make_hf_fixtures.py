@@ -9,6 +9,7 @@ reads the files; it needs no PyTorch).
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --mxfp4-only   # add (or redo) that case
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --latent-only  # add (or redo) LATENT_CASES
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --hybrid-only  # add (or redo) HYBRID_CASES
+    /tmp/ref/bin/python scripts/make_hf_fixtures.py --qwen2-only   # add (or redo) QWEN2_CASES
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --mla-attention  # one MLA layer alone
     /tmp/ref/bin/python scripts/make_hf_fixtures.py --gated-deltanet  # one Gated DeltaNet layer
 
@@ -181,6 +182,34 @@ HYBRID_CASES = {
 }
 
 
+def hub_qwen2_layout(path: str) -> None:
+    """config.json as the hub's Qwen2.5 files have it (transformers 4's layout): the RoPE base on
+    top, no layer_types (the sliding layers follow from max_window_layers)."""
+    old_layout(path)
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    del config["layer_types"]
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+# Qwen2 and Qwen2.5 dense (issue 71), added by --qwen2-only: q/k/v biases (drawn, not zero),
+# Qwen2.5's RoPE base of 1e6; tied with its layer 1 sliding (layer 0 full: max_window_layers),
+# and untied in bfloat16 in the hub's layout of config.json.
+QWEN2_CASES = {
+    "qwen2_tied_window": ("Qwen2Config", "Qwen2ForCausalLM",
+                          dict(use_sliding_window=True, sliding_window=16, max_window_layers=1,
+                               rope_parameters={"rope_type": "default",
+                                                "rope_theta": 1_000_000.0}),
+                          True, torch.float32),
+    "qwen2_hub_layout": ("Qwen2Config", "Qwen2ForCausalLM",
+                         dict(use_sliding_window=False, sliding_window=131072,
+                              max_window_layers=1,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}),
+                         False, torch.bfloat16, hub_qwen2_layout),
+}
+
+
 def old_layout(path: str) -> None:
     """Rewrites config.json as transformers 4 wrote it: rope_theta and rope_scaling on top."""
     with open(os.path.join(path, "config.json")) as f:
@@ -251,7 +280,7 @@ def mxfp4_case(tokens: np.ndarray, seed: int) -> np.ndarray:
 def family_case(name: str, case: tuple, tokens: np.ndarray, seed: int) -> np.ndarray:
     """One of FAMILY_CASES or LATENT_CASES written to OUT/name and run by transformers (eager
     attention, float32); its logits."""
-    config_class, model_class, options, tied, dtype = case
+    config_class, model_class, options, tied, dtype, *rewrite = case
     torch.manual_seed(seed)
     config = getattr(transformers, config_class)(**{**SIZES, **options},
                                                  tie_word_embeddings=tied, initializer_range=0.2)
@@ -275,6 +304,8 @@ def family_case(name: str, case: tuple, tokens: np.ndarray, seed: int) -> np.nda
     shutil.rmtree(path, ignore_errors=True)
     model.save_pretrained(path)
     os.remove(os.path.join(path, "generation_config.json"))
+    for change in rewrite:  # config.json as other writers lay it out, read back so
+        change(path)
     reloaded = getattr(transformers, model_class).from_pretrained(
         path, dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():
@@ -349,6 +380,14 @@ def gated_deltanet_case() -> dict:
 
 
 def main() -> None:
+    if "--qwen2-only" in sys.argv:  # issue 71's family, added to what is there
+        logits = dict(np.load(os.path.join(OUT, "logits.npz")))
+        start = len(CASES) + len(FAMILY_CASES) + len(LATENT_CASES) + len(HYBRID_CASES) + 1
+        for i, (name, case) in enumerate(QWEN2_CASES.items(), start=start):
+            logits[name] = family_case(name, case, logits["tokens"], i)
+        np.savez(os.path.join(OUT, "logits.npz"), **logits)
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+        return
     if "--gated-deltanet" in sys.argv:
         np.savez(os.path.join(OUT, "gated_deltanet.npz"), **gated_deltanet_case())
         print(f"torch {torch.__version__}, transformers {transformers.__version__}")
@@ -410,6 +449,9 @@ def main() -> None:
         logits[name] = family_case(name, case, tokens, i)
     start = len(CASES) + len(FAMILY_CASES) + len(LATENT_CASES) + 1
     for i, (name, case) in enumerate(HYBRID_CASES.items(), start=start):
+        logits[name] = family_case(name, case, tokens, i)
+    start += len(HYBRID_CASES)
+    for i, (name, case) in enumerate(QWEN2_CASES.items(), start=start):
         logits[name] = family_case(name, case, tokens, i)
     logits["gpt_oss_mxfp4"] = mxfp4_case(tokens, len(CASES) + len(FAMILY_CASES))
     np.savez(os.path.join(OUT, "logits.npz"), **logits)

@@ -17,7 +17,8 @@ which strategy should it use?
 Needs no accelerator. Config overrides (--config.FIELD=VALUE) work as in train.py. --device
 defaults to the config file's module-level DEVICE (e.g. "a100-80gb"), else "cpu". The device
 count is the mesh's (mesh.data x mesh.seq); where the mesh has a -1, --devices (default: 8 on an
-accelerator, config.cpu_devices on cpu). Every figure is per device unless it says otherwise.
+accelerator, config.cpu_devices on cpu); where it has none, a --devices other than the mesh's is
+refused (exit 2: the launchers pass their job's devices). Every figure is per device unless it says otherwise.
 
 --compile tpu compiles the whole train step with the TPU compiler (XLA:TPU and Mosaic, from the
 libtpu package; no TPU needed) for a TPU slice: --topology (e.g. v4-32; default: the slice of
@@ -100,7 +101,7 @@ def build(config, device_name: str, devices: int, tpu_slice=None) -> tuple:
 def main(argv):
     del argv
     from planner import DEVICES
-    from planner.run import device_count
+    from planner.run import DeviceCountError, device_count
     import run_config
     from training.cli import fail, use_fake_devices
     try:
@@ -112,7 +113,10 @@ def main(argv):
     if device_name not in DEVICES:
         fail(f"--device={device_name!r} is not a known device: choose one of "
               f"{', '.join(DEVICES)}")
-    devices = device_count(config, device_name, FLAGS.devices)
+    try:
+        devices = device_count(config, device_name, FLAGS.devices)
+    except DeviceCountError as e:
+        fail(str(e))
     tpu_slice = None
     if FLAGS.compile == "tpu":
         device_name, devices, tpu_slice = _tpu_slice(device_name, devices)

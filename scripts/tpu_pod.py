@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from launch.tpu_inputs import (REPO, InputError,  # noqa: E402
                                check_accelerator_type, check_name, check_no_bucket,
                                check_run_inputs)
+from launch.run_env import forwarded, hide_secrets  # noqa: E402
 from launch.tpu_worker import (REMOTE_TARBALL, bootstrap_script, local_tarball,  # noqa: E402
                                logs_script, run_script, tar_command)
 
@@ -127,7 +128,8 @@ def check_compiles(args) -> None:
 
 
 def run_commands(args) -> list[list[str]]:
-    return [ssh(args, "all", run_script(args.remote_config, args.workdir, args.overrides))]
+    return [ssh(args, "all", run_script(args.remote_config, args.workdir, args.overrides,
+                                        env=forwarded()))]
 
 
 def logs_commands(args) -> list[list[str]]:
@@ -146,15 +148,16 @@ def execute(commands: list[list[str]], dry_run: bool) -> None:
     """Prints each command as `+ COMMAND` and, unless dry_run, runs it; stops at the first one
     that fails."""
     for cmd in commands:
-        print(f"+ {shlex.join(cmd)}", flush=True)
+        print(f"+ {hide_secrets(shlex.join(cmd))}", flush=True)
         if dry_run:
             continue
         try:
             subprocess.run(cmd, check=True)
         except subprocess.CalledProcessError as e:
-            raise CommandFailed(f"`{shlex.join(cmd)}` exited with code {e.returncode}") from None
+            raise CommandFailed(f"`{hide_secrets(shlex.join(cmd))}` exited with code "
+                                f"{e.returncode}") from None
         except OSError as e:  # e.g. tar missing
-            raise CommandFailed(f"`{shlex.join(cmd)}` could not start: {e}") from None
+            raise CommandFailed(f"`{hide_secrets(shlex.join(cmd))}` could not start: {e}") from None
 
 
 def run_all(args) -> None:

@@ -4,7 +4,7 @@ filesystem layer (etils.epath, which reaches Cloud Storage through fsspec's gcsf
     is_remote("gs://b/run") -> True          join("gs://b/run", "cache") -> "gs://b/run/cache"
     path("gs://b/run/metrics.jsonl").read_text()
     mirror("gs://b/run/cache") -> "~/.cache/ringstripe/mirror/b/run/cache"   (a local directory)
-    pull(remote, local, names)  /  push(local, remote, names)
+    pull(remote, local, names)  /  push(local, remote, names)  /  push_changed(local, remote, sent)
 
 Checkpoints go to the store directly: Orbax writes gs:// paths through tensorstore, and on Cloud
 Storage it commits a save by writing a marker object last instead of renaming a directory (a
@@ -88,6 +88,25 @@ def mirror(remote: str) -> str:
     return os.path.join(root, str(remote).split("://", 1)[1].strip("/"))
 
 
+def read_range(location: str, start: int, stop: int) -> bytes:
+    """Bytes [start, stop) of a file, local or remote (one ranged request: a bucket's object is
+    not downloaded whole)."""
+    if is_remote(location):
+        return _object_store(location).cat_file(location, start=start, end=stop)
+    with open(location, "rb") as f:
+        f.seek(start)
+        return f.read(stop - start)
+
+
+def exists(location: str) -> bool:
+    """Whether a file (or directory) is there, local or remote."""
+    return path(location).exists()
+
+
+def read_text(location: str) -> str:
+    return path(location).read_text()
+
+
 def pull(remote: str, local: str, names=None) -> list[str]:
     """Copies the files of remote directory `remote` (or just `names`) that `local` lacks; returns
     the names copied. A file appears locally only once complete (written aside, then renamed)."""
@@ -119,6 +138,33 @@ def push(local: str, remote: str, names) -> list[str]:
             continue
         epath.Path(os.path.join(local, name)).copy(target / name, overwrite=True)
         uploaded.append(name)
+    return uploaded
+
+
+def push_changed(local: str, remote: str, sent: dict) -> list[str]:
+    """Uploads every file under directory `local` (subfolders too) that is new or changed since
+    the last call with the same `sent` ({relative path: (size, mtime)}, updated here) to the same
+    place under `remote`: a folder that another program keeps writing (wandb's offline run).
+    Returns the relative paths uploaded; nothing in `remote` is ever deleted."""
+    uploaded = []
+    for folder, _, names in os.walk(local):
+        for name in sorted(names):
+            file = os.path.join(folder, name)
+            try:
+                stat = os.stat(file)
+            except FileNotFoundError:  # the writer removed it meanwhile (a temporary file)
+                continue
+            relative = os.path.relpath(file, local)
+            if sent.get(relative) == (stat.st_size, stat.st_mtime_ns):
+                continue
+            target = path(join(remote, *relative.split(os.sep)))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                epath.Path(file).copy(target, overwrite=True)
+            except FileNotFoundError:
+                continue
+            sent[relative] = (stat.st_size, stat.st_mtime_ns)
+            uploaded.append(relative)
     return uploaded
 
 

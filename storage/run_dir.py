@@ -7,7 +7,8 @@ sample.py, scripts/export_hf.py, the planner and the launchers read there.
       damaged_checkpoints/    steps that did not read, moved out of the way, never deleted
       cache/                  tokenizer and token cache (unless data.cache_dir says elsewhere)
       metrics.jsonl           one JSON object a logged step (training/trackers.py)
-      wandb/                  wandb's files, on this machine (a bucket run's: its local mirror)
+      wandb/                  wandb's files (a bucket run's are written in its local mirror;
+                              offline, copied here with each checkpoint and at the end)
       errors.log              background threads' tracebacks, when a run ends with any
       profile/                jax.profiler traces (config.profile)
       launch/                 an engine's files: SLURM's batch script and job logs

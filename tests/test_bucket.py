@@ -4,6 +4,8 @@ killed in its first save and started again, killed, refused to a second trainer,
 stopped by Ctrl-C to one; the same losses as a run on a local disk."""
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.gcs_emulator import BUCKET, Emulator, free_port
+from tests.hf_checkpoints import make_model_dir, write_text
 from tests.train_runs import (ROOT, clean_env, command, losses, read_metrics, run_train,
                               wait_for_step)
 
@@ -163,6 +166,51 @@ def test_a_stop_signal_to_both_processes_of_a_bucket_run_checkpoints_one_step(gc
     assert sorted(got) == list(range(1, step + 4))  # one row per step across the restart
     np.testing.assert_allclose([got[s] for s in sorted(want)], [want[s] for s in sorted(want)],
                                rtol=1e-4)  # two processes' reductions against one's
+
+
+@pytest.mark.programs
+def test_an_offline_wandb_run_in_a_bucket_outlives_its_machine(gcs, tmp_path):
+    """Offline wandb files are written on the VM; killed after its first checkpoint, the run
+    has left them in WORKDIR/wandb/ in the bucket (what `wandb sync` reads)."""
+    env = dict(gcs.env(clean_env(), tmp_path / "host1"), WANDB_MODE="offline")
+    proc = subprocess.Popen(command(f"gs://{BUCKET}/tracked", *SCHEDULE, "--config.tracker=wandb"),
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _wait_for_checkpoint(gcs, "tracked/checkpoints/", 10, proc)
+        deadline = time.monotonic() + 120
+        while (not [n for n in gcs.listing("tracked/wandb/") if n.endswith(".wandb")]
+               and time.monotonic() < deadline and proc.poll() is None):
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    (log,) = [n for n in gcs.listing("tracked/wandb/") if n.endswith(".wandb")]
+    assert re.fullmatch(r"tracked/wandb/offline-run-[0-9_]+-(\w+)/run-\1\.wandb", log), log
+    assert len(gcs.read(log)) > 0
+
+
+@pytest.mark.programs
+@pytest.mark.parametrize("case", ["default_untied_sharded", "qwen2_tied_window"])
+def test_hugging_face_weights_in_a_bucket_train_as_their_local_copy(gcs, tmp_path, case):
+    """A tiny Llama (sharded, with an index) and a tiny Qwen2 saved by transformers, with their
+    tokenizer, in a bucket: init_from=hf:gs://... reads config.json, the tokenizer and ranges of
+    the safetensors through the storage layer; the first loss is the local copy's."""
+    corpus = write_text(str(tmp_path / "corpus.txt"))
+    local = make_model_dir(str(tmp_path / "model"), corpus, case=case)
+    for name in os.listdir(local):
+        with open(os.path.join(local, name), "rb") as f:
+            gcs.write(f"models/{case}/{name}", f.read())
+    first = {}
+    for where, path in (("local", local), ("bucket", f"gs://{BUCKET}/models/{case}")):
+        result = _train(gcs, tmp_path / where, tmp_path / f"mirror-{where}",
+                        f"--config.init_from=hf:{path}", f"--config.data.source={corpus}",
+                        "--config.seq_len=64", "--config.global_batch_size=2",
+                        "--config.num_train_steps=1", "--config.log_every_steps=1",
+                        "--config.eval_batches=1")
+        assert result.returncode == 0, result.stderr[-3000:]
+        first[where] = losses(read_metrics(tmp_path / where))[1]
+    assert first["bucket"] == first["local"], first
 
 
 def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_built(gcs, tmp_path):

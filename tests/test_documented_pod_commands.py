@@ -7,6 +7,7 @@ import ast
 import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -124,3 +125,48 @@ def test_the_pasted_dry_run_output_is_what_the_script_prints():
     for doc, line in zip(pasted, printed):
         pattern = ".*".join(map(re.escape, re.split(r"\.\.\.(?: \([^)]*\))?", doc)))
         assert re.fullmatch(pattern, line), f"README.md has\n{doc}\nthe script prints\n{line}"
+
+
+def documented_launch_commands():
+    """(where, argv) of every `python scripts/launch.py ENGINE ...` in README.md and the config
+    docstrings, continuation lines joined (a WANDB_...=... prefix left out)."""
+    found = []
+    for path in [REPO / "README.md", *sorted((REPO / "configs").glob("*.py"))]:
+        text = path.read_text()
+        if path.suffix == ".py":
+            text = ast.get_docstring(ast.parse(text)) or ""
+        text = re.sub(r"\\\\?\n\s*", " ", text)
+        for line in text.splitlines():
+            at = line.find("python scripts/launch.py ")
+            if at >= 0:
+                found.append((path.name, shlex.split(line[at:].split(" #")[0])[2:]))
+    return found
+
+
+LAUNCHES = documented_launch_commands()
+# What makes each engine run its checks and print what it would do, paying for nothing
+SHOW = {"slurm": "--print", "tpu": "--dry-run", "gke": "--print"}
+
+
+def test_the_docs_launch_the_128k_recipes_with_every_engine():
+    assert {(where, argv[0]) for where, argv in LAUNCHES} >= {
+        ("README.md", "slurm"), ("README.md", "tpu"), ("README.md", "gke"),
+        ("llama3_8b_128k_v5p.py", "tpu"), ("llama3_8b_128k_h100.py", "slurm")}
+
+
+@pytest.mark.programs
+@pytest.mark.parametrize("where,argv", LAUNCHES, ids=[f"{w}:{i}" for i, (w, _) in
+                                                      enumerate(LAUNCHES)])
+def test_a_documented_launch_command_passes_its_checks(where, argv):
+    """As written, with --print or --dry-run added: no scheduler, gcloud or kubectl on PATH, so
+    nothing can be submitted; SLURM's runs the planner's check of the job's devices (the H100
+    recipe's docstring: the 8 GPUs of one node, no --workdir: runs/CONFIG beside the code)."""
+    engine, rest = argv[0], argv[1:]
+    show = [] if SHOW[engine] in rest else [SHOW[engine]]
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{tools_path()}",
+           "WANDB_MODE": "disabled"}
+    result = subprocess.run([sys.executable, "scripts/launch.py", engine, *show, *rest],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if engine == "slurm":
+        assert "FITS (the planner's estimate)" in result.stderr

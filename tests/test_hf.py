@@ -1,7 +1,7 @@
-"""model.hf against Hugging Face transformers' own models (Llama, Mistral, Qwen3, Gemma 2, Gemma 3,
-Qwen3-MoE, Mixtral, GPT-OSS, DeepSeek-V3 and V2-Lite (latent attention, YaRN with DeepSeek's mscale,
-sigmoid group-limited routing with a correction bias, shared experts, a dense first layer),
-GLM-4.5 (partial rotary, q/k/v biases) and Qwen2-MoE (a gated shared expert)).
+"""model.hf against Hugging Face transformers' own models, every family of model/hf_families.py
+(DeepSeek-V3 and V2-Lite: latent attention, YaRN with DeepSeek's mscale, sigmoid group-limited
+routing with a correction bias, shared experts, a dense first layer; GLM-4.5: partial rotary,
+q/k/v biases; Qwen2-MoE: a gated shared expert; Qwen2: q/k/v biases, the hub's config.json).
 
 The checkpoints under tests/fixtures/hf were saved by transformers, and logits.npz holds the
 logits its PyTorch model computed from them (scripts/make_hf_fixtures.py: every RoPE rule, GQA,
@@ -15,11 +15,12 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from safetensors import safe_open
 from safetensors.numpy import load_file
 
 import parallel
 from model import hf
-from model.safetensors_dir import SafetensorsDir
+from model.safetensors_dir import RangeFile, SafetensorsDir
 from tests.tiers import split
 from tests.test_model import attention
 
@@ -30,7 +31,9 @@ CASES = ["default_untied_sharded", "linear_tied", "llama3_untied_bf16", "yarn_ti
          "gpt_oss_mxfp4",  # experts in MXFP4, as GPT-OSS's published files keep them
          "deepseek_v3_mla", "deepseek_v2_lite_mla", "glm4_moe_shared", "qwen2_moe_shared",
          "qwen3_next_hybrid",  # Gated DeltaNet layers and a gated softmax one
-         "granite_hybrid_mamba2"]  # Mamba2 layers, a softmax one, experts, Granite's multipliers
+         "granite_hybrid_mamba2",  # Mamba2 layers, a softmax one, experts, Granite's multipliers
+         "qwen2_tied_window",  # q/k/v biases, tied, its layer 1 sliding
+         "qwen2_hub_layout"]  # config.json as the hub's Qwen2.5 files: no layer_types
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +120,7 @@ def test_deepseek_stacked_after_its_dense_first_block(reference, tmp_path):
     "default_untied_sharded", "yarn_tied", "qwen3_window", "gemma2_caps", "gemma3_local_global",
     "qwen3_moe_experts", "mixtral_experts", "gpt_oss_experts", "deepseek_v3_mla",
     "deepseek_v2_lite_mla", "glm4_moe_shared", "qwen2_moe_shared", "qwen3_next_hybrid",
-    "granite_hybrid_mamba2"], fast=[0, 1, 2, 3, 4, 5, 8]))
+    "granite_hybrid_mamba2", "qwen2_tied_window"], fast=[0, 1, 2, 3, 4, 5, 8, 14]))
 def test_save_writes_what_transformers_writes(case, reference, tmp_path):
     """hf.save: the tensors transformers saved (names, shapes, values), sharded with an index
     past the shard size, a config.json that loads back to the same model and logits."""
@@ -155,6 +158,9 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
                 "logits_scaling", "position_embedding_type"):
         if key == "sliding_window":  # 0 or None: no window
             assert (config.get(key) or None) == (original.get(key) or None)
+        elif key == "layer_types" and case.startswith("granite"):
+            # the published files' names, which transformers 4 needs and 5 reads as its own
+            assert config[key] == [LEGACY[t] for t in original[key]]
         else:
             assert config.get(key) == original.get(key), key
     # the expert count under either of its names (transformers 5 writes num_local_experts)
@@ -166,8 +172,39 @@ def test_save_writes_what_transformers_writes(case, reference, tmp_path):
                           [(original["rope_parameters"][t], config["rope_parameters"][t])
                            for t in original["rope_parameters"]]):  # Gemma 3: per layer type
         assert rule.items() <= written.items()
+    if "gemma3" in case:  # transformers 4's keys beside 5's rope_parameters, the same rules
+        assert config["rope_theta"] == original["rope_parameters"]["full_attention"]["rope_theta"]
+        assert config["rope_local_base_freq"] == original["rope_parameters"][
+            "sliding_attention"]["rope_theta"]
+        assert config["rope_scaling"].items() <= original["rope_parameters"][
+            "full_attention"].items()
+    elif "rope_type" in original["rope_parameters"]:
+        assert config["rope_theta"] == original["rope_parameters"]["rope_theta"]
     assert relative_error(hf.load(out, param_dtype="float32")(reference["tokens"]),
                           reference[case]) < 1e-4
+
+
+# transformers 5's layer names -> the older ones (the hub's Granite files, transformers 4)
+LEGACY = {"linear_attention": "mamba", "full_attention": "attention"}
+
+
+def test_a_file_read_by_byte_ranges_gives_what_safetensors_reads():
+    """RangeFile (how a bucket's files are read, a range a slice) against safetensors' own
+    reader, on files transformers saved: every tensor whole, rows, columns, strided rows;
+    float32 and bfloat16, one file and shards."""
+    for case in ("default_untied_sharded", "llama3_untied_bf16"):
+        folder = os.path.join(FIXTURES, case)
+        for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+            ours = RangeFile(os.path.join(folder, file))
+            theirs = safe_open(os.path.join(folder, file), "np")
+            assert sorted(ours.keys()) == sorted(theirs.keys())
+            for name in theirs.keys():
+                a, b = ours.get_slice(name), theirs.get_slice(name)
+                assert (a.get_shape(), a.get_dtype()) == (b.get_shape(), b.get_dtype())
+                rank = len(b.get_shape())
+                for index in [(slice(None),) * rank, (slice(1, 3),), (slice(5, 5),),
+                              (slice(0, 9, 2),), (slice(None), slice(2, 5))[:rank]]:
+                    np.testing.assert_array_equal(a[index], b[index])
 
 
 def test_save_in_bfloat16_replaces_the_directory(tmp_path):

@@ -145,7 +145,7 @@ def test_slurm_print_shows_the_batch_script_and_submits_nothing(tmp_path):
     result = launch("slurm", "--config", "configs/tiny.py", "--workdir", str(tmp_path / "w"),
                     "--nodes", "2", "--tasks-per-node", "4", "--gpus-per-task", "2", "--time",
                     "1:00:00", "--signal-seconds", "600", "--partition", "gpu",
-                    "--sbatch=--account=proj", "--print", "--config.seq_len=256")
+                    "--sbatch=--account=proj", "--print", "--skip-check", "--config.seq_len=256")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     sbatch = {ln.split()[1] for ln in lines if ln.startswith("#SBATCH ")}
@@ -158,6 +158,36 @@ def test_slurm_print_shows_the_batch_script_and_submits_nothing(tmp_path):
     assert "export JAX_LOCAL_DEVICE_IDS=0,1  # every GPU SLURM gave the task" in lines
     assert 'scontrol requeue "$SLURM_JOB_ID" && exit 0' in result.stdout
     assert not (tmp_path / "w").exists()  # --print writes nothing
+
+
+WANDB = {"WANDB_API_KEY": "k3y-never-printed", "WANDB_MODE": "online", "WANDB_PROJECT": "long ctx"}
+
+
+def test_wandb_variables_go_where_the_run_runs_and_the_key_is_never_printed(tmp_path):
+    """SLURM: exported by the batch script, the key left to sbatch's environment; GKE: in the
+    pods' environment, the key from the secret --wandb-secret names, or not at all."""
+    env = {**clean_env(), **WANDB}
+    slurm = launch("slurm", "--config", "configs/tiny.py", "--workdir", str(tmp_path / "w"),
+                   "--print", "--skip-check", env=env)
+    assert slurm.returncode == 0, slurm.stderr
+    lines = slurm.stdout.splitlines()
+    assert {"export WANDB_MODE=online", "export WANDB_PROJECT='long ctx'"} <= set(lines)
+    assert lines.index("export WANDB_MODE=online") < next(
+        i for i, ln in enumerate(lines) if ln.startswith("srun "))
+    gke = ("gke", "--config", "configs/tiny.py", "--workdir", "gs://b/runs/t", "--name", "rs-t",
+           "--image", "ghcr.io/me/ringstripe:1", "--print")
+    with_secret = launch(*gke, "--wandb-secret", "wandb", env=env)
+    assert with_secret.returncode == 0, with_secret.stderr
+    (container,) = yaml.safe_load(with_secret.stdout)["spec"]["replicatedJobs"][0]["template"][
+        "spec"]["template"]["spec"]["containers"]
+    pod_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert pod_env["WANDB_PROJECT"] == "long ctx" and pod_env["WANDB_MODE"] == "online"
+    assert pod_env["WANDB_API_KEY"] == {"secretKeyRef": {"name": "wandb", "key": "WANDB_API_KEY"}}
+    without = launch(*gke, env=env)
+    assert without.returncode == 0 and "--wandb-secret NAME" in without.stderr
+    assert "WANDB_API_KEY" not in without.stdout
+    for result in (slurm, with_secret, without):
+        assert WANDB["WANDB_API_KEY"] not in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -182,6 +212,19 @@ def test_slurm_bad_input_is_one_line_and_nothing_is_written_or_submitted(tmp_pat
         assert result.returncode == 1 and "the train step needs" in line, result.stderr
     else:
         assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "submitted" not in result.stdout and not (tmp_path / "w").exists()
+
+
+def test_slurm_job_of_other_devices_than_the_mesh_is_refused_before_anything(tmp_path):
+    """The job's nodes x tasks x GPUs against the config's mesh (data 1 x seq 8): 16 GPUs would
+    pass the memory check for 8 and stop train.py on the cluster after the queue. (sbatch is not
+    on this PATH: a job that got past the check would fail there, exit 1.)"""
+    result = launch("slurm", "--config", "configs/llama_1b.py", "--workdir", str(tmp_path / "w"),
+                    "--nodes", "2", "--tasks-per-node", "8", "--gpus-per-task", "1",
+                    env={**clean_env(), "PATH": os.path.dirname(sys.executable) + ":/usr/bin"})
+    assert result.returncode == 2, result.stderr
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert "16 devices" in line and "data 1 x seq 8 = 8" in line and "--config.mesh.data=2" in line
     assert "submitted" not in result.stdout and not (tmp_path / "w").exists()
 
 

@@ -199,3 +199,14 @@ def test_the_mixture_of_experts_configs_fit_a_v5p_128(config, tmp_path):
     assert "for v5p-128, per chip" in result.stdout and ": FITS;" in result.stdout
     compiled = json.loads((tmp_path / "plan.json").read_text())["compiled"]
     assert compiled["total"] <= 95e9 * 0.9
+
+
+@heavy
+def test_the_128k_recipe_fits_the_slice_its_mesh_names(tmp_path):
+    """configs/llama3_8b_128k_v5p.py as its docstring runs it (no other flag: the config's
+    device and mesh fix the slice, 64 chips): Llama-3-8B at 131,072 tokens, the TPU compiler's
+    per-chip bytes within a v5p's HBM."""
+    result = plan("--config=configs/llama3_8b_128k_v5p.py", f"--json={tmp_path / 'plan.json'}")
+    assert result.returncode == 0, result.stderr
+    assert "for v5p-128, per chip" in result.stdout and ": FITS;" in result.stdout
+    assert json.loads((tmp_path / "plan.json").read_text())["compiled"]["total"] <= 95e9

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from launch.tpu_worker import run_script
 from tests.tpu_pod_runs import (GCLOUD_TPU, POD, REPO, TRAIN, dry_run, launcher,
                                 one_line_error, remote_script, tools_path, verb, with_tmpdir,
                                 write_executable)
@@ -148,11 +149,43 @@ for _ in $(seq 200); do [ -f "$HOME/stop" ] && exit 0; sleep 0.05; done
     (home / "stop").touch()
 
 
+WANDB = {"WANDB_API_KEY": "k3y-never-printed", "WANDB_MODE": "online", "WANDB_PROJECT": "long ctx",
+         "WANDB_ENTITY": "lab"}
+
+
+def test_wandb_variables_reach_train_py_and_the_key_is_never_printed(tmp_path):
+    """The launching shell's wandb variables: in train.py's environment on the worker, the key
+    in a file only its user reads and on no printed or long-lived command line."""
+    result = launcher("run", "--dry-run", *POD, *TRAIN,
+                      env={**os.environ, "PATH": tools_path(), **WANDB})
+    assert result.returncode == 0, result.stderr
+    assert WANDB["WANDB_API_KEY"] not in result.stdout + result.stderr
+    assert "WANDB_API_KEY=***" in result.stdout and "WANDB_ENTITY=lab" in result.stdout
+
+    script = run_script("configs/tiny.py", "gs://my-bucket/runs/tiny", [], env=WANDB)
+    home = tmp_path / "home"
+    write_executable(home / "ringstripe" / ".venv" / "bin" / "python", """#!/bin/bash
+for v in WANDB_API_KEY WANDB_MODE WANDB_PROJECT WANDB_ENTITY; do echo "$v=${!v:-}"; done \
+    > "$HOME/env.tmp" && mv "$HOME/env.tmp" "$HOME/env"
+ps -o args= -p $PPID > "$HOME/parent"
+""")
+    started = subprocess.run(["bash", "-c", script], env={"HOME": str(home), "PATH": tools_path()},
+                             capture_output=True, text=True, timeout=30)
+    assert started.returncode == 0, started.stderr
+    deadline = time.monotonic() + 10
+    while not (home / "env").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (home / "env").read_text().splitlines() == [f"{k}={v}" for k, v in WANDB.items()]
+    assert (home / "train.env").stat().st_mode & 0o777 == 0o600
+    assert WANDB["WANDB_API_KEY"] not in (home / "parent").read_text()
+
+
 def train_workdir(ssh):
     """The --workdir value in the train.py command line of a `run` ssh command."""
     # nohup bash -c 'TRAIN; echo $? > "$HOME/train.exit"' > "$HOME/train.log" ...
     wrapped = shlex.split(remote_script(ssh).split("nohup ", 1)[1])[2]
-    words = shlex.split(wrapped.split(";")[0])
+    (train,) = [part for part in wrapped.split(";") if "train.py" in part]
+    words = shlex.split(train)
     return words[words.index("--workdir") + 1]
 
 

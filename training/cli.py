@@ -163,7 +163,7 @@ def use_fake_devices(count: int) -> None:
 def skip_absent_tpu() -> None:
     """Tell JAX the platform is the CPU where no TPU chip and no GPU is visible (before it starts).
 
-    libtpu comes with the test extra, for the TPU compile check (planner/topology.py). Where it
+    libtpu comes with the tpu and test extras (the test's for the TPU compile check (planner/topology.py)). Where it
     is installed JAX probes a TPU at start even on a machine without one, and libtpu prints
     warnings about TPU metadata it cannot find; a run on such a machine runs on the CPU anyway.
     JAX_PLATFORMS, when set, is left as it is."""

@@ -1,8 +1,8 @@
 """Where a run's first weights come from: `config.init_from`.
 
     ''                       random weights, drawn from config.seed
-    'hf:PATH'                a Hugging Face directory (model/hf.py: Llama, Mistral, Qwen3,
-                             Gemma 2, Gemma 3): config.json fills
+    'hf:PATH'                a Hugging Face directory, local or gs:// (model/hf.py; the families:
+                             model/hf_families.py): config.json fills
                              the run's config.model, its tokenizer (tokenizer.json, or tokenizer.model)
                              becomes the run's
     'run:WORKDIR[@STEP]'     another run's checkpoint (its latest, or STEP): the weights only, the
@@ -22,13 +22,13 @@ context extension changes exactly those.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 
 import data
 import model
 import run_config
+import storage
 from checkpoints import Checkpointer
 from model import hf
 from model.config import (AUTO, FUNCTION, SHAPE, TRAINING, ModelConfig, MoEConfig,
@@ -163,8 +163,8 @@ def _from_hf(path: str) -> tuple[dict, str]:
         fields, _ = hf.read_config(path)
     except hf.HFError as e:
         raise ConfigError(f"init_from: {e}") from None
-    tokenizer = next((os.path.join(path, name) for name in ("tokenizer.json", "tokenizer.model")
-                      if os.path.isfile(os.path.join(path, name))), "")
+    tokenizer = next((storage.join(path, name) for name in ("tokenizer.json", "tokenizer.model")
+                      if storage.exists(storage.join(path, name))), "")
     return fields, tokenizer
 
 

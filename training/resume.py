@@ -196,9 +196,11 @@ def check_compatible(directory: str, step: int, meta: dict, model_cfg) -> None:
 
 def check_inputs(config, workdir: str) -> None:
     """User errors that need no devices: data source, tokenizer file, workdir. Writes nothing."""
-    if config.data.tokenizer_path and not os.path.isfile(config.data.tokenizer_path):
-        raise ConfigError(f"data.tokenizer_path {config.data.tokenizer_path!r} does not exist: "
-                          f"point it at a sentencepiece .model file, or set it to '' to train one")
+    path = config.data.tokenizer_path
+    if path and not (storage.exists(path) if storage.is_remote(path) else os.path.isfile(path)):
+        raise ConfigError(f"data.tokenizer_path {path!r} does not exist: point it at a "
+                          f"sentencepiece .model or a tokenizer.json file, or set it to '' to "
+                          f"train one")
     options = data.source_options(config.data)
     data.describe_source(config.data.source, options)  # DataError when missing or empty
     if next(iter(data.iter_documents(config.data.source, options)), None) is None:  # one doc

@@ -142,9 +142,16 @@ class WandbTracker(Tracker):
         mode = os.environ.get("WANDB_MODE", config.wandb_mode)
         where = (dict(resume_from=f"{run_id}?_step={resumed_step}")
                  if resumed_step and mode == "online" else dict(id=run_id, resume="allow"))
-        # wandb writes its files as they come, so they stay on this machine with a bucket run.
-        directory = RunDir(workdir).local
+        # wandb writes its files as they come, so a bucket run's are written on this machine
+        # (in the workdir's mirror) and, offline, copied to WORKDIR/wandb/ in the bucket with
+        # each checkpoint and at the end: a preempted VM takes its disk with it, and `wandb
+        # sync` of the bucket's copy is then the only record of the run's curves.
+        run_dir = RunDir(workdir)
+        directory = run_dir.local
         os.makedirs(directory, exist_ok=True)
+        self._copy_to = (storage.join(run_dir.root, "wandb")
+                         if storage.is_remote(run_dir.root) and mode == "offline" else None)
+        self._files, self._sent = os.path.join(directory, "wandb"), {}
         self._run = wandb.init(
             project=config.wandb_project, group=group, name=name,
             config={**run_config.to_dict(config), **resolved.sections()}, dir=directory,
@@ -171,8 +178,13 @@ class WandbTracker(Tracker):
         self._run.save(os.path.join(directory, "plugins", "profile", "*", "*"),
                        base_path=directory, policy="now")
 
+    def persist(self):
+        if self._copy_to:
+            storage.push_changed(self._files, self._copy_to, self._sent)
+
     def close(self):  # (no events: wandb marks resumed runs itself; it keeps its own files)
         self._run.finish()
+        self.persist()
 
 
 class Console(Tracker):
