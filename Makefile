@@ -68,7 +68,7 @@ train: install
 
 # A model that retrieves from its whole context: passkey retrieval learned at 256 tokens, the
 # context extended to 2,048 and 8,192 (configs/passkey.py; about 35 minutes on 2 cores). Then
-# scripts/eval_long.py probes it (README: "Does the model use its context?").
+# scripts/eval_long.py probes it (docs/reference/evaluation.md).
 train-passkey: install
 	$(PY) train.py --config configs/passkey.py --workdir runs/passkey
 

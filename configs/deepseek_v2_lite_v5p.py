@@ -4,7 +4,7 @@ its 16 heads' keys and values, 4 sequences a step, the 64 experts over the 4 dat
 groups' chips (16 a chip), for the TPU compiler and the planner.
 
     python scripts/plan.py --config configs/deepseek_v2_lite_v5p.py --compile tpu --topology v5p-128
-    python train.py --config configs/deepseek_v2_lite_v5p.py --workdir gs://BUCKET/dsv2_lite \\
+    python train.py --config configs/deepseek_v2_lite_v5p.py --workdir gs://my-bucket/dsv2_lite \\
         --config.init_from=hf:/models/DeepSeek-V2-Lite                  # from the weights
 
 DeepSeek-V2-Lite's shapes (its config.json): d_model 2048, 27 layers, 16 heads of latent

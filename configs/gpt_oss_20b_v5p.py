@@ -3,7 +3,7 @@ sequence over 16 chips, 4 sequences a step, the 32 experts over the 4 data-paral
 chips (mesh.expert = mesh.data: 8 experts a chip), for the TPU compiler and the planner.
 
     python scripts/plan.py --config configs/gpt_oss_20b_v5p.py --compile tpu --topology v5p-128
-    python train.py --config configs/gpt_oss_20b_v5p.py --workdir gs://BUCKET/gpt_oss_20b \\
+    python train.py --config configs/gpt_oss_20b_v5p.py --workdir gs://my-bucket/gpt_oss_20b \\
         --config.init_from=hf:/models/gpt-oss-20b-bf16          # unquantised weights
 
 GPT-OSS-20B's shapes: d_model 2880, 24 layers alternating a 128-token window and full

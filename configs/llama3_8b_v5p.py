@@ -4,9 +4,9 @@
     python scripts/calibrate.py --config llama3_8b_v5p   # the fit, and every point predicted
     python scripts/plan.py --config configs/llama3_8b_v5p.py --config.seq_len=131072
     python scripts/plan.py --config configs/llama3_8b_v5p.py --config.seq_len=262144
-    python scripts/tpu_pod.py all --name ringstripe-v5p --zone ZONE \\
+    python scripts/tpu_pod.py all --name ringstripe-v5p --zone us-east5-a \\
         --accelerator-type v5p-128 --config configs/llama3_8b_v5p.py \\
-        --workdir gs://BUCKET/ringstripe/llama3_8b_v5p -- --config.parallel.strategy=auto
+        --workdir gs://my-bucket/ringstripe/llama3_8b_v5p -- --config.parallel.strategy=auto
 
 The setting in which MaxText measured its context-parallel strategies (llama3-8b, context
 parallelism 64 on 64 v5p chips, median step times below: MEASURED, which the planner prints

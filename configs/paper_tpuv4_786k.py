@@ -2,7 +2,7 @@
 
     python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b \\
         --accelerator-type v4-32 --config configs/paper_tpuv4_786k.py \\
-        --workdir gs://BUCKET/ringstripe/paper_tpuv4_786k
+        --workdir gs://my-bucket/ringstripe/paper_tpuv4_786k
     #   add --config.parallel.layout=ring (or zigzag) for the comparison runs
     python scripts/plan.py --config configs/paper_tpuv4_786k.py   # memory and speed on 16 x v4
 

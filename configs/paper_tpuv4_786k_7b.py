@@ -4,7 +4,7 @@
     python scripts/plan.py --config configs/paper_tpuv4_786k_7b.py --compile tpu
     python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b \\
         --accelerator-type v4-32 --config configs/paper_tpuv4_786k_7b.py \\
-        --workdir gs://BUCKET/ringstripe/paper_tpuv4_786k_7b
+        --workdir gs://my-bucket/ringstripe/paper_tpuv4_786k_7b
 
 Everything as configs/paper_tpuv4_786k.py (mesh data 1 x seq 16, striped, 49,152 tokens per
 chip, chunked loss and MLP, scanned blocks) with the 6.7B shapes of configs/llama_7b.py. At

@@ -3,7 +3,7 @@ the sequence over 16 chips, 4 sequences a step, the 128 experts over the 4 data-
 groups' chips (mesh.expert = mesh.data: 32 experts a chip), for the TPU compiler and the planner.
 
     python scripts/plan.py --config configs/qwen3_30b_a3b_v5p.py --compile tpu --topology v5p-128
-    python train.py --config configs/qwen3_30b_a3b_v5p.py --workdir gs://BUCKET/qwen3_30b \\
+    python train.py --config configs/qwen3_30b_a3b_v5p.py --workdir gs://my-bucket/qwen3_30b \\
         --config.init_from=hf:/models/Qwen3-30B-A3B                     # from the weights
 
 Qwen3-30B-A3B's shapes: d_model 2048, 48 layers, 32 query and 4 KV heads of 128 with q/k norms,

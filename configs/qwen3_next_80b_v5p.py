@@ -3,7 +3,7 @@ v5p-256 (128 chips): the sequence over 32 chips (8,192 tokens a chip), 4 sequenc
 512 experts over the 4 data-parallel groups' chips, for the TPU compiler and the planner.
 
     python scripts/plan.py --config configs/qwen3_next_80b_v5p.py --compile tpu --topology v5p-256
-    python train.py --config configs/qwen3_next_80b_v5p.py --workdir gs://BUCKET/qwen3_next \\
+    python train.py --config configs/qwen3_next_80b_v5p.py --workdir gs://my-bucket/qwen3_next \\
         --config.init_from=hf:/models/Qwen3-Next-80B-A3B-Instruct      # from the weights
 
 Qwen3-Next-80B-A3B's shapes (its config.json): d_model 2048, 48 layers, three Gated DeltaNet

@@ -1,6 +1,5 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-families of model/hf_families.py (FAMILIES: Llama, Qwen2/2.5, Qwen3, Gemma, Mixtral, GPT-OSS,
-DeepSeek, GLM-4.5, Qwen3-Next, Granite 4.0 hybrids and more).
+families of model/hf_families.py (FAMILIES; the README's models table lists them, from it).
 
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up

@@ -3,29 +3,9 @@ family is how one `model_type`'s config.json
 maps onto ModelConfig and back, and how its layers' tensors are named; one `Family` each, and
 one line in FAMILIES.
 
-    family        attention per layer                  besides Llama's block
-    llama         full                                 -
-    mistral       every layer a sliding window         -
-    qwen2         full, or sliding from a layer on     q/k/v biases (Qwen2, Qwen2.5 dense)
-    qwen3         full, or sliding from a layer on     RMSNorm of q and k heads
-    qwen3_moe     full                                 Qwen3's, and experts (mlp_only_layers
-                                                       dense; top-k weights renormalised or not)
-    mixtral       full, or every layer a window        experts in every block (renormalised)
-    gpt_oss       sliding and full alternating         sinks, q/k/v/o biases; experts with
-                                                       biases, clamped SwiGLU, top-k then softmax
-    gemma2        sliding and full alternating         GeGLU, sandwich norms, embedding scale,
-                                                       query scale, soft caps (scores, logits)
-    gemma3_text   5 sliding : 1 full, local RoPE base  as Gemma 2 with q/k norms, no caps
-    deepseek_v3   latent attention (model/mla.py)      experts: sigmoid + correction bias,
-                  (Kimi K2, Moonlight: this family)    group-limited, scaled; shared experts;
-                                                       the first k blocks dense
-    deepseek_v2   latent attention                     experts: softmax, greedy or group-
-                                                       limited, never renormalised; shared
-    glm4_moe      full, partial rotary, q/k/v biases   DeepSeek-V3's experts
-    qwen2_moe     full, q/k/v biases                   Qwen3-MoE's, and a sigmoid-gated shared
-                                                       expert
-    qwen3_next    Gated DeltaNet, and gated softmax    Qwen2-MoE's experts, zero-centred norms
-                  every 4th layer (model/hf_hybrid.py)
+What each holds (`models`: the checkpoints; `attention`: per layer; `block`: besides Llama's),
+as the README's models table shows it: `python scripts/models_table.py` prints that table from
+FAMILIES, and tests/test_docs.py keeps the README's equal to it.
 
 Gemma and Qwen3-Next store their RMSNorm scales as (scale - 1) (the norm multiplies by 1 + weight):
 `norm_offset` adds the 1 on reading and takes it off on writing. An option a family does not
@@ -363,6 +343,9 @@ class Family:
     layer: dict  # our block parameter path -> tensor name in model.layers.i
     norm_offset: float = 0.0  # stored norm scale = ours - norm_offset
     rope_per_layer_type: bool = False  # rope_parameters keyed by layer type (Gemma 3)
+    models: str = ""  # the published checkpoints this family's files hold
+    attention: str = ""  # its attention, layer by layer
+    block: str = ""  # what its block has besides Llama's
 
     def matches(self, cfg: ModelConfig) -> bool:
         """Whether this family's files hold a model with this config exactly: what `write`
@@ -384,32 +367,72 @@ class Family:
 
 
 FAMILIES = {f.model_type: f for f in (
-    Family("llama", "LlamaForCausalLM", _llama, _llama_json, LLAMA_LAYER),
-    Family("mistral", "MistralForCausalLM", _mistral, _mistral_json, LLAMA_LAYER),
-    Family("qwen2", "Qwen2ForCausalLM", _qwen2, _qwen2_json, {**LLAMA_LAYER, **QKV_BIASES}),
-    Family("qwen3", "Qwen3ForCausalLM", _qwen3, _qwen3_json, {**LLAMA_LAYER, **QK_NORMS}),
-    Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3_moe, _qwen3_moe_json, QWEN3_MOE_LAYER),
-    Family("mixtral", "MixtralForCausalLM", _mixtral, _mixtral_json, MIXTRAL_LAYER),
-    Family("gpt_oss", "GptOssForCausalLM", _gpt_oss, _gpt_oss_json, GPT_OSS_LAYER),
+    Family("llama", "LlamaForCausalLM", _llama, _llama_json, LLAMA_LAYER,
+           models="Llama 2, Llama 3, 3.1, 3.2, 3.3, TinyLlama", attention="full",
+           block="-"),
+    Family("mistral", "MistralForCausalLM", _mistral, _mistral_json, LLAMA_LAYER,
+           models="Mistral 7B", attention="every layer a sliding window",
+           block="-"),
+    Family("qwen2", "Qwen2ForCausalLM", _qwen2, _qwen2_json, {**LLAMA_LAYER, **QKV_BIASES},
+           models="Qwen2, Qwen2.5 (dense)", attention="full, or sliding from a layer on",
+           block="q/k/v biases"),
+    Family("qwen3", "Qwen3ForCausalLM", _qwen3, _qwen3_json, {**LLAMA_LAYER, **QK_NORMS},
+           models="Qwen3 (dense)", attention="full, or sliding from a layer on",
+           block="RMSNorm of q and k heads"),
+    Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3_moe, _qwen3_moe_json, QWEN3_MOE_LAYER,
+           models="Qwen3-30B-A3B, Qwen3-235B-A22B", attention="full",
+           block="Qwen3's, and experts (top-k weights renormalised or not)"),
+    Family("mixtral", "MixtralForCausalLM", _mixtral, _mixtral_json, MIXTRAL_LAYER,
+           models="Mixtral 8x7B, 8x22B", attention="full, or every layer a window",
+           block="experts in every block"),
+    Family("gpt_oss", "GptOssForCausalLM", _gpt_oss, _gpt_oss_json, GPT_OSS_LAYER,
+           models="GPT-OSS 20B, 120B (MXFP4 experts dequantized)",
+           attention="sliding and full alternating",
+           block="sinks, q/k/v/o biases; experts with biases, clamped SwiGLU"),
     Family("gemma2", "Gemma2ForCausalLM",
            lambda c: _gemma(c, qk_norm=False, default_types=lambda i: (SLIDING, FULL)[i % 2]),
-           _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS}, norm_offset=1.0),
+           _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS}, norm_offset=1.0,
+           models="Gemma 2", attention="sliding and full alternating",
+           block="GeGLU, sandwich norms, embedding and query scale, soft caps"),
     Family("gemma3_text", "Gemma3ForCausalLM",
            lambda c: _gemma(c, qk_norm=True,
                             default_types=lambda i: FULL if (i + 1) % 6 == 0 else SLIDING),
            _gemma_json, {**LLAMA_LAYER, **GEMMA_NORMS, **QK_NORMS}, norm_offset=1.0,
-           rope_per_layer_type=True),
+           rope_per_layer_type=True,
+           models="Gemma 3 (text)", attention="5 sliding : 1 full, a local RoPE base",
+           block="Gemma 2's with q/k norms, no caps"),
     Family("deepseek_v3", "DeepseekV3ForCausalLM", _deepseek_v3, _deepseek_v3_json,
-           {**MLA_LAYER, **DEEPSEEK_MOE}),
+           {**MLA_LAYER, **DEEPSEEK_MOE},
+           models="DeepSeek-V3, Kimi K2, Moonlight", attention="latent attention",
+           block="experts: sigmoid, correction bias, groups; shared experts"),
     Family("deepseek_v2", "DeepseekV2ForCausalLM", _deepseek_v2, _deepseek_v2_json,
-           {**MLA_LAYER, **{k: v for k, v in DEEPSEEK_MOE.items() if k[-1] != "correction_bias"}}),
-    Family("glm4_moe", "Glm4MoeForCausalLM", _glm4_moe, _glm4_moe_json, GLM4_MOE_LAYER),
-    Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2_moe, _qwen2_moe_json, QWEN2_MOE_LAYER),
+           {**MLA_LAYER, **{k: v for k, v in DEEPSEEK_MOE.items() if k[-1] != "correction_bias"}},
+           models="DeepSeek-V2, DeepSeek-V2-Lite", attention="latent attention",
+           block="experts: softmax, greedy or by group; shared experts"),
+    Family("glm4_moe", "Glm4MoeForCausalLM", _glm4_moe, _glm4_moe_json, GLM4_MOE_LAYER,
+           models="GLM-4.5, GLM-4.5-Air", attention="full, partial rotary, q/k/v biases",
+           block="DeepSeek-V3's experts"),
+    Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2_moe, _qwen2_moe_json, QWEN2_MOE_LAYER,
+           models="Qwen1.5-MoE, Qwen2-57B-A14B", attention="full, q/k/v biases",
+           block="experts and a sigmoid-gated shared expert"),
     Family("qwen3_next", "Qwen3NextForCausalLM", qwen3_next, qwen3_next_json, QWEN3_NEXT_LAYER,
-           norm_offset=1.0),
+           norm_offset=1.0,
+           models="Qwen3-Next-80B-A3B", attention="Gated DeltaNet, gated softmax every 4th layer",
+           block="Qwen2-MoE's experts, zero-centred norms"),
     Family("granitemoehybrid", "GraniteMoeHybridForCausalLM", granite_hybrid,
-           granite_hybrid_json, GRANITE_HYBRID_LAYER),
+           granite_hybrid_json, GRANITE_HYBRID_LAYER,
+           models="Granite 4.0 hybrid", attention="Mamba2, a few softmax layers (RoPE or none)",
+           block="Granite's multipliers; experts beside a shared MLP"),
 )}
+
+
+def models_table() -> str:
+    """The README's table of the families, one row each, from FAMILIES."""
+    rows = ["| family (`model_type`) | checkpoints | attention | block, besides Llama's |",
+            "|---|---|---|---|"]
+    rows += [f"| `{f.model_type}` | {f.models} | {f.attention} | {f.block} |"
+             for f in FAMILIES.values()]
+    return "\n".join(rows)
 
 
 def family_of(cfg: ModelConfig) -> Family:

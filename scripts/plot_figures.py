@@ -1,4 +1,4 @@
-"""The README's pictures, each from one command (needs matplotlib: pip install -e '.[plots]').
+"""The docs' pictures, each from one command (needs matplotlib: pip install -e '.[plots]').
 
   python scripts/plot_figures.py work        # work per device per ring step, every layout
   python scripts/plot_figures.py throughput runs/bench_train_lengths.json   # bench_train --json

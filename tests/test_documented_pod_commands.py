@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_text import commands, pages
 from tests.tpu_pod_runs import launcher, tools_path
 from training.validate import validate_config
 
@@ -128,19 +129,23 @@ def test_the_pasted_dry_run_output_is_what_the_script_prints():
 
 
 def documented_launch_commands():
-    """(where, argv) of every `python scripts/launch.py ENGINE ...` in README.md and the config
-    docstrings, continuation lines joined (a WANDB_...=... prefix left out)."""
-    found = []
-    for path in [REPO / "README.md", *sorted((REPO / "configs").glob("*.py"))]:
-        text = path.read_text()
-        if path.suffix == ".py":
-            text = ast.get_docstring(ast.parse(text)) or ""
-        text = re.sub(r"\\\\?\n\s*", " ", text)
+    """(where, argv) of every `python scripts/launch.py ENGINE ...` in the pages a user reads
+    (README.md, docs/, the package READMEs: tests/docs_text.py finds them) and the config
+    docstrings, continuation lines joined (a WANDB_...=... prefix left out); a command given
+    twice is checked once."""
+    found = {}
+    for page in pages():
+        for _, argv in commands(page):
+            if argv[0] == "scripts/launch.py":
+                found.setdefault(tuple(argv[1:]), []).append(page.name)
+    for path in sorted((REPO / "configs").glob("*.py")):
+        text = re.sub(r"\\\\?\n\s*", " ", ast.get_docstring(ast.parse(path.read_text())) or "")
         for line in text.splitlines():
             at = line.find("python scripts/launch.py ")
             if at >= 0:
-                found.append((path.name, shlex.split(line[at:].split(" #")[0])[2:]))
-    return found
+                argv = tuple(shlex.split(line[at:].split(" #")[0])[2:])
+                found.setdefault(argv, []).append(path.name)
+    return [(",".join(dict.fromkeys(where)), list(argv)) for argv, where in found.items()]
 
 
 LAUNCHES = documented_launch_commands()
@@ -149,8 +154,9 @@ SHOW = {"slurm": "--print", "tpu": "--dry-run", "gke": "--print"}
 
 
 def test_the_docs_launch_the_128k_recipes_with_every_engine():
-    assert {(where, argv[0]) for where, argv in LAUNCHES} >= {
-        ("README.md", "slurm"), ("README.md", "tpu"), ("README.md", "gke"),
+    assert {(w, argv[0]) for where, argv in LAUNCHES for w in where.split(",")} >= {
+        ("slurm.md", "slurm"), ("tpu.md", "tpu"), ("gke.md", "gke"),
+        ("extend-to-128k.md", "slurm"), ("extend-to-128k.md", "tpu"),
         ("llama3_8b_128k_v5p.py", "tpu"), ("llama3_8b_128k_h100.py", "slurm")}
 
 

@@ -29,7 +29,7 @@ class Tier:
     target: str  # the make target
     marker: str | None  # the pytest marker its tests carry (None: those that carry no tier's)
     workers: int  # pytest-xdist workers (the machine the suite is made for has 2 cores)
-    covers: str  # what --help says of it (README's Tests section says the same, with times)
+    covers: str  # what --help says of it (docs/reference/tests.md says the same, with times)
 
 
 TIERS = {

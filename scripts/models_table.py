@@ -1,0 +1,18 @@
+"""Print the table of the Hugging Face families that load and save (model/hf_families.py's
+FAMILIES), as README.md's models section holds it:
+
+    python scripts/models_table.py
+
+tests/test_docs.py fails where README.md's table is not this output: paste it there after
+adding a family.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from model.hf_families import models_table  # noqa: E402
+
+if __name__ == "__main__":
+    print(models_table())
