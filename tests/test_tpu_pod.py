@@ -164,10 +164,11 @@ def test_wandb_variables_reach_train_py_and_the_key_is_never_printed(tmp_path):
 
     script = run_script("configs/tiny.py", "gs://my-bucket/runs/tiny", [], env=WANDB)
     home = tmp_path / "home"
+    # The parent's command line first: "env" appearing is what the test waits for
     write_executable(home / "ringstripe" / ".venv" / "bin" / "python", """#!/bin/bash
+ps -o args= -p $PPID > "$HOME/parent"
 for v in WANDB_API_KEY WANDB_MODE WANDB_PROJECT WANDB_ENTITY; do echo "$v=${!v:-}"; done \
     > "$HOME/env.tmp" && mv "$HOME/env.tmp" "$HOME/env"
-ps -o args= -p $PPID > "$HOME/parent"
 """)
     started = subprocess.run(["bash", "-c", script], env={"HOME": str(home), "PATH": tools_path()},
                              capture_output=True, text=True, timeout=30)
