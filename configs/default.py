@@ -174,7 +174,7 @@ def get_config():
         mlp_only_layers=(),  # layers kept dense
         expert_bias=False,  # biases on the router and the experts (GPT-OSS)
         swiglu_limit=0.0))  # GPT-OSS's clamped SwiGLU limit (7.0); 0 = act(gate) * up
-    # Multi-head latent attention (model/mla.py: DeepSeek-V2/V3, Kimi K2): none by default. With
+    # Multi-head latent attention (model/mixers/latent.py: DeepSeek-V2/V3, Kimi K2): none by default. With
     # kv_lora_rank > 0 every layer's keys and values come from a latent that width and one RoPE
     # key shared by the heads; head_dim and num_kv_heads do not apply to it.
     config.model.mla = ml_collections.ConfigDict(dict(
@@ -183,7 +183,7 @@ def get_config():
         qk_nope_head_dim=128, qk_rope_head_dim=64,  # a head's query/key parts without, with RoPE
         v_head_dim=128,  # a head's value width
         rope_interleave=True))  # RoPE pairs (2i, 2i+1), DeepSeek's layout (False: halves)
-    # Gated DeltaNet layers (model/linear_attention.py: Qwen3-Next), the blocks whose layer_types
+    # Gated DeltaNet layers (model/mixers/gated_deltanet.py: Qwen3-Next), the blocks whose layer_types
     # entry is 'linear_attention': none by default. A state of key_head_dim x value_head_dim a
     # value head replaces the keys and values; its sequence is split over the 'seq' devices by
     # passing states (parallel.linear_strategy).
@@ -193,7 +193,7 @@ def get_config():
         key_head_dim=128, value_head_dim=128,
         conv_kernel=4,  # the short causal convolution over q, k and v, in tokens
         chunk_size=64))  # tokens the rule takes at once (numerics only)
-    # Mamba2 layers (model/mamba.py: Granite 4.0's hybrids), the blocks whose layer_types entry
+    # Mamba2 layers (model/mixers/mamba2.py: Granite 4.0's hybrids), the blocks whose layer_types entry
     # is 'mamba': none by default. A state of state_size x head_dim a head; split over the 'seq'
     # devices as the Gated DeltaNet layers are (parallel.linear_strategy).
     config.model.mamba = ml_collections.ConfigDict(dict(

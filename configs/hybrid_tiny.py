@@ -7,7 +7,7 @@ sigmoid-gated shared expert.
     python train.py --config configs/hybrid_tiny.py --workdir /tmp/h --config.parallel.layout=zigzag
 
 Each Gated DeltaNet layer keeps a state of 32 x 32 numbers per value head (4 heads) whatever the
-length: its devices pass their blocks' states, not keys and values (model/linear_attention.py);
+length: its devices pass their blocks' states, not keys and values (model/mixers/gated_deltanet.py);
 a layout other than 'ring' reaches contiguous blocks by all-to-alls around those layers.
 """
 

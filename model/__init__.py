@@ -7,8 +7,8 @@ Public API:
   Transformer(cfg, mesh, rngs)    tokens, positions, segment_ids [B, S] -> logits [B, S, V]
   create(cfg, mesh, seed)         a Transformer with parameters created sharded (FSDP)
   count_params(model)
-  hf.load(path) / hf.save(model, path)   Hugging Face checkpoints in and out (model/hf.py; the
-                                         families: model/hf_families.py)
+  hf.load(path) / hf.save(model, path)   Hugging Face checkpoints in and out (model/hf/checkpoint.py; the
+                                         families: model/hf/families.py)
 """
 
 from model.config import MemorySwitches, ModelConfig

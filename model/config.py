@@ -68,11 +68,9 @@ class MemorySwitches:
 
 
 
+# Softmax attention's layer types (Hugging Face's names), the ones this config reads: a sliding
+# layer's window and RoPE. Which kind runs each layer type, and the others: model/mixers/.
 FULL, SLIDING = "full_attention", "sliding_attention"
-LINEAR = "linear_attention"  # a Gated DeltaNet layer (model.linear_attention), not softmax
-MAMBA = "mamba"  # a Mamba2 layer (model.mamba)
-RECURRENT = (LINEAR, MAMBA)  # layers with a state instead of keys and values
-LAYER_TYPES = (FULL, SLIDING, LINEAR, MAMBA)  # Hugging Face's names of a layer's token mixing
 MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 
 
@@ -104,7 +102,7 @@ class ModelConfig:
     attention: AttentionChoice | None = None
     # Attention per layer (Hugging Face's names and meanings). The defaults leave a Llama model
     # as it was: every layer full causal attention, no caps, no sinks, no norms on q and k.
-    # per block, LAYER_TYPES; () = all 'full_attention'
+    # per block, a layer type of model/mixers (model.mixers.layer_types()); () = all 'full_attention'
     layer_types: tuple[str, ...] = fixed(FUNCTION, ())
     sliding_window: int = 0  # keys a sliding layer's query sees, itself included
     rope_local_theta: float = 0.0  # RoPE base of sliding layers (no scaling); 0 = as full ones
@@ -178,13 +176,6 @@ class ModelConfig:
             raise ValueError("model.scan_layers stacks identical blocks (after a dense first "
                              f"few), but model.moe makes layers {list(self.sparse_layers)} "
                              "sparse and the others dense: set model.scan_layers=False")
-        if LINEAR in self.layer_types and not self.linear_attention.enabled:
-            raise ValueError("model.layer_types has 'linear_attention' layers but "
-                             "model.linear_attention.num_key_heads is 0: give the Gated "
-                             "DeltaNet layers' heads (model.linear_attention)")
-        if MAMBA in self.layer_types and not self.mamba.enabled:
-            raise ValueError("model.layer_types has 'mamba' layers but model.mamba.num_heads is "
-                             "0: give the Mamba2 layers' heads (model.mamba)")
         rotary = self.partial_rotary_factor * self.head_dim
         if not 0 <= self.partial_rotary_factor <= 1 or rotary != int(rotary) or rotary % 2:
             raise ValueError(f"model.partial_rotary_factor {self.partial_rotary_factor} must "
@@ -237,38 +228,9 @@ class ModelConfig:
         return self.remat and self.remat_policy != "dots"
 
     def layer_type(self, i: int) -> str:
-        """Block i's token mixing: 'full_attention', 'sliding_attention', 'linear_attention' or
-        'mamba'."""
+        """Block i's layer type ('full_attention', 'sliding_attention', 'linear_attention',
+        'mamba': which kind mixes its tokens is model.mixers.mixer_at's to say)."""
         return self.layer_types[i] if self.layer_types else FULL
-
-    @property
-    def hybrid(self) -> bool:
-        """Recurrent layers and softmax layers both (their parameters differ: no stack)."""
-        types = {self.layer_type(i) for i in range(self.num_layers)}
-        return bool(types & set(RECURRENT)) and len(types) > 1
-
-    @property
-    def scan_period(self) -> int:
-        """With scan_layers, the blocks one scan step runs: 1 where every stacked block has the
-        same parameters; for a hybrid the shortest period of its stacked blocks' layer types
-        (Qwen3-Next: 4, three Gated DeltaNet layers and a softmax one), the blocks at each
-        position of it stacked apart (at worst every stacked block: one step)."""
-        if not self.hybrid:
-            return 1
-        types = [self.layer_type(i) for i in range(self.first_stacked, self.num_layers)]
-        return next(p for p in range(1, len(types) + 1) if len(types) % p == 0
-                    and all(t == types[i % p] for i, t in enumerate(types)))
-
-    @property
-    def linear_layers(self) -> tuple[int, ...]:
-        """The blocks that are Gated DeltaNet layers, in order."""
-        return tuple(i for i in range(self.num_layers) if self.layer_type(i) == LINEAR)
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """The attention kinds the blocks use, in LAYER_TYPES order."""
-        used = {self.layer_type(i) for i in range(self.num_layers)}
-        return tuple(k for k in LAYER_TYPES if k in used)
 
     def window(self, kind: str) -> int | None:
         """The window of a layer of this kind (parallel.attention's `window`)."""

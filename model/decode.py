@@ -2,7 +2,7 @@
 
 Training attention is sequence-parallel over a layout; decoding appends one token at a time, so
 the attention layer takes a cache of every past key and value (natural order) and attends to it
-densely (model/kv_cache.py). Everything else (embedding, norms, projections, RoPE, the MLP, the
+densely (model/mixers/cache.py). Everything else (embedding, norms, projections, RoPE, the MLP, the
 output head) is the same code the training forward runs:
 
     cache = init_cache(cfg, batch, max_len)         a KVCache per layer: k, v [B, max_len, K, Dh]
@@ -31,7 +31,8 @@ import numpy as np
 from flax import nnx
 
 import parallel
-from model.kv_cache import LinearCache, ShardedCache, init_cache
+from model.mixers import init_cache
+from model.mixers.cache import LinearCache, ShardedCache
 
 __all__ = ["init_cache", "prefill", "extend", "sample_token", "generate", "lay_out_prompts",
            "generate_sharded", "cache_bytes_per_device"]

@@ -35,8 +35,8 @@ import numpy as np
 from jax import lax
 
 import parallel
-from model.gated_delta import pass_states
-from model.short_conv import causal_conv, last_inputs
+from model.rules.gated_delta import pass_states
+from model.rules.short_conv import causal_conv, last_inputs
 from parallel.contiguous import from_blocks, local_positions, to_blocks
 from parallel.layouts import get_layout
 

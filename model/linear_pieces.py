@@ -34,9 +34,9 @@ from jax import lax
 
 import parallel
 from model.chunks import check_chunk, join_local, split_local, splits
-from model.gated_delta import F32, incoming_state
+from model.rules.gated_delta import F32, incoming_state
 from model.linear_parallel import numbers, piece_halos, pieces_in_place, state_widths
-from model.short_conv import causal_conv
+from model.rules.short_conv import causal_conv
 from parallel.contiguous import from_blocks, to_blocks
 
 ROWS = jax.P(parallel.DATA, parallel.SEQ, None)

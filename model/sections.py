@@ -158,7 +158,7 @@ class MoEConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MLAConfig:
-    """Multi-head latent attention (`model.mla` of a run config; model/mla.py): DeepSeek-V2/V3,
+    """Multi-head latent attention (`model.mla` of a run config; model/mixers/latent.py): DeepSeek-V2/V3,
     Kimi K2, Moonlight. kv_lora_rank 0 (the default) is ordinary attention; else every layer's
     keys and values come from a kv_lora_rank-wide latent and one RoPE key all heads share, and
     model.head_dim and num_kv_heads do not apply (each head: qk_nope + qk_rope wide keys,
@@ -205,7 +205,7 @@ class MLAConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LinearAttentionConfig:
-    """Gated DeltaNet layers (`model.linear_attention`; model/linear_attention.py): the blocks
+    """Gated DeltaNet layers (`model.linear_attention`; model/mixers/gated_deltanet.py): the blocks
     whose model.layer_types entry is 'linear_attention' (Qwen3-Next: three of every four) mix
     tokens by the gated delta rule instead of softmax attention, a state of key_head_dim x
     value_head_dim numbers per value head whatever the length. num_key_heads 0 (the default):
@@ -255,7 +255,7 @@ class LinearAttentionConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MambaConfig:
-    """Mamba2 layers (`model.mamba`; model/mamba.py): the blocks whose model.layer_types entry is
+    """Mamba2 layers (`model.mamba`; model/mixers/mamba2.py): the blocks whose model.layer_types entry is
     'mamba' (Granite 4.0's hybrids: most of their layers) mix tokens by Mamba2's SSD rule, a
     state of state_size x head_dim numbers per head whatever the length. num_heads 0 (the
     default): no such layers. The heads share their B and C projections in num_groups groups."""

@@ -7,12 +7,10 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from model.config import BLOCK_INPUT, FULL, LINEAR, MAMBA, REMAT_POLICIES, ModelConfig
+from model import mixers
+from model.config import BLOCK_INPUT, FULL, REMAT_POLICIES, ModelConfig
 from model.embedding import sharded_lookup
-from model.layers import ACTIVATIONS, FSDP, Attention, GatedMLP, RMSNorm, dense
-from model.linear_attention import GatedDeltaNet
-from model.mamba import Mamba2
-from model.mla import LatentAttention
+from model.layers import ACTIVATIONS, FSDP, GatedMLP, RMSNorm, dense
 from model.moe import Experts
 from parallel import SAVED_BY_NAME
 
@@ -25,13 +23,10 @@ class Block(nnx.Module):
                  kind: str = FULL):
         self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
-        # kind 'linear_attention': a Gated DeltaNet layer (model/linear_attention.py), 'mamba' a
-        # Mamba2 layer (model/mamba.py); latent attention (model/mla.py) where model.mla gives
-        # a latent
-        mixer = (GatedDeltaNet if kind == LINEAR else Mamba2 if kind == MAMBA else
-                 LatentAttention if cfg.mla.enabled else Attention)
         self.residual_multiplier = cfg.residual_multiplier
-        self.attention = mixer(cfg, mesh, rngs)
+        # the layer type's token mixer (model/mixers): named attention whatever its kind, as
+        # checkpoints name it
+        self.attention = mixers.mixer_of(cfg, kind).build(cfg, mesh, rngs)
         self.mlp_norm = RMSNorm(cfg, rngs)
         # sparse: the mixture-of-experts layer in place of the dense MLP (model/moe.py)
         self.mlp = Experts(cfg, mesh, rngs) if sparse else GatedMLP(cfg, mesh, rngs)
@@ -74,7 +69,7 @@ class Block(nnx.Module):
 
 
 def _block(cfg: ModelConfig, mesh, rngs: nnx.Rngs, i: int) -> Block:
-    """Block i as the config makes it: sparse or dense MLP, softmax or Gated DeltaNet mixing."""
+    """Block i as the config makes it: sparse or dense MLP, its layer type's mixer."""
     return Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i), kind=cfg.layer_type(i))
 
 
@@ -91,12 +86,12 @@ def _remat_policy(name: str):
 def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
     """One Block whose parameters carry a leading [layers] axis for blocks cfg.first_stacked ..
     num_layers - 1 (unsharded: each device holds its FSDP shard of every layer); for a hybrid
-    (cfg.scan_period P > 1) a list of P such Blocks, position p holding blocks first + p,
+    (scan_period(cfg) P > 1) a list of P such Blocks, position p holding blocks first + p,
     first + p + P, ... The blocks are drawn exactly as the unrolled model draws them and then
     stacked, so a run starts from the same weights whether or not it scans (the dense blocks
     before the stack are drawn first)."""
     layers = [_block(cfg, mesh, rngs, i) for i in range(cfg.first_stacked, cfg.num_layers)]
-    period = cfg.scan_period
+    period = scan_period(cfg)
     stacks = [_stack(layers[p::period]) for p in range(period)]
     return stacks[0] if period == 1 else nnx.List(stacks)
 
@@ -128,6 +123,7 @@ class Transformer(nnx.Module):
     """
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+        mixers.check(cfg)
         self.cfg, self.mesh = cfg, mesh
         # Rows of unit variance; with Gemma's embedding scale (x sqrt(d_model) on the way in)
         # of variance 1 / d_model, so that the block inputs are of unit variance and the tied
@@ -153,7 +149,7 @@ class Transformer(nnx.Module):
         order, as `model(tokens)` on one device is called). order: the original index of each token as it sits ([B, S]; the batch's 'order'),
         required by the 'balanced' layout, optional for the others.
 
-        Decoding: with cache (a list of one KVCache per layer, model/kv_cache.py), tokens
+        Decoding: with cache (a list of one KVCache per layer, model/mixers/cache.py), tokens
         [B, T] in natural order at positions [B, T] attend densely to the cache and to each
         other; returns (logits, the updated cache)."""
         if positions is None:
@@ -254,7 +250,7 @@ class Transformer(nnx.Module):
             return
         if self.cfg.first_stacked:
             yield from self.first_blocks
-        period = self.cfg.scan_period
+        period = scan_period(self.cfg)
         stacks = [nnx.split(b) for b in (self.blocks if period > 1 else [self.blocks])]
         for i in range(self.cfg.num_layers - self.cfg.first_stacked):
             graphdef, state = stacks[i % period]
@@ -267,10 +263,10 @@ def _scan_blocks(run, blocks, x, cfg: ModelConfig):
     num_layers. Blocks of
     mixed attention kinds (local and global) share their parameters' shapes: each step switches
     to its layer's kind, so the program holds one block per kind."""
-    if cfg.scan_period > 1:
+    if scan_period(cfg) > 1:
         return _scan_periods(run, blocks, x, cfg)
     graphdef, state = nnx.split(blocks)
-    kinds = cfg.kinds
+    kinds = _layer_types_used(cfg)
     index = jnp.asarray([kinds.index(cfg.layer_type(i))
                          for i in range(cfg.first_stacked, cfg.num_layers)])
 
@@ -286,10 +282,10 @@ def _scan_blocks(run, blocks, x, cfg: ModelConfig):
 
 
 def _scan_periods(run, stacks, x, cfg: ModelConfig):
-    """A hybrid's stack: each scan step runs one period of blocks (cfg.scan_period, each
+    """A hybrid's stack: each scan step runs one period of blocks (scan_period(cfg), each
     position its own stacked Block and layer kind). The expert layers' statistics come out in
     layer order ([steps, sparse positions, ...] flattened)."""
-    period, first = cfg.scan_period, cfg.first_stacked
+    period, first = scan_period(cfg), cfg.first_stacked
     split = [nnx.split(stack) for stack in stacks]
     kinds = [cfg.layer_type(first + p) for p in range(period)]
 
@@ -304,6 +300,29 @@ def _scan_periods(run, stacks, x, cfg: ModelConfig):
     flat = None if stats is None else jax.tree.map(
         lambda a: a.reshape(-1, *a.shape[2:]), stats)
     return x, flat
+
+
+def _layer_types_used(cfg: ModelConfig) -> tuple[str, ...]:
+    """The layer types the blocks use, in model.mixers.layer_types() order."""
+    used = {cfg.layer_type(i) for i in range(cfg.num_layers)}
+    return tuple(t for t in mixers.layer_types() if t in used)
+
+
+def hybrid(cfg: ModelConfig) -> bool:
+    """Blocks of more than one kind of mixer (their parameters differ: no one stack)."""
+    return len(mixers.used(cfg)) > 1
+
+
+def scan_period(cfg: ModelConfig) -> int:
+    """With scan_layers, the blocks one scan step runs: 1 where every stacked block has the
+    same parameters; for a hybrid the shortest period of its stacked blocks' layer types
+    (Qwen3-Next: 4, three Gated DeltaNet layers and a softmax one), the blocks at each
+    position of it stacked apart (at worst every stacked block: one step)."""
+    if not hybrid(cfg):
+        return 1
+    types = [cfg.layer_type(i) for i in range(cfg.first_stacked, cfg.num_layers)]
+    return next(p for p in range(1, len(types) + 1) if len(types) % p == 0
+                and all(t == types[i % p] for i, t in enumerate(types)))
 
 
 def soft_cap(x, cap: float):

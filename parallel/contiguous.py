@@ -1,6 +1,6 @@
 """A layout's tokens as contiguous blocks and back, inside a shard_map over 'seq'.
 
-A recurrent layer (model/linear_attention.py) scans the sequence in order: its state passing
+A recurrent layer (model/mixers/gated_deltanet.py) scans the sequence in order: its state passing
 wants device d to hold the d-th contiguous block of the row, the 'ring' layout. The other
 layouts reach that order and come back: a token goes to the device whose block holds its
 original index, into the slot of that index.

@@ -24,12 +24,12 @@ first rows, the planner on the rows it plans with; both count the same way, here
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from data.document_lengths import document_lengths
-from model.config import LINEAR, MAMBA, LinearAttentionConfig, MambaConfig, MLAConfig, MoEConfig
+from model import mixers
+from model.config import FULL, MoEConfig
+from model.mixers import RecurrentShape, recurrent_layers
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {
@@ -68,121 +68,19 @@ def matmul_params(m, active: bool = True) -> int:
 
 
 def mixer_params(m, i: int) -> int:
-    """The matrices that mix block i's tokens: its attention's, a Gated DeltaNet layer's (layer
-    type 'linear_attention') or a Mamba2 layer's ('mamba')."""
-    kind = _kind(m, i)
-    return (linear_params(m) if kind == LINEAR else mamba_params(m) if kind == MAMBA
-            else attention_params(m))
-
-
-def linear_params(m) -> int:
-    """The matrices of one Gated DeltaNet layer (model/linear_attention.py): qkvz d (2 Hk dk +
-    2 Hv dv), ba d 2 Hv, out Hv dv d (its convolution is replicated: a vector here)."""
-    la = linear_of(m)
-    values = la.num_value_heads * la.value_head_dim
-    return m.d_model * (la.conv_channels + values + 2 * la.num_value_heads) + values * m.d_model
-
-
-def mamba_params(m) -> int:
-    """The matrices of one Mamba2 layer (model/mamba.py): in_proj d (I + I + 2 G N + H),
-    out_proj I d (I = H P)."""
-    mc = mamba_of(m)
-    return m.d_model * (mc.inner + mc.conv_channels + mc.num_heads) + mc.inner * m.d_model
-
-
-@dataclasses.dataclass(frozen=True)
-class RecurrentShape:
-    """One kind of recurrent layer as the planner prices it: heads of a key_dim x value_dim
-    state (Mamba2: N x P), its convolution, the groups 'heads' splits (key heads; Mamba2's
-    groups), the chunk, and whether each chunk solves a triangular system (Gated DeltaNet)."""
-
-    heads: int
-    key_dim: int
-    value_dim: int
-    conv_channels: int
-    conv_kernel: int
-    groups: int
-    chunk: int
-    solves: bool
-
-    def rule_flops(self, value_dim: int | None = None) -> float:
-        """Forward FLOPs per token of the rule in chunks of C, its values value_dim wide
-        (default: the layer's), 2 a multiply-add, per head. Gated DeltaNet: the chunk's k k^T,
-        q k^T rows and its triangular inverse's row (C dk, C dk, C C), the written vectors and
-        the read (C (dk + dv), C dv), the start state read twice and the state written
-        (3 dk dv). Mamba2's SSD: the q k^T row and its read (C (dk + dv)), the start state
-        read and the state written (2 dk dv)."""
-        c, dk = self.chunk, self.key_dim
-        dv = self.value_dim if value_dim is None else value_dim
-        if self.solves:
-            return 2 * self.heads * (c * (3 * dk + 2 * dv + c) + 3 * dk * dv)
-        return 2 * self.heads * (c * (dk + dv) + 2 * dk * dv)
+    """The matrices that mix block i's tokens, as its kind counts them (model/mixers)."""
+    return mixers.mixer_at(m, i).matrix_params(m)
 
 
 def recurrent_kinds(m) -> list[tuple[int, RecurrentShape]]:
     """(layers, shape) of each kind of recurrent layer the model has."""
-    out = []
-    if linear_layers(m):
-        la = linear_of(m)
-        out.append((linear_layers(m), RecurrentShape(
-            la.num_value_heads, la.key_head_dim, la.value_head_dim, la.conv_channels,
-            la.conv_kernel, la.num_key_heads, la.chunk_size, True)))
-    if mamba_layers(m):
-        mc = mamba_of(m)
-        out.append((mamba_layers(m), RecurrentShape(
-            mc.num_heads, mc.state_size, mc.head_dim, mc.conv_channels, mc.conv_kernel,
-            mc.num_groups, mc.chunk_size, False)))
-    return out
-
-
-def linear_of(m):
-    """The LinearAttentionConfig of a ModelConfig (or of a section whose group is a mapping)."""
-    return LinearAttentionConfig.from_config(getattr(m, "linear_attention", None))
-
-
-def mamba_of(m):
-    """The MambaConfig of a ModelConfig (or of a section whose group is a mapping)."""
-    return MambaConfig.from_config(getattr(m, "mamba", None))
-
-
-def _kind(m, i: int) -> str | None:
-    return m.layer_types[i] if m.layer_types and i < len(m.layer_types) else None
-
-
-def linear_layers(m) -> int:
-    """How many blocks are Gated DeltaNet layers."""
-    return sum(_kind(m, i) == LINEAR for i in range(m.num_layers))
-
-
-def mamba_layers(m) -> int:
-    """How many blocks are Mamba2 layers."""
-    return sum(_kind(m, i) == MAMBA for i in range(m.num_layers))
-
-
-def recurrent_layers(m) -> int:
-    """How many blocks keep a state instead of keys and values."""
-    return linear_layers(m) + mamba_layers(m)
-
-
-def attention_params(m) -> int:
-    """The matrices of one attention layer: q (with its gate), k, v, o; with latent attention
-    (model/mla.py) q (or q_a, q_b), kv_a, kv_b, o."""
-    mla = MLAConfig.from_config(getattr(m, "mla", None))
-    if not mla.enabled:  # an output gate (Qwen3-Next) doubles the query projection
-        queries = m.num_heads * (2 if getattr(m, "attention_output_gate", False) else 1)
-        return m.d_model * m.head_dim * (queries + m.num_heads + 2 * m.num_kv_heads)
-    heads, qk = m.num_heads, mla.qk_head_dim
-    queries = (m.d_model * mla.q_lora_rank + mla.q_lora_rank * heads * qk if mla.q_lora_rank
-               else m.d_model * heads * qk)
-    return (queries + m.d_model * mla.latent_width
-            + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
-            + heads * mla.v_head_dim * m.d_model)
+    return mixers.recurrent(m)
 
 
 def head_widths(m) -> tuple[int, int]:
-    """(query/key width, value width) of a head: head_dim twice, or latent attention's."""
-    mla = MLAConfig.from_config(getattr(m, "mla", None))
-    return (mla.qk_head_dim, mla.v_head_dim) if mla.enabled else (m.head_dim, m.head_dim)
+    """(query/key width, value width) of an attention layer's head (head_dim twice, or latent
+    attention's), as the attending kind says."""
+    return mixers.mixer_of(m, FULL).head_widths(m)
 
 
 def mlp_params(m, i: int, active: bool = True) -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from model import chunks
+from model import chunks, mixers
 from model.embedding import splits
-from model.config import MLAConfig
-from planner.flops import (experts_of, head_widths, linear_layers, linear_of, mamba_layers,
-                           mamba_of, matmul_params, mixer_params, mlp_params, recurrent_kinds,
-                           recurrent_layers)
+from model.config import FULL
+from model.mixers import recurrent_layers
+from planner.flops import (experts_of, head_widths, matmul_params, mixer_params, mlp_params,
+                           recurrent_kinds)
 from planner.devices import Device
 from planner.run import Run
 
@@ -31,24 +31,9 @@ def param_counts(m) -> dict:
     """
     matmul = matmul_params(m, active=False)  # every expert: what memory holds
     embed = 0 if m.tie_embeddings else m.vocab_size * m.d_model
-    la, mc = linear_of(m), mamba_of(m)
-    linear, mamba = linear_layers(m), mamba_layers(m)
-    softmax = m.num_layers - linear - mamba
     vectors = (2 * m.num_layers + 1) * m.d_model + 2 * m.d_model * m.sandwich_norms * (
-        m.num_layers) + _expert_biases(m) + softmax * (
-        2 * m.head_dim * m.qk_norm  # q and k norms
-        + m.num_heads * m.attention_sinks
-        + (m.attention_bias or m.qkv_bias) * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
-        + m.attention_bias * m.d_model)
-    if linear:  # a Gated DeltaNet layer's replicated convolution, decays, bias and norm
-        vectors += linear * (la.conv_kernel * la.conv_channels + 2 * la.num_value_heads
-                             + la.value_head_dim)
-    if mamba:  # a Mamba2 layer's convolution (and bias), decays, step bias, D and norm
-        vectors += mamba * ((mc.conv_kernel + mc.conv_bias) * mc.conv_channels
-                            + 3 * mc.num_heads + mc.inner)
-    mla = MLAConfig.from_config(m.mla)
-    if mla.enabled:  # the latent's norms
-        vectors += m.num_layers * (mla.kv_lora_rank + mla.q_lora_rank)
+        m.num_layers) + _expert_biases(m) + sum(  # and each mixer's own (model/mixers)
+        n * kind.vector_params(m) for kind, n in mixers.used(m).items())
     layer = max(mixer_params(m, i) for i in range(m.num_layers)) + max(
         mlp_params(m, i, active=False) for i in range(m.num_layers))
     return {"total": matmul + embed + vectors, "matmul": matmul, "matrices": matmul + embed,
@@ -97,13 +82,12 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
     """Bytes per device of activations; the formulas are in plan.py's docstring table."""
     b, n, c, f32 = run.rows, run.block, dtype_bytes(m.dtype), 4
     d, heads, kv, dh, v = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size
-    mla = MLAConfig.from_config(m.mla)
-    latent = mla.enabled and getattr(m.attention, "mla_exchange", "full") == "latent"
-    if mla.enabled:  # every head its keys and values, as wide as the kernel tiles them
-        kv, dh = heads, max(head_widths(m))
+    attending = mixers.mixer_of(m, FULL)
+    kv, dh = attending.kernel_heads(m)  # latent attention: every head, the kernel's width
     # what travels of a token: its keys and values, or its latent and RoPE key (then a block's
     # expansion to keys and values is alive while its tiles run)
-    travels = mla.latent_width if latent else 2 * kv * dh
+    latent = attending.exchanged_width(m)
+    travels = latent or 2 * kv * dh
     kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
     tokens = b * n
     mlp_chunk, loss_chunk = _chunk(m.mlp_chunk, n), m.loss_chunk or n  # loss: 0 = n at once

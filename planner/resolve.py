@@ -24,7 +24,7 @@ from model.moe import RAGGED_PLATFORMS
 from planner import linear_strategy, mla_exchange, recommend
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host
-from planner.flops import recurrent_layers
+from model.mixers import recurrent_layers
 from planner.run import make_run
 from planner.switches import AUTO_SHARE, given, resolve_switches
 

@@ -8,13 +8,14 @@ import math
 
 import numpy as np
 
-from model.config import MLAConfig
+from model import mixers
+from model.config import FULL
+from model.mixers import recurrent_layers
 from parallel import cost, strategies, strategy_cost
 from parallel.kernels import resolve_kernel
 from planner.devices import Device
 from planner import linear_strategy
-from planner.flops import (experts_of, head_widths, layer_windows, matmul_params, recurrent_layers,
-                           peak_flops)
+from planner.flops import experts_of, head_widths, layer_windows, matmul_params, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 
@@ -38,15 +39,13 @@ def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
 def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool, window=None):
     """One attention layer on one device, as parallel.strategy_cost takes it (window: a
     sliding layer's)."""
-    mla = MLAConfig.from_config(m.mla)
-    kv_heads, head_dim = (m.num_heads, max(head_widths(m))) if mla.enabled else (
-        m.num_kv_heads, m.head_dim)  # latent attention: every head, the width the kernel tiles
-    latent = mla.enabled and getattr(m.attention, "mla_exchange", "full") == "latent"
+    attending = mixers.mixer_of(m, FULL)
+    kv_heads, head_dim = attending.kernel_heads(m)  # latent attention: every head, the width
     return strategy_cost.LayerShape(
         rows=run.rows, seq_len=run.seq_len, num_shards=run.seq, q_heads=m.num_heads,
         kv_heads=kv_heads, head_dim=head_dim, itemsize=dtype_bytes(m.dtype),
         layout=layout, tiles=tuple(tiles), with_segments=with_segments, window=window,
-        latent_width=mla.latent_width if latent else 0)
+        latent_width=attending.exchanged_width(m))
 
 
 def ring_step_tiles(layout: str, num_shards: int, block: int, tiles, documents=None) -> list:

@@ -33,10 +33,11 @@ import dataclasses
 import itertools
 
 from model.config import AUTO, MemorySwitches, ModelConfig
+from model.mixers import recurrent_layers
 from parallel.layouts.base import largest_divisor
 from planner import memory, step_time
 from planner.devices import Device
-from planner.flops import flops_per_token, recurrent_layers
+from planner.flops import flops_per_token
 from planner.run import Run
 
 AUTO_SHARE = 0.75  # of the device's memory, for the analytic total of an 'auto' candidate

@@ -315,7 +315,7 @@ def family_case(name: str, case: tuple, tokens: np.ndarray, seed: int) -> np.nda
 
 
 # One latent-attention layer alone (transformers' DeepseekV3Attention, eager, a causal mask),
-# for model/mla.py: DeepSeek-V3's shape (queries through a latent, YaRN with its softmax
+# for model/mixers/latent.py: DeepSeek-V3's shape (queries through a latent, YaRN with its softmax
 # mscale, interleaved RoPE), V2-Lite's (no query latent, plain RoPE, interleaved) and one with
 # the halves convention (rope_interleave=False). Positions 70..93, past YaRN's original 64.
 MLA_ATTENTION = {

@@ -1,4 +1,4 @@
-"""Print the table of the Hugging Face families that load and save (model/hf_families.py's
+"""Print the table of the Hugging Face families that load and save (model/hf/families.py's
 FAMILIES), as README.md's models section holds it:
 
     python scripts/models_table.py
@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from model.hf_families import models_table  # noqa: E402
+from model.hf.families import models_table  # noqa: E402
 
 if __name__ == "__main__":
     print(models_table())

@@ -87,7 +87,7 @@ def test_the_readme_is_a_short_page_that_routes_to_the_tasks():
 
 
 def test_the_models_table_is_the_family_registry():
-    from model.hf_families import FAMILIES, models_table
+    from model.hf.families import FAMILIES, models_table
     table = README.split("<!-- models table:")[1].split("-->", 1)[1]
     table = table.split("<!-- end of the models table -->")[0].strip()
     assert table == models_table(), ("README.md's models table is not the registry's: paste "
@@ -102,7 +102,7 @@ def test_every_family_in_the_table_is_checked_against_transformers():
     compares."""
     import json
 
-    from model.hf_families import FAMILIES
+    from model.hf.families import FAMILIES
     fixtures = REPO / "tests" / "fixtures" / "hf"
     types = {json.loads(p.read_text())["model_type"] for p in fixtures.glob("*/config.json")}
     assert set(FAMILIES) <= types

@@ -1,4 +1,4 @@
-"""model/gated_delta.py against the gated delta rule written out token by token in float64 numpy
+"""model/rules/gated_delta.py against the gated delta rule written out token by token in float64 numpy
 (the recurrence of Qwen3-Next's layers): outputs and final states over several chunk sizes
 (padding included), from a given state, with documents resetting the state; gradients against
 the same recurrence differentiated by JAX."""
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from model.gated_delta import gated_delta_rule
+from model.rules.gated_delta import gated_delta_rule
 
 B, S, H, DK, DV = 2, 40, 3, 8, 6
 
@@ -100,7 +100,7 @@ def test_the_layer_is_transformers_qwen3_next_gated_deltanet():
     import os
 
     from model.config import LinearAttentionConfig, ModelConfig
-    from model.linear_attention import Weights, layer
+    from model.mixers.gated_deltanet import Weights, layer
     data = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "hf",
                                 "gated_deltanet.npz"))
     w = Weights(qkvz=data["in_proj_qkvz.weight"].T, ba=data["in_proj_ba.weight"].T,

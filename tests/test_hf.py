@@ -1,4 +1,4 @@
-"""model.hf against Hugging Face transformers' own models, every family of model/hf_families.py
+"""model.hf against Hugging Face transformers' own models, every family of model/hf/families.py
 (DeepSeek-V3 and V2-Lite: latent attention, YaRN with DeepSeek's mscale, sigmoid group-limited
 routing with a correction bias, shared experts, a dense first layer; GLM-4.5: partial rotary,
 q/k/v biases; Qwen2-MoE: a gated shared expert; Qwen2: q/k/v biases, the hub's config.json).
@@ -20,7 +20,8 @@ from safetensors.numpy import load_file
 
 import parallel
 from model import hf
-from model.safetensors_dir import RangeFile, SafetensorsDir
+from model.hf.safetensors_dir import RangeFile, SafetensorsDir
+from model.transformer import scan_period
 from tests.tiers import split
 from tests.test_model import attention
 
@@ -92,7 +93,7 @@ def test_a_hybrid_stacked_a_period_at_a_time(reference, tmp_path):
     the same tensors back."""
     source = os.path.join(FIXTURES, "qwen3_next_hybrid")
     m = hf.load(source, scan_layers=True, param_dtype="float32")
-    assert m.cfg.scan_period == 4 and m.blocks[3].attention.q.kernel[...].shape[0] == 1
+    assert scan_period(m.cfg) == 4 and m.blocks[3].attention.q.kernel[...].shape[0] == 1
     assert relative_error(m(reference["tokens"]), reference["qwen3_next_hybrid"]) < 1e-4
     hf.save(m, str(tmp_path / "saved"))
     ours, theirs = SafetensorsDir(str(tmp_path / "saved")), SafetensorsDir(source)

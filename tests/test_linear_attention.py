@@ -1,4 +1,4 @@
-"""Gated DeltaNet layers under context parallelism (model/linear_attention.py): the layer split
+"""Gated DeltaNet layers under context parallelism (model/mixers/gated_deltanet.py): the layer split
 over the 'seq' devices in every layout (state passing, the convolution's halo, all-to-alls to
 contiguous blocks) against the same layer on one device, outputs and gradients (of the input and
 of every weight), with documents that cross device boundaries; and a hybrid model's loss and
@@ -13,8 +13,9 @@ import pytest
 
 import parallel
 from model.config import LinearAttentionConfig, ModelConfig, MoEConfig
-from model.linear_attention import Weights, layer, recurrence
+from model.mixers.gated_deltanet import Weights, layer, recurrence
 from model.linear_parallel import numbers, pieces_in_place
+from model.transformer import scan_period
 from tests.tiers import split
 from tests.test_attention import layout_order, take
 from tests.test_model import SIZES, assert_as_one_device, attention, loss_and_grads
@@ -163,7 +164,7 @@ def test_a_hybrid_scanned_a_period_at_a_time_with_its_layers_split_by_heads():
     (layer by layer) within 3e-5 of the unrolled model on one device (4 blocks: float32's sums
     in another order move the decays' gradients by up to 2e-5 unrolled as well)."""
     periodic = dict(HYBRID, num_layers=4, layer_types=("linear_attention", "full_attention") * 2)
-    assert ModelConfig(**periodic, scan_layers=True).scan_period == 2
+    assert scan_period(ModelConfig(**periodic, scan_layers=True)) == 2
     want = loss_and_grads("ring", 1, 1, **periodic)
     loss, grads, _ = loss_and_grads("striped", 2, 4, linear_strategy="heads", scan_layers=True,
                                     **periodic)
@@ -185,7 +186,7 @@ def qwen3_next():
 
 @pytest.mark.sweeps
 def test_decoding_carries_the_state_and_the_convolution_inputs(qwen3_next):
-    """The recurrent cache (model/kv_cache.LinearCache): a prompt of 7 tokens, then 3 and 2 more
+    """The recurrent cache (model/mixers/cache.LinearCache): a prompt of 7 tokens, then 3 and 2 more
     at once, each piece's logits equal to the training forward's at those positions; greedy
     decoding with the cache equals greedy decoding by recomputing the whole sequence."""
     from flax import nnx

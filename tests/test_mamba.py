@@ -1,4 +1,4 @@
-"""Mamba2 layers (model/mamba.py, model/ssd.py): the SSD rule against its recurrence token by token
+"""Mamba2 layers (model/mixers/mamba2.py, model/rules/ssd.py): the SSD rule against its recurrence token by token
 in float64 numpy (chunk sizes, a start state, documents); the layer over the 'seq' devices in every
 layout, with either linear strategy, against the same layer on one device (outputs and every
 gradient); a Granite-shaped hybrid model against one device; and decoding with the recurrent cache
@@ -13,8 +13,8 @@ import pytest
 
 import parallel
 from model.config import MambaConfig, ModelConfig, MoEConfig
-from model.mamba import Weights, layer
-from model.ssd import ssd_rule
+from model.mixers.mamba2 import Weights, layer
+from model.rules.ssd import ssd_rule
 from tests.tiers import split
 from tests.test_linear_attention import LAYOUTS, MESHES, assert_over_devices, on_one_device
 from tests.test_model import SIZES, attention, loss_and_grads

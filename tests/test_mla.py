@@ -1,4 +1,4 @@
-"""model/mla.py against transformers' own DeepseekV3Attention (tests/fixtures/hf/mla_attention.npz,
+"""model/mixers/latent.py against transformers' own DeepseekV3Attention (tests/fixtures/hf/mla_attention.npz,
 written by scripts/make_hf_fixtures.py --mla-attention): DeepSeek-V3's layer (a query latent,
 YaRN with its softmax mscale, interleaved RoPE), V2-Lite's (no query latent) and the halves
 RoPE convention, at positions past YaRN's original context."""
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from model import mla
+from model.mixers import latent as mla
 from model.rope import RopeScaling
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf", "mla_attention.npz")

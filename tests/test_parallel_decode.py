@@ -1,5 +1,5 @@
 """Sequence-parallel prefill and decoding against a sharded KV cache (model/decode.py,
-model/kv_cache.py): the same greedy tokens whatever the layout and the number of devices, the
+model/mixers/cache.py): the same greedy tokens whatever the layout and the number of devices, the
 same as the single-device cached decoder, and the training forward's logits."""
 
 import jax

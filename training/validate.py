@@ -9,7 +9,8 @@ import parallel
 import run_config
 from data import DataError
 from data.sources import most_tokens
-from model.config import AUTO, FULL, LAYER_TYPES, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
+from model import mixers
+from model.config import AUTO, FULL, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
 from model.moe import expert_split
 from planner.attention import choice_from_config
 from planner.run import configured_layout
@@ -247,10 +248,14 @@ def _validate_attention_kinds(m):
         raise ConfigError(f"model.layer_types has {len(types)} entries for "
                           f"model.num_layers={m.num_layers}: give one per layer, or () for all "
                           f"'{FULL}'")
-    unknown = sorted(set(types) - set(LAYER_TYPES))
+    unknown = sorted(set(types) - set(mixers.layer_types()))
     if unknown:
         raise ConfigError(f"model.layer_types: {unknown[0]!r} is not a layer type: use "
-                          f"{' or '.join(repr(t) for t in LAYER_TYPES)}")
+                          f"{' or '.join(repr(t) for t in mixers.layer_types())}")
+    try:  # what each kind of mixer the layers use asks of the config (model/mixers)
+        mixers.check(m)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     window = m.sliding_window
     if window < 0 or (SLIDING in types and not window):
         raise ConfigError(f"model.sliding_window={window}: sliding layers need a window of at "

@@ -1,5 +1,5 @@
 """Mamba2's state space duality (SSD) rule, computed in chunks: the recurrence of its layers
-(model/mamba.py) written as gated linear attention with a scalar decay per head.
+(model/mixers/mamba2.py) written as gated linear attention with a scalar decay per head.
 
 Per head a state S [N, P] (N: the state size, P: the head's width) decays, is written and read:
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from model.gated_delta import scan_in_chunks
+from model.rules.gated_delta import scan_in_chunks
 
 F32 = jnp.float32
 HIGHEST = lax.Precision.HIGHEST

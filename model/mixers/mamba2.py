@@ -1,5 +1,5 @@
 """Mamba2 layers: the blocks of model.layer_types 'mamba' (Granite 4.0's hybrids), token mixing
-by the SSD rule (model/ssd.py) instead of softmax.
+by the SSD rule (model/rules/ssd.py) instead of softmax.
 
     x [B, S, D] -> in_proj: z [I], x | B | C [I + 2 G N], dt [H]          (I = H P)
       x | B | C -> causal depthwise conv (conv_kernel taps, + bias, silu)
@@ -10,7 +10,7 @@ by the SSD rule (model/ssd.py) instead of softmax.
 Each group of H / G heads shares its B and C. Over the 'seq' devices the layer is split as a
 Gated DeltaNet layer is (model/linear_parallel.py: parallel.linear_strategy 'state' passes
 states, 'heads' splits the groups); documents reset the state and the convolution. Decoding:
-the cache is kv_cache.LinearCache (the state [B, H, N, P] and the convolution's last inputs).
+the cache is a LinearCache (model/mixers/cache.py) (the state [B, H, N, P] and the convolution's last inputs).
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ from flax import nnx
 from jax import lax
 
 import parallel
-from model import recurrent_layer
-from model.config import MAMBA, ModelConfig
+from model.mixers import recurrent
+from model.config import MambaConfig, ModelConfig
 from model.layers import dense
+from model.mixers.base import Mixer, RecurrentShape
+from model.mixers.cache import LinearCache
 from model.linear_parallel import Recurrence
-from model.ssd import ssd_rule
+from model.rules.ssd import ssd_rule
 
 F32 = jnp.float32
+MAMBA = "mamba"  # its layer type
 
 
 @jax.tree_util.register_dataclass
@@ -82,7 +85,7 @@ class Mamba2(nnx.Module):
 
     def __call__(self, x, positions, segment_ids=None, order=None, cache=None,
                  collect: bool = False, kind: str = MAMBA):
-        """As GatedDeltaNet.__call__ (model/linear_attention.py)."""
+        """As GatedDeltaNet.__call__ (model/mixers/gated_deltanet.py)."""
         del positions, kind
         if cache is not None:
             return layer(self.weights(), x, self.cfg, cache=cache)
@@ -96,9 +99,9 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     (with `cache`: (out, new cache); with `collect`: (out, the cache after each row's prompt,
     segment 0)), split over the mesh's 'seq' devices in cfg.layout's order (order: the batch's
     original indices, required by 'balanced'); with cfg.linear_chunk, training a piece of each
-    device's tokens at a time (model/recurrent_layer.py says which way a call runs)."""
+    device's tokens at a time (model/mixers/recurrent.py says which way a call runs)."""
     bias = None if w.conv_bias is None else w.conv_bias.astype(F32)
-    return recurrent_layer.run(w, x, recurrence(cfg, w.d), w.conv.astype(F32), bias, cfg,
+    return recurrent.run(w, x, recurrence(cfg, w.d), w.conv.astype(F32), bias, cfg,
                                segment_ids, order, mesh, cache, collect)
 
 
@@ -144,3 +147,38 @@ def recurrence(cfg: ModelConfig, d) -> Recurrence:
                       groups=mc.num_groups, heads=mc.num_heads, chunk=mc.chunk_size,
                       rule=ssd_rule, heads_of=heads_of, unit="Mamba2 layers' groups",
                       project=project, finish=finish)
+
+
+class Mamba2Kind(Mixer):
+    name = "mamba2"
+    layer_types = (MAMBA,)
+    module = Mamba2
+
+    def check(self, m) -> None:
+        if not MambaConfig.from_config(m.mamba).enabled:
+            raise ValueError("model.layer_types has 'mamba' layers but model.mamba.num_heads is "
+                             "0: give the Mamba2 layers' heads (model.mamba)")
+
+    def init_cache(self, cfg, batch: int, max_len: int) -> LinearCache:
+        """Its state [H, N, P] and the convolution's last inputs: no length in it."""
+        mc = cfg.mamba
+        return LinearCache(jnp.zeros((batch, mc.num_heads, mc.state_size, mc.head_dim), F32),
+                           jnp.zeros((batch, mc.conv_kernel - 1, mc.conv_channels), F32))
+
+    def matrix_params(self, m) -> int:
+        """in_proj d (I + I + 2 G N + H), out_proj I d (I = H P)."""
+        mc = MambaConfig.from_config(m.mamba)
+        return m.d_model * (mc.inner + mc.conv_channels + mc.num_heads) + mc.inner * m.d_model
+
+    def vector_params(self, m) -> int:
+        """The convolution (and its bias), a_log, dt_bias, D, the norm."""
+        mc = MambaConfig.from_config(m.mamba)
+        return (mc.conv_kernel + mc.conv_bias) * mc.conv_channels + 3 * mc.num_heads + mc.inner
+
+    def recurrent(self, m) -> RecurrentShape:
+        mc = MambaConfig.from_config(m.mamba)
+        return RecurrentShape(mc.num_heads, mc.state_size, mc.head_dim, mc.conv_channels,
+                              mc.conv_kernel, mc.num_groups, mc.chunk_size, solves=False)
+
+
+MAMBA2 = Mamba2Kind()

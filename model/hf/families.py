@@ -21,14 +21,16 @@ import dataclasses
 import json
 from typing import Callable
 
-from model.config import (FULL, FUNCTION, LINEAR, MAMBA, SHAPE, SLIDING, LinearAttentionConfig,
+from model.config import (FULL, FUNCTION, SHAPE, SLIDING, LinearAttentionConfig,
                           MambaConfig, MLAConfig, ModelConfig, MoEConfig, weight_fields)
-from model.hf_hybrid import granite_hybrid, granite_hybrid_json, qwen3_next, qwen3_next_json
-from model.hf_tensors import (DEEPSEEK_MOE, GEMMA_NORMS, GLM4_MOE_LAYER, GPT_OSS_LAYER,
+from model.mixers.gated_deltanet import LINEAR
+from model.mixers.mamba2 import MAMBA
+from model.hf.hybrid import granite_hybrid, granite_hybrid_json, qwen3_next, qwen3_next_json
+from model.hf.tensors import (DEEPSEEK_MOE, GEMMA_NORMS, GLM4_MOE_LAYER, GPT_OSS_LAYER,
                               GRANITE_HYBRID_LAYER, LLAMA_LAYER, MIXTRAL_LAYER, MLA_LAYER,
                               QK_NORMS, QKV_BIASES, QWEN2_MOE_LAYER, QWEN3_MOE_LAYER,
                               QWEN3_NEXT_LAYER)
-from model.hf_rules import (FamilyError, experts_of, layer_types_of, qwen2_experts,
+from model.hf.rules import (FamilyError, experts_of, layer_types_of, qwen2_experts,
                             qwen2_experts_json, refuse, rotary_of, sliding_window_of)
 from model.moe import GPT_OSS_ALPHA
 
@@ -361,7 +363,7 @@ class Family:
             back = _options(dict(self.read(c), mlp_dim=c["intermediate_size"]), cfg.head_dim)
         except (KeyError, FamilyError):
             return False
-        if self.rope_per_layer_type:  # config.json's per-type RoPE (model/hf.py) holds it
+        if self.rope_per_layer_type:  # config.json's per-type RoPE (model/hf/checkpoint.py) holds it
             back["rope_local_theta"] = ours["rope_local_theta"]
         return back == ours
 

@@ -1,6 +1,6 @@
-"""How each Hugging Face family names its tensors (model/hf_families.py holds the families): our
+"""How each Hugging Face family names its tensors (model/hf/families.py holds the families): our
 parameter's path inside a block -> the tensor's name inside model.layers.i, and `Stored` for a
-tensor kept otherwise than as a plain [out, in] matrix or a vector. model/hf.py reads and writes
+tensor kept otherwise than as a plain [out, in] matrix or a vector. model/hf/checkpoint.py reads and writes
 through these maps."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ GPT_OSS_LAYER = {**{k: v for k, v in LLAMA_LAYER.items() if k[0] != "mlp"},
                  ("mlp", "down_bias"): "mlp.experts.down_proj_bias"}
 
 
-# DeepSeek's latent attention (model/mla.py); its MoE block: the router with the correction bias
+# DeepSeek's latent attention (model/mixers/latent.py); its MoE block: the router with the correction bias
 # beside the routed experts, and the shared experts as one gated MLP (GLM-4.5's too).
 MLA_LAYER = {("attention_norm", "scale"): "input_layernorm.weight",
              ("attention", "q", "kernel"): "self_attn.q_proj.weight",
@@ -98,7 +98,7 @@ QWEN2_MOE_LAYER = {**LLAMA_LAYER, **QKV_BIASES,
 GLM4_MOE_LAYER = {**LLAMA_LAYER, **QKV_BIASES, **QK_NORMS, **DEEPSEEK_MOE}
 
 # Qwen3-Next: Qwen2-MoE's experts (a gated shared one), Qwen3's q/k norms; its Gated DeltaNet
-# layers (model/linear_attention.py) beside the softmax ones, each block one or the other.
+# layers (model/mixers/gated_deltanet.py) beside the softmax ones, each block one or the other.
 GATED_DELTANET = {("attention", "qkvz", "kernel"): "linear_attn.in_proj_qkvz.weight",
                   ("attention", "ba", "kernel"): "linear_attn.in_proj_ba.weight",
                   ("attention", "conv"): Stored("linear_attn.conv1d.weight", depthwise=True),
@@ -119,7 +119,7 @@ def stored(path: tuple, entry) -> Stored:
 
 
 # Granite 4.0's hybrids (granitemoehybrid): Llama's softmax layers, Mamba2 layers
-# (model/mamba.py), experts stacked [E, out, in] with gate and up one after the other in
+# (model/mixers/mamba2.py), experts stacked [E, out, in] with gate and up one after the other in
 # input_linear, and the shared MLP (or, without experts, the block's only MLP) likewise.
 def _gate_up(name: str) -> dict:
     return {"gate": Stored(name, transposed=True, part=0, parts=2, halves=True),

@@ -1,5 +1,5 @@
 """Gated DeltaNet layers: the blocks of model.layer_types 'linear_attention' (Qwen3-Next's three
-of every four), token mixing by the gated delta rule (model/gated_delta.py) instead of softmax.
+of every four), token mixing by the gated delta rule (model/rules/gated_delta.py) instead of softmax.
 
     x [B, S, D] -> qkvz, ba projections (by key head, Hugging Face's layout)
       q, k, v -> causal depthwise conv (conv_kernel taps, silu) -> l2-normalised q (/ sqrt dk), k
@@ -26,11 +26,15 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from model import recurrent_layer
-from model.config import LINEAR, ModelConfig
-from model.gated_delta import F32, gated_delta_rule
+from model.mixers import recurrent
+from model.config import LinearAttentionConfig, ModelConfig
+from model.rules.gated_delta import F32, gated_delta_rule
 from model.layers import dense, rms_norm
+from model.mixers.base import Mixer, RecurrentShape
+from model.mixers.cache import LinearCache
 from model.linear_parallel import Recurrence
+
+LINEAR = "linear_attention"  # its layer type (Hugging Face's name, though it is not softmax)
 
 
 @jax.tree_util.register_dataclass
@@ -100,8 +104,8 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
     'balanced'). collect: the tokens of segment 0 are each row's prompt, the rest padding
     after it; returns (out, the LinearCache a decoder continues the prompts from). With
     cfg.linear_chunk, training runs each device's tokens a piece at a time
-    (model/recurrent_layer.py says which way a call runs)."""
-    return recurrent_layer.run(w, x, recurrence(cfg), w.conv.astype(F32), None, cfg,
+    (model/mixers/recurrent.py says which way a call runs)."""
+    return recurrent.run(w, x, recurrence(cfg), w.conv.astype(F32), None, cfg,
                                segment_ids, order, mesh, cache, collect)
 
 
@@ -156,3 +160,42 @@ def _heads(mixed, la, key_heads: int | None = None):
 def l2_normalize(x, eps: float = 1e-6):
     """x / sqrt(sum(x^2) + eps) over the last axis (the layer's q and k)."""
     return x * lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+class GatedDeltaNetKind(Mixer):
+    name = "gated_deltanet"
+    layer_types = (LINEAR,)
+    module = GatedDeltaNet
+
+    def check(self, m) -> None:
+        if not LinearAttentionConfig.from_config(m.linear_attention).enabled:
+            raise ValueError("model.layer_types has 'linear_attention' layers but "
+                             "model.linear_attention.num_key_heads is 0: give the Gated "
+                             "DeltaNet layers' heads (model.linear_attention)")
+
+    def init_cache(self, cfg, batch: int, max_len: int) -> LinearCache:
+        """Its state per value head and the convolution's last inputs: no length in it."""
+        la = cfg.linear_attention
+        return LinearCache(
+            jnp.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim), F32),
+            jnp.zeros((batch, la.conv_kernel - 1, la.conv_channels), F32))
+
+    def matrix_params(self, m) -> int:
+        """qkvz d (2 Hk dk + 2 Hv dv), ba d 2 Hv, out Hv dv d."""
+        la = LinearAttentionConfig.from_config(m.linear_attention)
+        values = la.num_value_heads * la.value_head_dim
+        return m.d_model * (la.conv_channels + values + 2 * la.num_value_heads) + values * m.d_model
+
+    def vector_params(self, m) -> int:
+        """The convolution (replicated: a vector here), dt_bias and a_log, the norm."""
+        la = LinearAttentionConfig.from_config(m.linear_attention)
+        return la.conv_kernel * la.conv_channels + 2 * la.num_value_heads + la.value_head_dim
+
+    def recurrent(self, m) -> RecurrentShape:
+        la = LinearAttentionConfig.from_config(m.linear_attention)
+        return RecurrentShape(la.num_value_heads, la.key_head_dim, la.value_head_dim,
+                              la.conv_channels, la.conv_kernel, la.num_key_heads, la.chunk_size,
+                              solves=True)
+
+
+GATED_DELTANET = GatedDeltaNetKind()

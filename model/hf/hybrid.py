@@ -1,11 +1,11 @@
 """The hybrid families model.hf reads and writes, whose blocks mix tokens by a recurrence or by
-softmax attention (model/hf_families.py registers them):
+softmax attention (model/hf/families.py registers them):
 
     family        token mixing per layer                         besides Llama's block
-    qwen3_next    Gated DeltaNet (model/linear_attention.py),     zero-centred norms (stored as
+    qwen3_next    Gated DeltaNet (model/mixers/gated_deltanet.py),     zero-centred norms (stored as
                   every full_attention_interval-th layer softmax  scale - 1), q/k norms; experts
                   with an output gate and partial rotary          with a sigmoid-gated shared one
-    granitemoehybrid  Mamba2 (model/mamba.py), a few softmax      Granite's multipliers (embedding,
+    granitemoehybrid  Mamba2 (model/mixers/mamba2.py), a few softmax      Granite's multipliers (embedding,
                   layers (RoPE or none)                           attention, residual, logits);
                                                                   experts beside a shared MLP
 
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 
-from model.config import FULL, LINEAR, MAMBA, LinearAttentionConfig, MambaConfig, MoEConfig
-from model.hf_rules import (FamilyError, layer_types_of, qwen2_experts, qwen2_experts_json,
+from model.config import FULL, LinearAttentionConfig, MambaConfig, MoEConfig
+from model.mixers.gated_deltanet import LINEAR
+from model.mixers.mamba2 import MAMBA
+from model.hf.rules import (FamilyError, layer_types_of, qwen2_experts, qwen2_experts_json,
                             refuse, rotary_of)
 
 

@@ -1,5 +1,5 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-families of model/hf_families.py (FAMILIES; the README's models table lists them, from it).
+families of model/hf/families.py (FAMILIES; the README's models table lists them, from it).
 
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up
@@ -8,7 +8,7 @@ families of model/hf_families.py (FAMILIES; the README's models table lists them
 
 What maps to what in a Llama (our NNX parameter: Hugging Face tensor; kernels are stored
 transposed, as torch's Linear keeps [out, in]; the rotate-half RoPE pairing is the same in both;
-the other families add and rename norms: hf_families.py):
+the other families add and rename norms: model/hf/families.py):
 
     embed.embedding                   model.embed_tokens.weight
     blocks[i].attention_norm.scale    model.layers.i.input_layernorm.weight
@@ -44,11 +44,11 @@ from jax.experimental import multihost_utils
 import parallel
 import storage
 from model.config import FULL, SLIDING, ModelConfig
-from model.hf_families import FAMILIES, Family, FamilyError, family_of
-from model.hf_tensors import Stored, stored
+from model.hf.families import FAMILIES, Family, FamilyError, family_of
+from model.hf.tensors import Stored, stored
 from model.rope import RopeScaling
-from model.safetensors_dir import SafetensorsDir, write
-from model.transformer import Transformer
+from model.hf.safetensors_dir import SafetensorsDir, write
+from model.transformer import Transformer, scan_period
 
 _TOP = {("embed", "embedding"): "model.embed_tokens.weight",
         ("final_norm", "scale"): "model.norm.weight",
@@ -89,7 +89,7 @@ def read_config(path: str) -> tuple[dict, str]:
     except KeyError as e:
         raise HFError(f"{file}: a {family.architecture} config.json lacks {e.args[0]}") from None
     quantized = (c.get("quantization_config") or {}).get("quant_method")
-    if quantized and quantized != "mxfp4":  # MXFP4: model/safetensors_dir.py reads it
+    if quantized and quantized != "mxfp4":  # MXFP4: model/hf/safetensors_dir.py reads it
         raise HFError(f"{file}: weights quantized by {quantized!r} are not read (unquantized "
                       f"safetensors, or GPT-OSS's MXFP4 experts): give a dequantized copy "
                       f"(DeepSeek-V3's FP8 blocks: its own fp8_cast_bf16.py makes one)")
@@ -200,7 +200,7 @@ def _source(path: tuple, cfg: ModelConfig) -> tuple[np.ndarray, Stored]:
     experts = range(cfg.moe.num_experts) if "{e}" in how.name else None
     per_layer = lambda i: (f"model.layers.{i}.{how.name}" if experts is None  # noqa: E731
                            else [f"model.layers.{i}.{how.name.format(e=e)}" for e in experts])
-    period = cfg.scan_period if cfg.scan_layers else 1
+    period = scan_period(cfg) if cfg.scan_layers else 1
     if period > 1 and path[0] == "blocks":  # a hybrid's stack at position path[1] of a period
         return np.asarray([per_layer(i) for i in range(cfg.first_stacked + path[1],
                                                        cfg.num_layers, period)]), how

@@ -15,10 +15,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 import parallel
-from model.kv_cache import LinearCache
+from model.mixers.cache import LinearCache
 from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
 from model.linear_pieces import by_pieces, in_pieces
-from model.short_conv import causal_conv
+from model.rules.short_conv import causal_conv
 
 
 def run(w, x, rec: Recurrence, conv, bias, cfg, segment_ids=None, order=None, mesh=None,

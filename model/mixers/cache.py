@@ -1,11 +1,12 @@
-"""The attention layer's decoding path: dense attention against a cache of past keys and values.
+"""The mixers' decoding caches (KVCache, ShardedCache; a recurrent layer's LinearCache) and the
+attention layer's decoding path: dense attention against a cache of past keys and values.
 
 Training attends over a whole sequence sharded over the 'seq' axis (parallel.attention, in a
 layout's order). Decoding appends a few tokens at a time to one sequence per row, in natural
 order, so each new query attends densely to every cached key before it; the layer writes the new
 keys and values into its cache and returns the updated cache:
 
-    cache = init_cache(cfg, batch=2, max_len=64)      # one KVCache per layer, zeros
+    cache = init_cache(cfg, batch=2, max_len=64)      # one per layer, zeros (model.mixers)
     logits, cache = model(tokens, positions, cache=cache)   # positions [B, T]: where they go
 
 Slot l of a cache holds the token at position l, so positions are natural (0, 1, 2, ...), shared
@@ -27,7 +28,6 @@ import jax
 import jax.numpy as jnp
 
 import parallel
-from model.config import LINEAR, MAMBA
 
 
 class KVCache(NamedTuple):
@@ -39,39 +39,12 @@ class KVCache(NamedTuple):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class LinearCache:
-    """A recurrent layer's decoding cache (model/linear_attention.py, model/mamba.py): the state
+    """A recurrent layer's decoding cache (model/mixers/gated_deltanet.py, model/mixers/mamba2.py): the state
     S [B, H, dk, dv] (Mamba2's [B, H, N, P]) float32 after the tokens so far, and the convolution's last K - 1 inputs [B, K - 1,
     C] (zeros before the first token). Its size does not depend on the length."""
 
     state: jax.Array
     conv: jax.Array
-
-
-def init_cache(cfg, batch: int, max_len: int) -> list[KVCache | LinearCache]:
-    """Zeros for every layer's keys and values, in the compute dtype (a latent attention
-    layer's expanded ones: every head's, keys qk_head_dim wide, values v_head_dim); for a Gated
-    DeltaNet or Mamba2 layer (layer types 'linear_attention', 'mamba') its state and
-    convolution inputs instead."""
-    if cfg.mla.enabled:
-        k_shape = (batch, max_len, cfg.num_heads, cfg.mla.qk_head_dim)
-        v_shape = (batch, max_len, cfg.num_heads, cfg.mla.v_head_dim)
-    else:
-        k_shape = v_shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    la, mc = cfg.linear_attention, cfg.mamba
-
-    def layer(i):
-        if cfg.layer_type(i) == LINEAR:
-            return LinearCache(
-                jnp.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim),
-                          jnp.float32),
-                jnp.zeros((batch, la.conv_kernel - 1, la.conv_channels), jnp.float32))
-        if cfg.layer_type(i) == MAMBA:
-            return LinearCache(
-                jnp.zeros((batch, mc.num_heads, mc.state_size, mc.head_dim), jnp.float32),
-                jnp.zeros((batch, mc.conv_kernel - 1, mc.conv_channels), jnp.float32))
-        return KVCache(jnp.zeros(k_shape, cfg.compute_dtype), jnp.zeros(v_shape, cfg.compute_dtype))
-
-    return [layer(i) for i in range(cfg.num_layers)]
 
 
 def _scores(q, k, scale, logit_soft_cap):

@@ -30,8 +30,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 import parallel
-from model.config import FULL, MLAConfig, ModelConfig
-from model.layers import Attention, RMSNorm, dense, rms_norm, rope
+from model.config import FULL, SLIDING, MLAConfig, ModelConfig
+from model.layers import RMSNorm, dense, rms_norm, rope
+from model.mixers.attention import Attention
+from model.mixers.base import Mixer
+from model.mixers.cache import KVCache
 from model.rope import RopeScaling
 
 LATENT_NORM_EPS = 1e-6
@@ -100,7 +103,7 @@ def mla_attention(w, x, positions, mla: MLAConfig, num_heads: int, theta: float,
 
 
 class LatentAttention(Attention):
-    """The MLA layer: Attention's training, prefill and decoding paths (model/layers.py) over
+    """The MLA layer: Attention's training, prefill and decoding paths (model/mixers/attention.py) over
     the keys and values its latent expands to; parameters as the module docstring lists them
     (q or q_a, q_a_norm, q_b; kv_a, kv_a_norm, kv_b; o), sharded as every dense kernel is."""
 
@@ -167,3 +170,51 @@ class LatentAttention(Attention):
         q, c, k_rope, w = self._latent(x, positions, kind)
         k, v = expand(w["kv_b"], c, k_rope, self.cfg.mla, self.cfg.num_heads)
         return q, k, v, None
+
+
+class Latent(Mixer):
+    """Softmax attention's layer types where model.mla gives a latent."""
+
+    name = "latent"
+    layer_types = (FULL, SLIDING)
+    module = LatentAttention
+
+    def serves(self, m) -> bool:
+        return MLAConfig.from_config(getattr(m, "mla", None)).enabled
+
+    def init_cache(self, cfg, batch: int, max_len: int) -> KVCache:
+        """The expanded keys and values of every head: keys qk_head_dim wide, values
+        v_head_dim."""
+        mla, dtype = cfg.mla, cfg.compute_dtype
+        return KVCache(jnp.zeros((batch, max_len, cfg.num_heads, mla.qk_head_dim), dtype),
+                       jnp.zeros((batch, max_len, cfg.num_heads, mla.v_head_dim), dtype))
+
+    def matrix_params(self, m) -> int:
+        """q (or q_a, q_b), kv_a, kv_b, o."""
+        mla, heads = MLAConfig.from_config(m.mla), m.num_heads
+        qk = mla.qk_head_dim
+        queries = (m.d_model * mla.q_lora_rank + mla.q_lora_rank * heads * qk if mla.q_lora_rank
+                   else m.d_model * heads * qk)
+        return (queries + m.d_model * mla.latent_width
+                + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+                + heads * mla.v_head_dim * m.d_model)
+
+    def vector_params(self, m) -> int:
+        """The latents' norms."""
+        mla = MLAConfig.from_config(m.mla)
+        return mla.kv_lora_rank + mla.q_lora_rank
+
+    def head_widths(self, m) -> tuple[int, int]:
+        mla = MLAConfig.from_config(m.mla)
+        return mla.qk_head_dim, mla.v_head_dim
+
+    def kernel_heads(self, m) -> tuple[int, int]:
+        """Every head its own keys and values, as wide as the wider of the two."""
+        return m.num_heads, max(self.head_widths(m))
+
+    def exchanged_width(self, m) -> int:
+        latent = getattr(m.attention, "mla_exchange", "full") == "latent"
+        return MLAConfig.from_config(m.mla).latent_width if latent else 0
+
+
+LATENT = Latent()

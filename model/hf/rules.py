@@ -1,5 +1,5 @@
-"""What every Hugging Face family's reading and writing share (model/hf_families.py,
-model/hf_hybrid.py): the one-line FamilyError, refusing config.json values the model here does
+"""What every Hugging Face family's reading and writing share (model/hf/families.py,
+model/hf/hybrid.py): the one-line FamilyError, refusing config.json values the model here does
 not compute, the layer types and window a config.json gives."""
 
 from __future__ import annotations

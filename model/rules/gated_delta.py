@@ -31,7 +31,7 @@ huge factor: exact in float32).
                                   independent of the length (model/linear_parallel.py;
                                   tests/test_linear_attention.py)
 
-The layer around it (projections, convolution, norms): model/linear_attention.py.
+The layer around it (projections, convolution, norms): model/mixers/gated_deltanet.py.
 
 q, k [B, S, H, dk] (already one per value head, normalised and scaled as the layer wants them),
 v [B, S, H, dv], g, beta [B, S, H]; float32 inside.

@@ -1,0 +1,19 @@
+"""Hugging Face checkpoints in and out, for the families of model/hf/families.py:
+
+    from model import hf
+    m = hf.load("/models/Llama-3.2-1B")      # a Transformer on one device
+    hf.save(m, "/tmp/out")                    # a directory transformers loads
+
+    checkpoint.py       load, save, load_params (tensor by tensor onto a mesh), HFError
+    families.py         FAMILIES: each model_type's config.json <-> ModelConfig, its tensors
+    hybrid.py           the families of recurrent and softmax layers (Qwen3-Next, Granite 4.0)
+    rules.py            the config.json readings families share
+    tensors.py          our parameter paths <-> each family's tensor names
+    safetensors_dir.py  a directory of safetensors files read by byte ranges (MXFP4 included)
+"""
+
+from model.hf.checkpoint import (HFError, config_json, load, load_params, model_config,
+                                 open_weights, read_config, save)
+
+__all__ = ["HFError", "config_json", "load", "load_params", "model_config", "open_weights",
+           "read_config", "save"]

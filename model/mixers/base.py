@@ -1,0 +1,100 @@
+"""What a kind of token mixer declares: everything the rest of the code asks of a block's first
+half (the decoder builds it, decoding makes its cache, the planner counts its parameters, FLOPs
+and state), so that a new kind is one file and one line in model/mixers/__init__.py's MIXERS.
+
+`m` below is a model.ModelConfig, or a run config's `model` section as the planner reads it
+(its groups, `m.mla`, `m.linear_attention`, ..., may still be mappings: each kind reads its own
+group through the group's `from_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentShape:
+    """A recurrent kind as the planner prices it: heads of a key_dim x value_dim state (Mamba2:
+    N x P), its convolution, the groups the 'heads' strategy splits (key heads; Mamba2's
+    groups), the chunk, and whether each chunk solves a triangular system (Gated DeltaNet)."""
+
+    heads: int
+    key_dim: int
+    value_dim: int
+    conv_channels: int
+    conv_kernel: int
+    groups: int
+    chunk: int
+    solves: bool
+
+    def rule_flops(self, value_dim: int | None = None) -> float:
+        """Forward FLOPs per token of the rule in chunks of C, its values value_dim wide
+        (default: the layer's), 2 a multiply-add, per head. Gated DeltaNet: the chunk's k k^T,
+        q k^T rows and its triangular inverse's row (C dk, C dk, C C), the written vectors and
+        the read (C (dk + dv), C dv), the start state read twice and the state written
+        (3 dk dv). Mamba2's SSD: the q k^T row and its read (C (dk + dv)), the start state
+        read and the state written (2 dk dv)."""
+        c, dk = self.chunk, self.key_dim
+        dv = self.value_dim if value_dim is None else value_dim
+        if self.solves:
+            return 2 * self.heads * (c * (3 * dk + 2 * dv + c) + 3 * dk * dv)
+        return 2 * self.heads * (c * (dk + dv) + 2 * dk * dv)
+
+
+class Mixer:
+    """One kind of token mixer. Subclasses set the class attributes and override what differs;
+    the registry holds one instance of each."""
+
+    name: str = ""  # its key in MIXERS
+    layer_types: tuple[str, ...] = ()  # the model.layer_types entries it can run
+    module: type | None = None  # the nnx.Module: module(cfg, mesh, rngs)
+
+    def serves(self, m) -> bool:
+        """Whether this kind runs its layer types in model `m` (where two kinds share a layer
+        type, the first in MIXERS that serves it does: latent attention where model.mla gives a
+        latent, else softmax attention)."""
+        return True
+
+    def check(self, m) -> None:
+        """ValueError, one line, for a model that has layers of this kind it cannot build."""
+
+    def build(self, cfg, mesh, rngs):
+        """The layer's module, its parameters created sharded over the mesh."""
+        return self.module(cfg, mesh, rngs)
+
+    def init_cache(self, cfg, batch: int, max_len: int):
+        """Its decoding cache for `batch` rows of up to `max_len` tokens, zeros
+        (model/mixers/cache.py's types)."""
+        raise NotImplementedError(self.name)
+
+    def matrix_params(self, m) -> int:
+        """Parameters of one layer's matrices (what takes part in matmuls: sharded)."""
+        raise NotImplementedError(self.name)
+
+    def vector_params(self, m) -> int:
+        """Parameters of one layer's vectors (norm scales, biases, decays, convolutions:
+        replicated)."""
+        return 0
+
+    def recurrent(self, m) -> RecurrentShape | None:
+        """A recurrent kind's shape (its FLOPs and state); None for a kind that attends over
+        keys and values."""
+        return None
+
+    def head_widths(self, m) -> tuple[int, int]:
+        """An attending kind's (query/key, value) widths of a head, for its attention FLOPs."""
+        raise NotImplementedError(self.name)
+
+    def kernel_heads(self, m) -> tuple[int, int]:
+        """An attending kind's (key/value heads, head width) as the attention kernel tiles
+        them."""
+        raise NotImplementedError(self.name)
+
+    def exchanged_width(self, m) -> int:
+        """Numbers a token passes between devices in place of its keys and values (latent
+        attention's latent and RoPE key, under parallel.mla_exchange 'latent'); 0: its keys
+        and values travel."""
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<mixer {self.name}>"
