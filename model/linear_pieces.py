@@ -12,7 +12,7 @@ last K - 1 inputs with their documents.
     'state' strategy    pass 1: each device summarises its block, S_out = T S_in + R, piece by
                         piece from the start [0 | I] (block_summary's widened values, outputs
                         unused); the devices fold the gathered (T, R) into the state each
-                        block starts from (gated_delta.incoming_state); pass 2: the pieces
+                        block starts from (linear_parallel.incoming_state); pass 2: the pieces
                         again from that state, now with outputs. Zigzag's two halves run as
                         two rows, their states passed in place where that is cheaper
                         (linear_parallel.pieces_in_place)
@@ -34,8 +34,9 @@ from jax import lax
 
 import parallel
 from model.chunks import check_chunk, join_local, split_local, splits
-from model.rules.gated_delta import F32, incoming_state
-from model.linear_parallel import numbers, piece_halos, pieces_in_place, state_widths
+from model.linear_parallel import (incoming_state, numbers, piece_halos, pieces_in_place,
+                                   state_widths)
+from model.rules.gated_delta import F32
 from model.rules.short_conv import causal_conv
 from parallel.contiguous import from_blocks, to_blocks
 

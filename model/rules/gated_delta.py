@@ -25,11 +25,9 @@ huge factor: exact in float32).
 
     gated_delta_rule(q, k, v, g, beta, chunk=64) -> (o [B, S, H, dv], final state [B, H, dk, dv])
     block_summary(...)       -> a block from zero, its (T, R), and what its start state reads
-    pass_states(...)              inside a shard_map over 'seq' whose devices hold contiguous
-                                  pieces of the row (a block each, or zigzag's two): the rule
-                                  over all of them, passing each piece's (T, R), bytes
-                                  independent of the length (model/linear_parallel.py;
-                                  tests/test_linear_attention.py)
+
+Passing the blocks' (T, R) between the 'seq' devices (the collectives) is
+model/linear_parallel.py's pass_states, built on block_summary.
 
 The layer around it (projections, convolution, norms): model/mixers/gated_deltanet.py.
 
@@ -41,10 +39,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-import parallel
 
 F32 = jnp.float32
 
@@ -176,55 +172,3 @@ def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None, rule=None
     out, state = (rule or gated_delta_rule)(q, k, wide, g, beta, chunk, start, segment_ids)
     dv = v.shape[-1]
     return out[..., :dv], out[..., dv:], state[..., :dv], state[..., dv:]
-
-
-def pass_states(q, k, v, g, beta, seg, chunk: int = 64, rule=None, pieces=None):
-    """The rule inside a shard_map over 'seq' whose devices each hold P contiguous pieces of the
-    row (the local [P, B, L, ...] arrays, seg [P, B, L]; `pieces` [N, P] static ints: the place
-    of device d's piece p among the row's N P pieces, default each device one block in device
-    order): each piece is scanned from a zero state (block_summary), the devices all-gather the
-    pieces' (T, R) and the documents at their ends, and each folds the pieces before its own
-    into their incoming states and adds what those states read. What travels is N P H (dk^2 +
-    dk dv) numbers a row, whatever the length. Returns (o [P, B, L, H, dv] in v's dtype, the
-    state after the whole row [B, H, dk, dv], the same on every device). rule: block_summary's."""
-    p, b = seg.shape[:2]
-    merged = lambda x: x.reshape(p * b, *x.shape[2:])  # noqa: E731  (pieces as rows)
-    out, reads, r, t = block_summary(*(merged(x) for x in (q, k, v, g, beta)), chunk,
-                                     merged(seg), rule)
-    split = lambda x: x.reshape(p, b, *x.shape[1:])  # noqa: E731
-    incoming, final = incoming_state(split(r), split(t), seg, pieces)
-    extra = jnp.einsum("pbshk,pbhkv->pbshv", split(reads), incoming,
-                       precision=lax.Precision.HIGHEST)
-    return (split(out) + extra).astype(v.dtype), final
-
-
-def incoming_state(r, t, seg, pieces=None):
-    """Inside a shard_map over 'seq': this device's P pieces of the row, each summarised by S_out
-    = T S_in + R (block_summary; r [P, B, H, dk, dv], t [P, B, H, dk, dk]) and its segment ids
-    seg [P, B, L]; pieces [N, P] static: each (device, piece)'s place in the row (default: one
-    block a device, in device order). The devices all-gather the summaries and the documents at
-    the pieces' ends, and each folds the pieces before its own. Returns (the states this
-    device's pieces start from [P, B, H, dk, dv], zero where a piece's first token starts a
-    document; the state after the whole row, the same on every device)."""
-    count = jax.lax.axis_size(parallel.SEQ)
-    pieces = np.arange(count)[:, None] if pieces is None else np.asarray(pieces)
-    ends = jnp.stack([seg[..., 0], seg[..., -1]], axis=-1)  # [P, B, 2]: first, last documents
-    in_row = np.argsort(pieces.reshape(-1))  # the (device, piece) at each place of the row
-    r_all, t_all, ends_all = (
-        jax.lax.all_gather(x, parallel.SEQ).reshape(-1, *x.shape[1:])[in_row]
-        for x in (r, t, ends))  # [N P, ...] in the row's order
-
-    def fold(state, c):  # the state after piece c, from the state before it
-        carried = (ends_all[c, :, 0] == jnp.where(c > 0, ends_all[c - 1, :, 1], -1)) | (c == 0)
-        state = jnp.where(carried[:, None, None, None], state, 0.0)
-        after = jnp.einsum("bhkj,bhjv->bhkv", t_all[c], state,
-                           precision=lax.Precision.HIGHEST) + r_all[c]
-        return after, state  # (into the next piece, the state piece c started from)
-
-    final, before = lax.scan(fold, jnp.zeros_like(r[0]), jnp.arange(r_all.shape[0]))
-    mine = jnp.asarray(pieces, jnp.int32)[jax.lax.axis_index(parallel.SEQ)]  # [P]
-    # a document that starts at a piece's first token does not see the state before it
-    previous_last = jnp.where(mine[:, None] > 0, ends_all[jnp.maximum(mine - 1, 0), :, 1], -1)
-    incoming = jnp.where((seg[..., 0] == previous_last)[..., None, None, None], before[mine],
-                         0.0)
-    return incoming, final
