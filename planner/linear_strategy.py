@@ -60,7 +60,7 @@ def price(cfg, layout: str, seq_len: int, num_shards: int, device, rows: int = 1
 
 
 def _one_layer(x, layout: str, seq_len: int, count: int, rows: int) -> dict:
-    """One layer's FLOPs and bytes with each strategy (x: a planner.flops.RecurrentShape)."""
+    """One layer's FLOPs and bytes with each strategy (x: a model.mixers.RecurrentShape)."""
     n = seq_len // count
     h, dk, dv, c = x.heads, x.key_dim, x.value_dim, x.conv_channels
     fold = count * h * 2.0 * dk * dk * (dk + dv)
