@@ -218,7 +218,7 @@ def get_config():
     #   at once; a divisor of seq_len / mesh.seq): the output projection + loss never makes
     #   [B, S, vocab] logits, the MLP never [B, S, mlp_dim]
     # linear_chunk: Gated DeltaNet and Mamba2 layers a piece of each device's tokens at a time,
-    #   the state carried (0 = the whole block; model/linear_pieces.py)
+    #   the state carried (0 = the whole block; parallel/recurrent/pieces.py)
     config.model.dtype = "float32"  # compute dtype ('bfloat16' on accelerators)
     config.model.param_dtype = "float32"  # parameter and optimizer-state dtype
 

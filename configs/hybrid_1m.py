@@ -9,7 +9,7 @@ what lies beyond the window).
 Memory: every switch set to what fits the host's 24 GB (the run's peak: 18.8 GB resident;
 BENCHMARKS.md): remat keeping nothing, the blocks scanned a period of 4
 at a time, the loss and the MLP in chunks, the recurrent layers in pieces of 8,192 tokens
-(model/linear_pieces.py), their sequence split by passing states. The planner's analytic
+(parallel/recurrent/pieces.py), their sequence split by passing states. The planner's analytic
 figures under-count XLA:CPU's copies here (left 'auto', it picks lighter switches that do not
 fit), so the config gives them.
 """

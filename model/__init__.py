@@ -8,7 +8,7 @@ Public API:
   create(cfg, mesh, seed)         a Transformer with parameters created sharded (FSDP)
   count_params(model)
   hf.load(path) / hf.save(model, path)   Hugging Face checkpoints in and out (model/hf/checkpoint.py; the
-                                         families: model/hf/families.py)
+                                         families: model/hf/families/)
 """
 
 from model.config import MemorySwitches, ModelConfig

@@ -46,7 +46,7 @@ class MemorySwitches:
     loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
     mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
     # a recurrent layer (Gated DeltaNet, Mamba2) this many tokens per device at a time, its
-    # state carried between pieces (model/linear_pieces.py); 0 = the whole block at once
+    # state carried between pieces (parallel/recurrent/pieces.py); 0 = the whole block at once
     linear_chunk: int = 0
 
     @classmethod

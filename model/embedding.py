@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 import parallel
-from model.chunks import ALL
+from parallel.chunks import ALL
 
 
 def splits(table_shape, devices: int) -> bool:

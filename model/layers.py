@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import parallel
-from model.chunks import map_chunks
+from parallel.chunks import map_chunks
 from model.config import ModelConfig
 from model.rope import RopeScaling, frequencies
 
@@ -110,7 +110,7 @@ def rope(x, positions, theta: float, scaling: RopeScaling = RopeScaling(), rotar
 class GatedMLP(nnx.Module):
     """down(act(gate(x)) * up(x)): SwiGLU (act silu, Llama) or GeGLU (GELU with the tanh
     approximation, Gemma). [B, S, D] -> [B, S, D]; with cfg.mlp_chunk, a chunk of each device's
-    tokens at a time (model/chunks.py), so the [B, S, F] hidden values never exist."""
+    tokens at a time (parallel/chunks.py), so the [B, S, F] hidden values never exist."""
 
     def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, width: int = 0):
         self.mesh, self.chunk, self.dtype = mesh, cfg.mlp_chunk, cfg.compute_dtype

@@ -30,7 +30,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from model.chunks import (ALL, TOKENS, check_chunk, join_local, split_local, splits,
+from parallel.chunks import (ALL, TOKENS, check_chunk, join_local, split_local, splits,
                           tokens_per_device)
 
 

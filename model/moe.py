@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import parallel
-from model.chunks import ALL, TOKENS
+from parallel.chunks import ALL, TOKENS
 from model.config import ModelConfig, MoEConfig
 from model.layers import GatedMLP, dense
 

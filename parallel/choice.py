@@ -23,6 +23,7 @@ from parallel.kernels import resolve_kernel
 from parallel.layouts import get_layout, permutation
 from parallel.layouts.base import largest_divisor
 from parallel.strategies import configured, get_strategy
+from parallel.recurrent import BASELINE as RECURRENT_BASELINE, get_recurrent_strategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +38,8 @@ class AttentionChoice:
     # latent attention: what the devices pass, 'latent' (parallel.latent_attention) or 'full'
     # (the expanded keys and values: parallel.attention); 'full' for any other model
     mla_exchange: str = "full"
-    # Gated DeltaNet layers over the 'seq' devices: 'state' (passed states) or 'heads'
-    # (all-to-alls to whole rows of a few heads): model/linear_parallel.py
+    # recurrent layers over the 'seq' devices: parallel.recurrent.RECURRENT_STRATEGIES ('state':
+    # passed states, or 'heads': all-to-alls to whole rows of a few groups)
     linear_strategy: str = "state"
 
     @property
@@ -66,7 +67,8 @@ class AttentionChoice:
         """'striped attention (ring strategy, xla kernel, tiles 32x32)'; usp shows its degree."""
         strategy = get_strategy(self.strategy).label(self.ulysses_degree)
         latent = ", latent exchange" if self.mla_exchange == "latent" else ""
-        linear = ", linear layers by heads" if self.linear_strategy == "heads" else ""
+        linear = ("" if self.linear_strategy == RECURRENT_BASELINE
+                  else f", linear layers by {self.linear_strategy}")
         return (f"{self.layout} attention ({strategy} strategy, {self.kernel} kernel, tiles "
                 f"{self.tile_q}x{self.tile_k}{latent}{linear})")
 
@@ -79,7 +81,6 @@ class AttentionChoice:
 
 
 MLA_EXCHANGES = ("latent", "full")  # parallel.mla_exchange, resolved
-LINEAR_STRATEGIES = ("state", "heads")  # parallel.linear_strategy, resolved
 AUTO = "auto"  # a setting left to the planner: parallel.layout/strategy/tile, memory switches
 
 
@@ -160,13 +161,11 @@ def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int,
     """The resolved attention of a run on `num_shards` 'seq' devices of `platform` (a tile of 0
     or None: the default); ValueError, one line, for any choice that cannot run (unknown names,
     tiles, the Ulysses degree, an mla_exchange other than 'latent' or 'full', a
-    linear_strategy other than 'state' or 'heads')."""
+    linear_strategy not in parallel.recurrent's registry)."""
     if mla_exchange not in MLA_EXCHANGES:
         raise ValueError(f"parallel.mla_exchange={mla_exchange!r}: choose 'latent', 'full' or "
                          f"'auto'")
-    if linear_strategy not in LINEAR_STRATEGIES:
-        raise ValueError(f"parallel.linear_strategy={linear_strategy!r}: choose 'state', 'heads' "
-                         f"or 'auto'")
+    get_recurrent_strategy(linear_strategy)
     lay, strat = get_layout(layout), get_strategy(strategy)
     kern = resolve_kernel(kernel, platform)
     lay.check_divisible(seq_len, num_shards)

@@ -29,7 +29,8 @@ import numpy as np
 from data.document_lengths import document_lengths
 from model import mixers
 from model.config import FULL, MoEConfig
-from model.mixers import RecurrentShape, recurrent_layers
+from model.mixers import recurrent_layers
+from parallel.recurrent import RecurrentShape
 
 # Peak dense bf16 FLOP/s per device (chip), by a substring of jax's device_kind, lower case.
 PEAK_FLOPS = {

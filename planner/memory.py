@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from model import chunks, mixers
+from model import mixers
+from parallel import chunks
 from model.embedding import splits
 from model.config import FULL
 from model.mixers import recurrent_layers
@@ -135,13 +136,13 @@ def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
 
 
 def recurrent_bytes(m, tokens: int, piece_tokens: int = 0) -> float:
-    """Gated DeltaNet and Mamba2 layers (model/linear_parallel.py), float32 inside, per layer
+    """Gated DeltaNet and Mamba2 layers (parallel/recurrent/), float32 inside, per layer
     alive at once (one with remat, else all of them): the convolution's inputs, g and beta, the
     gate z; the convolution's output and q, k, v one per head; the chunked rule's residuals
     (a chunk's C x C decays and scores and a few vectors a head, per token); 'state' widens the
     values by dk columns (block_summary), 'heads' holds its all-to-all's send and receive
     buffers. The larger of the two strategies (the run's is resolved after memory). In pieces
-    (model.linear_chunk: piece_tokens of a device's tokens at a time, model/linear_pieces.py)
+    (model.linear_chunk: piece_tokens of a device's tokens at a time, parallel/recurrent/pieces.py)
     all that is one piece's, beside the layer's output and its gradient over every token."""
     if piece_tokens:
         kept = 1 if m.remat else recurrent_layers(m)
@@ -179,7 +180,7 @@ def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
 
 
 def _chunk(chunk: int, block: int) -> int:
-    """The tokens per chunk of an MLP chunked by mlp_chunk, 0 when model/chunks.py runs it
+    """The tokens per chunk of an MLP chunked by mlp_chunk, 0 when parallel/chunks.py runs it
     whole (its rule, chunks.splits)."""
     return chunk if chunks.splits(chunk, block) else 0
 

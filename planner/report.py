@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from parallel.strategies import get_strategy
+from parallel.recurrent import RECURRENT_STRATEGIES
 from planner.memory import GB
 from planner.switches import AUTO_SHARE
 from planner.report_time import format_strategies, format_time
@@ -219,21 +220,21 @@ def format_candidates(resolved) -> str:
 
 
 def _linear_strategy(resolved) -> list[str]:
-    """Recurrent layers: both strategies as planner/linear_strategy.py prices them, all of them
+    """Recurrent layers: every strategy as planner/linear_strategy.py prices it, all of them
     on one device, forward and backward."""
     p = resolved.linear_prices
     if not p:
         return []
     how = "'auto'" if p["configured"] == "auto" else f"set to {p['configured']!r}"
-    heads = ("cannot run: the 'seq' devices do not divide the groups" if p["heads"] is None
-             else f"{p['heads'] * 1e3:10.3f} ms")
-    return [f"Recurrent layers over the sequence devices ({how}: "
-            f"{resolved.attention.linear_strategy}), all of them on one device, forward and "
-            f"backward:\n"
-            f"  state  {p['state'] * 1e3:10.3f} ms  {p['state_bytes'] / GB:8.4f} GB moved, "
-            f"{p['state_flops'] / 1e12:.3f} TFLOP\n"
-            f"  heads  {heads}  {p['heads_bytes'] / GB:8.4f} GB moved, "
-            f"{p['heads_flops'] / 1e12:.3f} TFLOP"]
+    lines = [f"Recurrent layers over the sequence devices ({how}: "
+             f"{resolved.attention.linear_strategy}), all of them on one device, forward and "
+             f"backward:"]
+    for name in RECURRENT_STRATEGIES:
+        seconds = (f"{p[name] * 1e3:10.3f} ms" if p[name] is not None else
+                   "cannot run: the 'seq' devices do not divide the groups")
+        lines.append(f"  {name:<5}  {seconds}  {p[f'{name}_bytes'] / GB:8.4f} GB moved, "
+                     f"{p[f'{name}_flops'] / 1e12:.3f} TFLOP")
+    return ["\n".join(lines)]
 
 
 def _mla_exchange(resolved) -> list[str]:

@@ -132,7 +132,7 @@ def linear_layers_seconds(m, run: Run, layout: str, device: Device) -> float:
     rules and exchanges as planner/linear_strategy.py prices them, by the run's linear_strategy
     (the cheaper that runs while it is still 'auto'); on one 'seq' device the rule alone. In
     pieces (model.linear_chunk; 'heads' runs whole) each piece's forward runs again in the
-    backward, and 'state' runs the block twice (model/linear_pieces.py: a summarising pass)."""
+    backward, and 'state' runs the block twice (parallel/recurrent/pieces.py: a summarising pass)."""
     if not recurrent_layers(m):
         return 0.0
     prices = linear_strategy.price(m, layout, run.seq_len, run.seq, device, run.rows)

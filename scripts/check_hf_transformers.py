@@ -1,5 +1,5 @@
 """Our model against Hugging Face transformers' own model (the architecture its config.json names,
-any family of model/hf/families.py) on the same directory: the check
+any family of model/hf/families/) on the same directory: the check
 that what model.hf.save and scripts/export_hf.py write is what transformers reads.
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers -e .

@@ -1,4 +1,4 @@
-"""A training run's checkpoint as a Hugging Face directory of its family (model/hf/families.py),
+"""A training run's checkpoint as a Hugging Face directory of its family (model/hf/families/),
 which transformers loads.
 
     python scripts/export_hf.py --workdir runs/default --out /tmp/ringstripe-hf

@@ -1,4 +1,4 @@
-"""Print the table of the Hugging Face families that load and save (model/hf/families.py's
+"""Print the table of the Hugging Face families that load and save (model/hf/families/'s
 FAMILIES), as README.md's models section holds it:
 
     python scripts/models_table.py

@@ -1,4 +1,4 @@
-"""model.hf against Hugging Face transformers' own models, every family of model/hf/families.py
+"""model.hf against Hugging Face transformers' own models, every family of model/hf/families/
 (DeepSeek-V3 and V2-Lite: latent attention, YaRN with DeepSeek's mscale, sigmoid group-limited
 routing with a correction bias, shared experts, a dense first layer; GLM-4.5: partial rotary,
 q/k/v biases; Qwen2-MoE: a gated shared expert; Qwen2: q/k/v biases, the hub's config.json).

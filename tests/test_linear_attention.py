@@ -14,7 +14,10 @@ import pytest
 import parallel
 from model.config import LinearAttentionConfig, ModelConfig, MoEConfig
 from model.mixers.gated_deltanet import Weights, layer, recurrence
-from model.linear_parallel import numbers, pieces_in_place
+from parallel.contiguous import from_blocks, to_blocks
+from parallel.recurrent import RECURRENT_STRATEGIES, RecurrentStrategy
+from parallel.recurrent.base import numbers, over_devices
+from parallel.recurrent.state import pieces_in_place
 from model.transformer import scan_period
 from tests.tiers import split
 from tests.test_attention import layout_order, take
@@ -29,7 +32,7 @@ MESHES = ((1, 4), (2, 4), (1, 8))
 
 
 def layer_config(layout: str, strategy: str = "state", piece: int = 0) -> ModelConfig:
-    """piece: model.linear_chunk (model/linear_pieces.py)."""
+    """piece: model.linear_chunk (parallel/recurrent/pieces.py)."""
     return ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
                        head_dim=8, mlp_dim=8, layer_types=("linear_attention",),
                        linear_attention=LINEAR, linear_chunk=piece,
@@ -131,6 +134,71 @@ def test_the_layer_in_pieces_on_one_device_is_the_layer_whole(one_device):
     got = on_one_device(layer, layer_config("ring", piece=8), weights())
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(one_device)):
         assert np.abs(np.asarray(g) - w).max() < 1e-5 * np.abs(np.asarray(w)).max()
+
+
+class Gather(RecurrentStrategy):
+    """A recurrent strategy as its own file would define it: every device gathers the whole row
+    in order (parallel.contiguous's blocks, then an all-gather) and runs the layer's
+    convolution and rule over all of it, keeping its own block's outputs; priced as the rule
+    over the whole row and the gather."""
+
+    name = "gather"
+
+    def run(self, mixed, g, beta, seg, order, conv, bias, rec, layout, mesh):
+        count = mesh.shape[parallel.SEQ]
+        block = mixed.shape[1] // count
+
+        def local(mixed, g, beta, seg, conv, bias, order):
+            whole = [jax.lax.all_gather(to_blocks(t, layout, order, block), parallel.SEQ,
+                                        axis=1, tiled=True) for t in (mixed, g, beta, seg)]
+            q, k, v, skip = rec.heads_of(rec.conv(whole[0], conv, whole[3], bias=bias),
+                                         rec.groups)
+            o, final = rec.rule(q, k, v, whole[1], whole[2], rec.chunk, None, whole[3])
+            o = o if skip is None else o + skip
+            mine = jax.lax.dynamic_slice_in_dim(o, jax.lax.axis_index(parallel.SEQ) * block,
+                                                block, 1)
+            return from_blocks(mine, layout, order, block), final
+
+        return over_devices(local, mesh, bias, order)(mixed, g, beta, seg, conv, bias, order)
+
+    def cost(self, x, layout, seq_len, num_shards, rows=1):
+        n = seq_len // num_shards
+        return {"flops": 3 * rows * seq_len * x.rule_flops(),
+                "bytes": 2 * rows * 4 * (num_shards - 1) * n * (x.conv_channels + 2 * x.heads + 1),
+                "collectives": 4}
+
+
+@pytest.fixture
+def gather(monkeypatch):
+    # The one registry line (parallel/recurrent/__init__.py would list the module instead).
+    monkeypatch.setitem(RECURRENT_STRATEGIES, Gather.name, Gather())
+    return Gather.name
+
+
+def test_a_new_recurrent_strategy_is_one_class_and_one_registry_entry(one_device, gather):
+    """A strategy added to the registry alone runs the layer exactly over the devices (zigzag
+    on 4, outputs and every gradient within 1e-5 of one device), passes the run's checks and
+    is priced by the planner beside the others, 'auto' taking the cheapest that runs."""
+    import planner
+    import run_config
+    from configs import hybrid_tiny
+    from planner import linear_strategy
+    from planner.devices import device_for_kind
+
+    assert_over_devices(layer, layer_config("zigzag", gather), weights(), one_device, "zigzag",
+                        (1, 4))
+    device = device_for_kind("TPU v5p")
+    prices = linear_strategy.price(ModelConfig(**HYBRID), "ring", 8192, 4, device)
+    assert prices[gather] > 0 and prices[f"{gather}_bytes"] > 0
+    config = run_config.build(hybrid_tiny.get_config())
+    for wanted in (gather, "auto"):
+        config = run_config.replace(config, {"parallel.linear_strategy": wanted})
+        resolved = planner.resolve_run(config, (1, 4), "tpu", "TPU v5p", device=device)
+        runnable = {k: v for k, v in resolved.linear_prices.items()
+                    if k in RECURRENT_STRATEGIES and v is not None}
+        assert resolved.attention.linear_strategy == (gather if wanted == gather else
+                                                      min(runnable, key=runnable.get))
+        assert gather in runnable
 
 
 HYBRID = dict(SIZES, num_layers=3, layer_types=("linear_attention", "linear_attention",

@@ -54,7 +54,7 @@ def test_the_ssd_rule_is_its_recurrence():
 
 
 def layer_config(layout: str, strategy: str = "state", piece: int = 0) -> ModelConfig:
-    """piece: model.linear_chunk (model/linear_pieces.py)."""
+    """piece: model.linear_chunk (parallel/recurrent/pieces.py)."""
     return ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
                        head_dim=8, mlp_dim=8, layer_types=("mamba",), mamba=MAMBA,
                        linear_chunk=piece, attention=attention(layout, linear_strategy=strategy))

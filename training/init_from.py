@@ -2,7 +2,7 @@
 
     ''                       random weights, drawn from config.seed
     'hf:PATH'                a Hugging Face directory, local or gs:// (model/hf/checkpoint.py; the families:
-                             model/hf/families.py): config.json fills
+                             model/hf/families/): config.json fills
                              the run's config.model, its tokenizer (tokenizer.json, or tokenizer.model)
                              becomes the run's
     'run:WORKDIR[@STEP]'     another run's checkpoint (its latest, or STEP): the weights only, the

@@ -140,7 +140,7 @@ def _abstract_model(config, devices: int):
 
 def export_hf(workdir: str, out: str, *, step=None, dtype: str | None = None,
               devices: int = 1) -> list[str]:
-    """A run's checkpoint as a Hugging Face directory `out` of its family (model/hf/families.py):
+    """A run's checkpoint as a Hugging Face directory `out` of its family (model/hf/families/):
     config.json (with the run's seq_len as max_position_embeddings and its tokenizer's EOS), the
     safetensors, and the run's
     tokenizer (tokenizer.json as it is; a sentencepiece model as tokenizer.model). Returns

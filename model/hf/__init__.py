@@ -5,10 +5,8 @@
     hf.save(m, "/tmp/out")                    # a directory transformers loads
 
     checkpoint.py       load, save, load_params (tensor by tensor onto a mesh), HFError
-    families.py         FAMILIES: each model_type's config.json <-> ModelConfig, its tensors
-    hybrid.py           the families of recurrent and softmax layers (Qwen3-Next, Granite 4.0)
-    rules.py            the config.json readings families share
-    tensors.py          our parameter paths <-> each family's tensor names
+    families/           FAMILIES: one file a family, its config.json <-> ModelConfig and its
+                        tensor names (base.py: what a family is, what they share)
     safetensors_dir.py  a directory of safetensors files read by byte ranges (MXFP4 included)
 """
 

@@ -1,5 +1,5 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-families of model/hf/families.py (FAMILIES; the README's models table lists them, from it).
+families of model/hf/families/ (FAMILIES; the README's models table lists them, from it).
 
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up
@@ -8,7 +8,7 @@ families of model/hf/families.py (FAMILIES; the README's models table lists them
 
 What maps to what in a Llama (our NNX parameter: Hugging Face tensor; kernels are stored
 transposed, as torch's Linear keeps [out, in]; the rotate-half RoPE pairing is the same in both;
-the other families add and rename norms: model/hf/families.py):
+the other families add and rename norms: model/hf/families/):
 
     embed.embedding                   model.embed_tokens.weight
     blocks[i].attention_norm.scale    model.layers.i.input_layernorm.weight
@@ -45,7 +45,7 @@ import parallel
 import storage
 from model.config import FULL, SLIDING, ModelConfig
 from model.hf.families import FAMILIES, Family, FamilyError, family_of
-from model.hf.tensors import Stored, stored
+from model.hf.families.base import Stored, stored
 from model.rope import RopeScaling
 from model.hf.safetensors_dir import SafetensorsDir, write
 from model.transformer import Transformer, scan_period

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from model.config import FULL
 from model.mixers.attention import SOFTMAX
-from model.mixers.base import Mixer, RecurrentShape
+from model.mixers.base import Mixer
+from parallel.recurrent import RecurrentShape
 from model.mixers.gated_deltanet import GATED_DELTANET
 from model.mixers.latent import LATENT
 from model.mixers.mamba2 import MAMBA2
@@ -83,5 +84,5 @@ def init_cache(cfg, batch: int, max_len: int) -> list:
     return [mixer_at(cfg, i).init_cache(cfg, batch, max_len) for i in range(cfg.num_layers)]
 
 
-__all__ = ["MIXERS", "Mixer", "RecurrentShape", "check", "init_cache", "layer_type", "layer_types",
+__all__ = ["MIXERS", "Mixer", "check", "init_cache", "layer_type", "layer_types",
            "mixer_at", "mixer_of", "recurrent", "recurrent_layers", "used"]

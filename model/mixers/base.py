@@ -9,36 +9,7 @@ group through the group's `from_config`).
 
 from __future__ import annotations
 
-import dataclasses
-
-
-@dataclasses.dataclass(frozen=True)
-class RecurrentShape:
-    """A recurrent kind as the planner prices it: heads of a key_dim x value_dim state (Mamba2:
-    N x P), its convolution, the groups the 'heads' strategy splits (key heads; Mamba2's
-    groups), the chunk, and whether each chunk solves a triangular system (Gated DeltaNet)."""
-
-    heads: int
-    key_dim: int
-    value_dim: int
-    conv_channels: int
-    conv_kernel: int
-    groups: int
-    chunk: int
-    solves: bool
-
-    def rule_flops(self, value_dim: int | None = None) -> float:
-        """Forward FLOPs per token of the rule in chunks of C, its values value_dim wide
-        (default: the layer's), 2 a multiply-add, per head. Gated DeltaNet: the chunk's k k^T,
-        q k^T rows and its triangular inverse's row (C dk, C dk, C C), the written vectors and
-        the read (C (dk + dv), C dv), the start state read twice and the state written
-        (3 dk dv). Mamba2's SSD: the q k^T row and its read (C (dk + dv)), the start state
-        read and the state written (2 dk dv)."""
-        c, dk = self.chunk, self.key_dim
-        dv = self.value_dim if value_dim is None else value_dim
-        if self.solves:
-            return 2 * self.heads * (c * (3 * dk + 2 * dv + c) + 3 * dk * dv)
-        return 2 * self.heads * (c * (dk + dv) + 2 * dk * dv)
+from parallel.recurrent import RecurrentShape
 
 
 class Mixer:

@@ -7,7 +7,7 @@ of every four), token mixing by the gated delta rule (model/rules/gated_delta.py
       o = the gated delta rule                                      [B, S, Hv, dv]
       out = (rmsnorm(o) scale silu(z)) W_out                        [B, S, D]
 
-Over the 'seq' devices (training), parallel.linear_strategy's way (model/linear_parallel.py):
+Over the 'seq' devices (training), parallel.linear_strategy's way (parallel/recurrent/):
 'state', each device scans its contiguous block from a zero state and the devices pass states
 (bytes independent of the length), or 'heads', all-to-alls to whole rows of a few heads.
 Documents (segment ids): the state and the convolution start afresh at each document's first
@@ -30,9 +30,10 @@ from model.mixers import recurrent
 from model.config import LinearAttentionConfig, ModelConfig
 from model.rules.gated_delta import F32, gated_delta_rule
 from model.layers import dense, rms_norm
-from model.mixers.base import Mixer, RecurrentShape
+from model.mixers.base import Mixer
 from model.mixers.cache import LinearCache
-from model.linear_parallel import Recurrence
+from model.rules.short_conv import causal_conv
+from parallel.recurrent import Recurrence, RecurrentShape
 
 LINEAR = "linear_attention"  # its layer type (Hugging Face's name, though it is not softmax)
 
@@ -110,7 +111,7 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
 
 
 def recurrence(cfg: ModelConfig) -> Recurrence:
-    """The layer as model/linear_parallel.py's strategies see it: q | k | v channels by key
+    """The layer as parallel/recurrent/'s strategies see it: q | k | v channels by key
     head, the value heads grouped by key head, the gated delta rule, the projections in and
     out."""
     la, dtype = cfg.linear_attention, cfg.compute_dtype
@@ -139,7 +140,7 @@ def recurrence(cfg: ModelConfig) -> Recurrence:
     return Recurrence(
         widths=(dk, dk, group * dv), groups=hk, heads=hv, chunk=la.chunk_size,
         rule=gated_delta_rule, heads_of=lambda mixed, groups: (*_heads(mixed, la, groups), None),
-        project=project, finish=finish)
+        conv=causal_conv, project=project, finish=finish)
 
 
 def _heads(mixed, la, key_heads: int | None = None):

@@ -8,7 +8,7 @@ by the SSD rule (model/rules/ssd.py) instead of softmax.
       out = (groupnorm(o silu(z)) norm) W_out, the norm over G groups of I / G   [B, S, D]
 
 Each group of H / G heads shares its B and C. Over the 'seq' devices the layer is split as a
-Gated DeltaNet layer is (model/linear_parallel.py: parallel.linear_strategy 'state' passes
+Gated DeltaNet layer is (parallel/recurrent/: parallel.linear_strategy 'state' passes
 states, 'heads' splits the groups); documents reset the state and the convolution. Decoding:
 the cache is a LinearCache (model/mixers/cache.py) (the state [B, H, N, P] and the convolution's last inputs).
 """
@@ -26,10 +26,13 @@ import parallel
 from model.mixers import recurrent
 from model.config import MambaConfig, ModelConfig
 from model.layers import dense
-from model.mixers.base import Mixer, RecurrentShape
+from model.mixers.base import Mixer
 from model.mixers.cache import LinearCache
-from model.linear_parallel import Recurrence
+from model.rules.short_conv import causal_conv
 from model.rules.ssd import ssd_rule
+from parallel.recurrent import Recurrence, RecurrentShape
+
+UNIT = "Mamba2 layers' groups"  # what the 'heads' strategy splits, for its errors
 
 F32 = jnp.float32
 MAMBA = "mamba"  # its layer type
@@ -106,7 +109,7 @@ def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=No
 
 
 def recurrence(cfg: ModelConfig, d) -> Recurrence:
-    """The layer as model/linear_parallel.py's strategies see it: x | B | C channels by group,
+    """The layer as parallel/recurrent/'s strategies see it: x | B | C channels by group,
     the SSD rule, q = C and k = B repeated over each group's heads, v = x, and D x beside the
     rule, the projections in and out. d [H]: the skip's weights (the strategy 'heads' takes its
     own heads' inside its shard_map, by the device's index)."""
@@ -145,8 +148,8 @@ def recurrence(cfg: ModelConfig, d) -> Recurrence:
 
     return Recurrence(widths=(per_group * mc.head_dim, mc.state_size, mc.state_size),
                       groups=mc.num_groups, heads=mc.num_heads, chunk=mc.chunk_size,
-                      rule=ssd_rule, heads_of=heads_of, unit="Mamba2 layers' groups",
-                      project=project, finish=finish)
+                      rule=ssd_rule, heads_of=heads_of, unit=UNIT,
+                      conv=causal_conv, project=project, finish=finish)
 
 
 class Mamba2Kind(Mixer):
@@ -178,7 +181,8 @@ class Mamba2Kind(Mixer):
     def recurrent(self, m) -> RecurrentShape:
         mc = MambaConfig.from_config(m.mamba)
         return RecurrentShape(mc.num_heads, mc.state_size, mc.head_dim, mc.conv_channels,
-                              mc.conv_kernel, mc.num_groups, mc.chunk_size, solves=False)
+                              mc.conv_kernel, mc.num_groups, mc.chunk_size, solves=False,
+                              unit=UNIT)
 
 
 MAMBA2 = Mamba2Kind()

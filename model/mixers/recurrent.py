@@ -1,10 +1,11 @@
 """A recurrent layer (Gated DeltaNet's, Mamba2's) as a function of its weights and its
-`Recurrence` (model/linear_parallel.py): what to run for a call, in one place for both layers,
-which differ only in their Recurrence (model/linear_attention.recurrence, model/mamba.recurrence).
+`Recurrence` (parallel/recurrent/base.py): what to run for a call, in one place for both layers,
+which differ only in their Recurrence (gated_deltanet.recurrence, mamba2.recurrence).
 
     training, one 'seq' device          the rule over the row
-    training, several                   parallel.linear_strategy's way (linear_parallel)
-    with model.linear_chunk             a piece of each device's tokens at a time (linear_pieces)
+    training, several                   parallel.linear_strategy's way (parallel/recurrent/)
+    with model.linear_chunk             a piece of each device's tokens at a time
+                                        (parallel/recurrent/pieces.py)
     collect (a sequence-parallel prefill)  + the LinearCache after each row's prompt
     cache (decoding)                    the convolution from the cache's last inputs, the rule
                                         from its state
@@ -16,9 +17,9 @@ import jax.numpy as jnp
 
 import parallel
 from model.mixers.cache import LinearCache
-from model.linear_parallel import Recurrence, by_heads, by_state, for_prefill
-from model.linear_pieces import by_pieces, in_pieces
-from model.rules.short_conv import causal_conv
+from model.rules.short_conv import causal_conv, last_inputs
+from parallel.recurrent import BASELINE, Recurrence, get_recurrent_strategy
+from parallel.recurrent.pieces import by_pieces, in_pieces
 
 
 def run(w, x, rec: Recurrence, conv, bias, cfg, segment_ids=None, order=None, mesh=None,
@@ -30,8 +31,11 @@ def run(w, x, rec: Recurrence, conv, bias, cfg, segment_ids=None, order=None, me
     prompt, the rest padding after it. cache: tokens in natural order from where it ends."""
     b, s, _ = x.shape
     seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-    if cache is None and not collect and in_pieces(cfg, x, mesh):
-        return by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh)
+    # a model built without a run's attention (decoding, a checkpoint's conversion) has none
+    strategy = get_recurrent_strategy(cfg.attention.linear_strategy if cfg.attention else
+                                      BASELINE)
+    if cache is None and not collect and in_pieces(cfg.linear_chunk, strategy, x, mesh):
+        return by_pieces(w, x, seg, order, conv, bias, rec, cfg.linear_chunk, cfg.layout, mesh)
     mixed, g, beta, z = rec.project(w, x)
     if collect:
         g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
@@ -42,12 +46,21 @@ def run(w, x, rec: Recurrence, conv, bias, cfg, segment_ids=None, order=None, me
         o, state = rec.rule(q, k, v, g, beta, rec.chunk, segment_ids=seg)
         o = o if skip is None else o + skip
     else:
-        strategy = by_heads if cfg.attention.linear_strategy == "heads" else by_state
-        o, state = strategy(mixed, g, beta, seg, order, conv, bias, rec, cfg.layout, mesh)
+        o, state = strategy.run(mixed, g, beta, seg, order, conv, bias, rec, cfg.layout, mesh)
     if collect:
         cache = LinearCache(state, history)
     out = rec.finish(w, o, z)
     return out if cache is None else (out, cache)
+
+
+def for_prefill(mixed, g, beta, seg, order, width: int):
+    """A sequence-parallel prefill's inputs (segment 0: each row's prompt, padding after it):
+    the padding neither decays nor writes, so the final state is the prompt's. Returns (g,
+    beta, segment ids all 0, the convolution's last `width` prompt inputs [B, width, C]: the
+    decoding cache's)."""
+    prompt = seg == 0
+    g, beta = jnp.where(prompt[..., None], g, 0.0), jnp.where(prompt[..., None], beta, 0.0)
+    return g, beta, jnp.zeros_like(seg), last_inputs(mixed, prompt, order, width)
 
 
 def _decode(mixed, g, beta, conv, bias, cache: LinearCache, rec: Recurrence):

@@ -24,10 +24,9 @@ state were reset at each document's start (pairs across documents are masked, no
 huge factor: exact in float32).
 
     gated_delta_rule(q, k, v, g, beta, chunk=64) -> (o [B, S, H, dv], final state [B, H, dk, dv])
-    block_summary(...)       -> a block from zero, its (T, R), and what its start state reads
-
-Passing the blocks' (T, R) between the 'seq' devices (the collectives) is
-model/linear_parallel.py's pass_states, built on block_summary.
+A block's (T, R) come from one run of the rule from zero with dk more value columns, and
+passing them between the 'seq' devices (the collectives) is parallel/recurrent/state.py's
+(block_summary, pass_states).
 
 The layer around it (projections, convolution, norms): model/mixers/gated_deltanet.py.
 
@@ -152,23 +151,3 @@ def unit_lower_inverse(a):
         inverse = jnp.einsum("...ixyab,ij->...ixajyb", joined, eye).reshape(a.shape)
         block *= 2
     return inverse[..., :c, :c]
-
-
-def block_summary(q, k, v, g, beta, chunk: int = 64, segment_ids=None, rule=None):
-    """One device's block from a zero state, and what the state it really starts from would add:
-    (o [B, n, H, dv], reads [B, n, H, dk], R [B, H, dk, dv], T [B, H, dk, dk]) with
-
-        o_true = o + reads . S_in        S_out = T S_in + R      (S_in: the state before it)
-
-    The rule is linear in (values, start state) together, so both come from one run with dk more
-    value columns: values [v | 0], start state [0 | I]; the extra columns carry d S / d S_in
-    (zeroed, as the state is, at a document's start: T and reads then vanish past it). rule:
-    gated_delta_rule (default) or any rule of its signature linear in values and start state
-    together (ssd.ssd_rule, Mamba2's)."""
-    b, _, h, dk = k.shape
-    ones = jnp.broadcast_to(jnp.eye(dk, dtype=F32), (b, h, dk, dk))
-    start = jnp.concatenate([jnp.zeros((b, h, dk, v.shape[-1]), F32), ones], axis=-1)
-    wide = jnp.concatenate([v.astype(F32), jnp.zeros((*v.shape[:-1], dk), F32)], axis=-1)
-    out, state = (rule or gated_delta_rule)(q, k, wide, g, beta, chunk, start, segment_ids)
-    dv = v.shape[-1]
-    return out[..., :dv], out[..., dv:], state[..., :dv], state[..., dv:]

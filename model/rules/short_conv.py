@@ -1,7 +1,7 @@
 """The short causal convolution before a recurrent layer's rule (Gated DeltaNet's over q, k, v;
 Mamba2's over x, B, C): depthwise, conv_kernel taps, each token reading only its own document's
 earlier tokens; over the 'seq' devices the first taps of a piece read the last inputs of the
-piece before it (`before`: model/linear_parallel.piece_halos).
+piece before it (`before`: parallel/recurrent/state.piece_halos).
 
     causal_conv(x [B, S, C], w [K, C], segment_ids, before) -> act(conv) [B, S, C] float32
     last_inputs(...)      a prefill's last K - 1 inputs per row: a decoding cache's

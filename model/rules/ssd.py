@@ -18,7 +18,7 @@ documents are masked), as if the state were reset at each document's start.
     ssd_rule(q, k, v, g, beta, chunk=64, initial_state=None, segment_ids=None)
         -> (o [B, S, H, P], final state [B, H, N, P])
 
-the signature of gated_delta.gated_delta_rule, so that linear_parallel.pass_states passes states
+the signature of gated_delta.gated_delta_rule, so that parallel/recurrent/state.py's pass_states passes states
 for either over the 'seq' devices. q, k [B, S, H, N] (one per head: Mamba2's groups repeated),
 v [B, S, H, P], g, beta [B, S, H]; float32 inside.
 """

@@ -1,5 +1,6 @@
 """A recurrent layer (Gated DeltaNet, Mamba2) in training, a piece of each device's tokens at a
-time (model.linear_chunk): what its step holds grows with the piece, not with the block.
+time (model.linear_chunk): what its step holds grows with the piece, not with the block (the
+recurrent layers' counterpart of parallel/chunks.py).
 
 Run whole, a recurrent layer's projections, convolution, rule and gates each make [b, n, C]
 float32 arrays of a device's n tokens, and autodiff keeps tens of them; at a million tokens on
@@ -12,13 +13,13 @@ last K - 1 inputs with their documents.
     'state' strategy    pass 1: each device summarises its block, S_out = T S_in + R, piece by
                         piece from the start [0 | I] (block_summary's widened values, outputs
                         unused); the devices fold the gathered (T, R) into the state each
-                        block starts from (linear_parallel.incoming_state); pass 2: the pieces
+                        block starts from (state.incoming_state); pass 2: the pieces
                         again from that state, now with outputs. Zigzag's two halves run as
                         two rows, their states passed in place where that is cheaper
-                        (linear_parallel.pieces_in_place)
+                        (state.pieces_in_place)
     (the 'heads' strategy runs whole: its all-to-alls move whole rows)
 
-    by_pieces(w, x [B, S, D], seg, order, conv, bias, rec, cfg, mesh) -> out [B, S, D]
+    by_pieces(w, x [B, S, D], seg, order, conv, bias, rec, piece, layout, mesh) -> out [B, S, D]
 
 Exact: the same sums as the whole layer (tests/test_linear_attention.py, tests/test_mamba.py).
 Pass 1 costs one more projection and rule a token; what the step keeps is the layer's input and
@@ -32,40 +33,36 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-import parallel
-from model.chunks import check_chunk, join_local, split_local, splits
-from model.linear_parallel import (incoming_state, numbers, piece_halos, pieces_in_place,
-                                   state_widths)
-from model.rules.gated_delta import F32
-from model.rules.short_conv import causal_conv
+from parallel.chunks import check_chunk, join_local, split_local, splits
 from parallel.contiguous import from_blocks, to_blocks
+from parallel.mesh import DATA, SEQ
+from parallel.recurrent.base import F32, RecurrentStrategy, numbers, state_widths
+from parallel.recurrent.state import incoming_state, piece_halos, pieces_in_place
 
-ROWS = jax.P(parallel.DATA, parallel.SEQ, None)
+ROWS = jax.P(DATA, SEQ, None)
 
 
-def in_pieces(cfg, x, mesh) -> bool:
-    """Whether a training call runs the layer a piece at a time: cfg.linear_chunk cuts each
-    device's block of x [B, S, D] and the layer's sequence is not split by heads."""
-    count = 1 if mesh is None else mesh.shape[parallel.SEQ]
+def in_pieces(piece: int, strategy: RecurrentStrategy, x, mesh) -> bool:
+    """Whether a training call runs the layer a piece at a time: `piece` tokens (the model's
+    linear_chunk) cut each device's block of x [B, S, D] and the strategy runs in pieces."""
+    count = 1 if mesh is None else mesh.shape[SEQ]
     block = x.shape[1] // count
-    if not splits(cfg.linear_chunk, block):
+    if not splits(piece, block):
         return False
-    check_chunk(cfg.linear_chunk, block, "model.linear_chunk")
-    return count == 1 or cfg.attention.linear_strategy != "heads"
+    check_chunk(piece, block, "model.linear_chunk")
+    return count == 1 or strategy.in_pieces()
 
 
-def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
+def by_pieces(w, x, seg, order, conv, bias, rec, piece: int, layout: str, mesh):
     """The layer (its Recurrence rec, weights w, convolution taps conv [K, C] and bias) over x
     [B, S, D] in the layout's order, segment ids seg [B, S] -> out [B, S, D], a piece of
-    cfg.linear_chunk tokens at a time (module docstring)."""
-    piece = cfg.linear_chunk
-    if mesh is None or mesh.shape[parallel.SEQ] == 1:
+    `piece` tokens at a time (module docstring)."""
+    if mesh is None or mesh.shape[SEQ] == 1:
         b = x.shape[0]
         start = jnp.zeros((b, rec.heads, *state_widths(rec)), F32)
         return _pieces(w, x, seg, conv, bias, rec, piece, start, _nothing_before(x, conv))
-    count = mesh.shape[parallel.SEQ]
-    block, layout = x.shape[1] // count, cfg.layout
-
+    count = mesh.shape[SEQ]
+    block = x.shape[1] // count
     places = pieces_in_place(layout, block, count, *numbers(rec))
     if places is not None and (block // places.shape[1]) % piece:
         places = None  # the pieces of the layer do not cut zigzag's halves: reorder
@@ -99,9 +96,9 @@ def by_pieces(w, x, seg, order, conv, bias, rec, cfg, mesh):
 
     return jax.shard_map(
         local, mesh=mesh, check_vma=False,
-        in_specs=(jax.tree.map(lambda _: jax.P(), w), ROWS, jax.P(parallel.DATA, parallel.SEQ),
+        in_specs=(jax.tree.map(lambda _: jax.P(), w), ROWS, jax.P(DATA, SEQ),
                   jax.P(), None if bias is None else jax.P(),
-                  None if order is None else jax.P(parallel.DATA, parallel.SEQ)),
+                  None if order is None else jax.P(DATA, SEQ)),
         out_specs=ROWS)(w, x, seg, conv, bias, order)
 
 
@@ -117,7 +114,7 @@ def _pieces(w, x, seg, conv, bias, rec, piece: int, state, before, widen: int = 
         state, before, last = carry
         x, seg = inputs
         mixed, g, beta, z = rec.project(w, x)
-        q, k, v, skip = rec.heads_of(causal_conv(mixed, conv, seg, before=before, bias=bias),
+        q, k, v, skip = rec.heads_of(rec.conv(mixed, conv, seg, before=before, bias=bias),
                                      rec.groups)
         if widen:
             v = jnp.concatenate([v, jnp.zeros((*v.shape[:-1], widen), v.dtype)], axis=-1)

@@ -1,63 +1,50 @@
-"""The hybrid families model.hf reads and writes, whose blocks mix tokens by a recurrence or by
-softmax attention (model/hf/families.py registers them):
-
-    family        token mixing per layer                         besides Llama's block
-    qwen3_next    Gated DeltaNet (model/mixers/gated_deltanet.py),     zero-centred norms (stored as
-                  every full_attention_interval-th layer softmax  scale - 1), q/k norms; experts
-                  with an output gate and partial rotary          with a sigmoid-gated shared one
-    granitemoehybrid  Mamba2 (model/mixers/mamba2.py), a few softmax      Granite's multipliers (embedding,
-                  layers (RoPE or none)                           attention, residual, logits);
-                                                                  experts beside a shared MLP
-
-A config.json option the model here does not compute is a one-line FamilyError.
+"""Granite 4.0's hybrids (`granitemoehybrid`): Mamba2 layers (model/mixers/mamba2.py) and a few
+softmax layers (RoPE or none); Granite's multipliers (embedding, attention, residual, logits);
+experts stacked [E, out, in] with gate and up one after the other in input_linear, beside a
+shared MLP (or, without experts, the block's only MLP) stored likewise. A config.json option
+the model here does not compute is a one-line FamilyError.
 """
 
 from __future__ import annotations
 
 import math
 
-from model.config import FULL, LinearAttentionConfig, MambaConfig, MoEConfig
+from model.config import FULL, MambaConfig, MoEConfig
+from model.hf.families import llama
+from model.hf.families.base import Family, FamilyError, Stored, refuse
 from model.mixers.gated_deltanet import LINEAR
 from model.mixers.mamba2 import MAMBA
-from model.hf.rules import (FamilyError, layer_types_of, qwen2_experts, qwen2_experts_json,
-                            refuse, rotary_of)
 
 
-def qwen3_next(c: dict) -> dict:
-    refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
-               ("linear_hidden_act", ["silu", None])])
-    interval = int(c.get("full_attention_interval") or 4)
-    types = layer_types_of(c, lambda i: FULL if (i + 1) % interval == 0 else LINEAR)
-    unknown = sorted(set(types) - {FULL, LINEAR})
-    if unknown:
-        raise FamilyError(f"layer_types {unknown[0]!r} is not a Qwen3-Next layer (this model "
-                          f"has {FULL!r} and {LINEAR!r})")
-    moe = qwen2_experts(c) if c.get("num_experts") else MoEConfig()
-    return dict(qk_norm=True, attention_output_gate=True, layer_types=types,
-                partial_rotary_factor=rotary_of(c, 0.25), moe=moe,
-                linear_attention=LinearAttentionConfig(
-                    num_key_heads=c["linear_num_key_heads"],
-                    num_value_heads=c["linear_num_value_heads"],
-                    key_head_dim=c["linear_key_head_dim"],
-                    value_head_dim=c["linear_value_head_dim"],
-                    conv_kernel=c["linear_conv_kernel_dim"]))
+def _gate_up(name: str) -> dict:
+    """Gate and up stored one after the other along one tensor's out axis."""
+    return {"gate": Stored(name, transposed=True, part=0, parts=2, halves=True),
+            "up": Stored(name, transposed=True, part=1, parts=2, halves=True)}
 
 
-def qwen3_next_json(cfg) -> dict:
-    la = cfg.linear_attention
-    if not (la.enabled and cfg.qk_norm and cfg.attention_output_gate) or cfg.qkv_bias \
-            or cfg.attention_bias or cfg.sliding_window or cfg.mla.enabled:
-        raise FamilyError("Qwen3-Next: Gated DeltaNet layers, softmax layers with q/k norms "
-                          "and an output gate, no biases or windows")
-    return {"hidden_act": "silu", "attention_bias": False,
-           "layer_types": [cfg.layer_type(i) for i in range(cfg.num_layers)],
-           "linear_num_key_heads": la.num_key_heads, "linear_num_value_heads": la.num_value_heads,
-           "linear_key_head_dim": la.key_head_dim, "linear_value_head_dim": la.value_head_dim,
-           "linear_conv_kernel_dim": la.conv_kernel, **qwen2_experts_json(cfg),
-           "partial_rotary_factor": cfg.partial_rotary_factor}
+MAMBA2_TENSORS = {("attention", "in_proj", "kernel"): "mamba.in_proj.weight",
+                  ("attention", "conv"): Stored("mamba.conv1d.weight", depthwise=True),
+                  ("attention", "conv_bias"): "mamba.conv1d.bias",
+                  ("attention", "dt_bias"): "mamba.dt_bias",
+                  ("attention", "a_log"): "mamba.A_log",
+                  ("attention", "d"): "mamba.D",
+                  ("attention", "norm"): "mamba.norm.weight",
+                  ("attention", "out", "kernel"): "mamba.out_proj.weight"}
 
 
-def granite_hybrid(c: dict) -> dict:
+LAYER = {
+    **{k: v for k, v in llama.LAYER.items() if k[0] != "mlp"}, **MAMBA2_TENSORS,
+    ("mlp", "router"): "block_sparse_moe.router.layer.weight",
+    **{("mlp", p): how for p, how in _gate_up("block_sparse_moe.input_linear.weight").items()},
+    ("mlp", "down"): Stored("block_sparse_moe.output_linear.weight", transposed=True),
+    **{("mlp", "shared", p, "kernel"): how
+       for p, how in _gate_up("shared_mlp.input_linear.weight").items()},
+    ("mlp", "shared", "down", "kernel"): "shared_mlp.output_linear.weight",
+    **{("mlp", p, "kernel"): how for p, how in _gate_up("shared_mlp.input_linear.weight").items()},
+    ("mlp", "down", "kernel"): "shared_mlp.output_linear.weight"}
+
+
+def read(c: dict) -> dict:
     refuse(c, [("hidden_act", ["silu"]), ("attention_bias", [False]),
                ("mamba_proj_bias", [False]), ("position_embedding_type", ["rope", "nope", None])])
     low, high = (list(c.get("time_step_limit") or (0.0, math.inf)) + [math.inf])[:2]
@@ -93,7 +80,7 @@ def granite_hybrid(c: dict) -> dict:
                 **({} if experts else {"mlp_dim": shared}))
 
 
-def granite_hybrid_json(cfg) -> dict:
+def write(cfg) -> dict:
     mc, moe = cfg.mamba, cfg.moe
     if not mc.enabled or cfg.qk_norm or cfg.qkv_bias or cfg.attention_bias or cfg.sliding_window \
             or cfg.mla.enabled or cfg.attention_output_gate or cfg.partial_rotary_factor not in (
@@ -128,3 +115,9 @@ def granite_hybrid_json(cfg) -> dict:
 
 def _whole(x: float):
     return int(x) if x == int(x) else x
+
+
+FAMILY = Family("granitemoehybrid", "GraniteMoeHybridForCausalLM", read, write, LAYER,
+                models="Granite 4.0 hybrid",
+                attention="Mamba2, a few softmax layers (RoPE or none)",
+                block="Granite's multipliers; experts beside a shared MLP")
