@@ -38,8 +38,8 @@ def start_jax(config):
 
     skip_absent_tpu()
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
-    if config.profile.num_steps:  # XLA:CPU traces its ops only when asked (training/profile.py)
-        from training.profile import CPU_TRACE_FLAG
+    if config.profile.num_steps:  # XLA:CPU traces its ops only when asked (training/analysis/profile.py)
+        from training.analysis.profile import CPU_TRACE_FLAG
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {CPU_TRACE_FLAG}".strip()
     if FLAGS.coordinator_address:
         jax.distributed.initialize(FLAGS.coordinator_address, num_processes=FLAGS.num_processes,

@@ -53,7 +53,7 @@ def get_config():
     config.peak_tflops_per_device = 0.0  # MFU denominator; 0 = from the device table
     # A jax.profiler trace of num_steps steps from start_step into WORKDIR/profile/ (TensorBoard's
     # profile plugin, XProf, Perfetto), and one line at the end: where their time went
-    # (training/profile.py). num_steps 0: off.
+    # (training/analysis/profile.py). num_steps 0: off.
     config.profile = ml_collections.ConfigDict()
     config.profile.start_step = 5  # the first step traced (after the compiling first step)
     config.profile.num_steps = 0  # steps traced; 0 = no trace

@@ -1,5 +1,5 @@
 """Passkey examples mixed into training rows (config.data.passkey_*): the task the retrieval
-probes ask about (training/probes.py, scripts/eval_long.py), so that a small model learns to
+probes ask about (training/evaluation/probes.py, scripts/eval_long.py), so that a small model learns to
 use its whole context for it.
 
     mix = PasskeyMix.build(tokenizer, fraction=0.5, min_len=128, weight=4.0, repeats=0.75)

@@ -170,7 +170,7 @@ def attention(q, k, v, *, mesh, layout, segment_ids=None, order=None, causal=Tru
                      kernel=kernel, causal=causal, tile_q=tile_q, tile_k=tile_k, scale=scale,
                      ulysses_degree=ulysses_degree, window=window, sinks=sinks,
                      logit_soft_cap=logit_soft_cap)
-    with jax.named_scope("attention"):  # its ops' names in a profile (training/profile.py)
+    with jax.named_scope("attention"):  # its ops' names in a profile (training/analysis/profile.py)
         out = _attention(spec, q, k, v, segment_ids, order, sinks)
     return out if width is None else out[..., :width]
 

@@ -1,5 +1,5 @@
 """Options for the XLA compiler that the attention needs to be fast, per platform; every jit of
-a training step passes them (training/loop.py, training/aot.py).
+a training step passes them (training/loop.py, training/analysis/aot.py).
 
 On a TPU, XLA's latency-hiding scheduler runs before the compiler decides which buffers live in
 faster memory, and that decision can leave a ring step's K/V transfer outside the kernel it was

@@ -8,7 +8,7 @@ attention tile's fixed cost (paid as the platform's kernel declares: parallel/st
 Fitted to published step times (configs/*.py MEASURED, with their sources) by
 scripts/calibrate.py, whose output the constants below are copied from, or measured on the
 machine at hand by scripts/calibrate.py --measure, which writes
-planner/calibrations/<device>.json (read here, at import); a device with neither keeps the
+planner/calibration/tables/<device>.json (read here, at import); a device with neither keeps the
 nominal model (every share 1, perfect overlap, free tiles) and the planner says it is
 uncalibrated.
 
@@ -30,7 +30,7 @@ GB = 1e9
 # replaces that device's calibration. The repository's holds the CPU measured where it was
 # developed; RINGSTRIPE_CALIBRATIONS names another directory (a user's own machine).
 CALIBRATIONS = os.environ.get("RINGSTRIPE_CALIBRATIONS") or os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "calibrations")
+    os.path.dirname(os.path.abspath(__file__)), "calibration", "tables")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ from parallel import chunks
 from model.embedding import splits
 from model.config import FULL
 from model.mixers import recurrent_layers
-from planner.flops import (experts_of, head_widths, matmul_params, mixer_params, mlp_params,
+from planner.flops import (experts_of, matmul_params, mixer_params, mlp_params,
                            recurrent_kinds)
 from planner.devices import Device
 from planner.run import Run

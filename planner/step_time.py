@@ -15,7 +15,7 @@ from parallel import cost, strategies, strategy_cost
 from parallel.kernels import resolve_kernel
 from planner.devices import Device
 from planner import linear_strategy
-from planner.flops import experts_of, head_widths, layer_windows, matmul_params, peak_flops
+from planner.flops import experts_of, layer_windows, matmul_params, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
 

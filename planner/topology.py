@@ -11,7 +11,7 @@ chip count, the shape Cloud TPU gives a slice of that size unless asked for anot
 
 `devices(tpu_slice)` returns the slice's devices from libtpu's topology description: no TPU is
 needed, only the libtpu package (the test extra); a mesh over them and jax.jit(...).lower(...)
-.compile() run XLA:TPU and Mosaic for real (training/aot.py).
+.compile() run XLA:TPU and Mosaic for real (training/analysis/aot.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 Times the config's train step on one device pinned to one core (one device's share of a row,
 rows of documents of equal lengths) and splits it into a cost per attention tile and the rest
-(training/step_split.py). Then, for the rows the run trains on (global batch 1, train.py's
+(training/analysis/step_split.py). Then, for the rows the run trains on (global batch 1, train.py's
 steps 1, 2, ..), prints the ring layout's critical path and the even share of the row's tiles,
 and the step times they give: no layout runs a row faster than the even share, so their ratio
 bounds its gain over the ring on that row. scripts/bench_train.py measures the layouts
@@ -56,7 +56,7 @@ def main(argv=None):
     import run_config
     from data import sample_segment_ids
     from storage.run_dir import RunDir
-    from training.step_split import layout_bound, measure_split
+    from training.analysis.step_split import layout_bound, measure_split
 
     config = run_config.replace(run_config.build(config), {
         "seq_len": args.seq_len, "global_batch_size": 1,

@@ -117,7 +117,7 @@ def probe(workdir, lengths, args, config, say, dynamic=False) -> dict:
     """An arm's passkey accuracy (mean over depths, and the table) at `lengths`, and its text
     loss by position at the longest of args.lengths; `dynamic`: with the RoPE stretched past
     the arm's trained length (training/extension.py: stretched)."""
-    from training import retrieval
+    from training.evaluation import retrieval
     say(f"{workdir}: probes and text loss{' (dynamic RoPE)' if dynamic else ''}")
     table = retrieval.evaluate(workdir, lengths=lengths, depths=args.depths,
                                samples=args.samples, seed=args.seed,

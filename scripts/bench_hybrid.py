@@ -51,7 +51,7 @@ def one(overrides: dict) -> None:
     import run_config
     from configs import hybrid_tiny
     from planner.run import make_run
-    from training.aot import compile_train_step
+    from training.analysis.aot import compile_train_step
     config = run_config.replace(run_config.build(hybrid_tiny.get_config()), overrides)
     resolved = planner.resolve_run(config, (1, DEVICES), "cpu", jax.devices()[0].device_kind)
     figures, _ = compile_train_step(config, make_run(config, DEVICES, (1, DEVICES)), resolved)

@@ -5,7 +5,7 @@
     python scripts/bench_memory.py memory --seq-len 131072 --devices 2 --json runs/mem.json
 
 Each figure comes from a fresh process that builds the train step exactly as train.py does
-(training/step.py on the state training/loop.py builds, via training/aot.py), compiles it
+(training/step.py on the state training/loop.py builds, via training/analysis/aot.py), compiles it
 ahead of time for fake CPU devices and reads memory_analysis(): temporaries per device, and
 seconds to lower + compile the step, and the program's size (lines of its optimised HLO; XLA:CPU
 reports no generated-code size). Nothing is run, so a million-token step costs seconds.
@@ -62,7 +62,7 @@ def one(overrides: dict, devices: int) -> None:
     from configs import default
     from planner import resolve_run
     from planner.run import make_run
-    from training.aot import compiled_memory
+    from training.analysis.aot import compiled_memory
     config = run_config.replace(run_config.build(default.get_config()),
                                 {"cpu_devices": devices, **overrides})
     run = make_run(config, devices)

@@ -60,7 +60,7 @@ def permute_bytes(config) -> int:
 
     import planner
     from planner.run import make_run
-    from training.aot import compile_train_step
+    from training.analysis.aot import compile_train_step
     resolved = planner.resolve_run(config, (1, RING), "cpu", jax.devices()[0].device_kind)
     assert resolved.attention.mla_exchange == config.parallel.mla_exchange
     figures, _ = compile_train_step(config, make_run(config, RING, (1, RING)), resolved)

@@ -5,7 +5,7 @@ tokens received per device per layer, beside full causal attention, and the plan
     python scripts/bench_window.py --config configs/gemma3_cpu.py --device cpu --json out.json
 
 Counts, not timings: the tiles come from the rule the kernels run, the tokens from each
-strategy's own count, the step times from the planner (planner/windows.py). Needs no
+strategy's own count, the step times from the planner (planner/reports/windows.py). Needs no
 accelerator.
 """
 
@@ -24,9 +24,9 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     from parallel import get_strategy
-    from planner import windows
+    from planner.reports import windows
     from planner.devices import DEVICES
-    from planner.plan import module_constant
+    from planner.reports.plan import module_constant
     import run_config
     config = run_config.build(FLAGS.config)
     filename = config_flags.get_config_filename(FLAGS["config"])

@@ -9,13 +9,13 @@ calibration fitted to the points the config file marks for the fit.
                                           # train.py's steps measured here against the planner
 
 The measurements, their source and which points are fitted live in the config file (MEASURED,
-MEASURED_SOURCE, MEASURED_FIT); the fit and the predictions in planner/calibration.py; the
+MEASURED_SOURCE, MEASURED_FIT); the fit and the predictions in planner/calibration/fit.py; the
 constants in planner/devices.py. This file reads the flags and prints.
 
 --measure times the attention kernel's tiles and the dense matmuls of configs/default.py's
 model on this machine, in this process with one device pinned to one core (as each device of
-scripts/launch_local.py --pin), and writes the calibration to planner/calibrations/<device>.json
-(or --out), which the planner reads: what parallel.tile='auto' weighs (planner/measure.py).
+scripts/launch_local.py --pin), and writes the calibration to planner/calibration/tables/<device>.json
+(or --out), which the planner reads: what parallel.tile='auto' weighs (planner/calibration/measure.py).
 --train predicts the steps scripts/bench_train.py measured here (its --json; documents
 unmasked) with that calibration; with --fit, fits the shares of peak and the ring step's costs
 to every other kind, holding out the rest, and with --write, puts them in the same file.
@@ -56,7 +56,7 @@ def measure(args) -> None:
     import parallel
     import run_config
     from configs import default
-    from planner import measure as measured
+    from planner.calibration import measure as measured
     from planner.devices import DEVICES, calibration_file, device_for_kind
     from planner.flops import peak_flops
     jax.config.update("jax_num_cpu_devices", 1)
@@ -109,7 +109,7 @@ def table(rows, title: str) -> list[str]:
 
 
 def summary(rows) -> list[str]:
-    from planner.calibration import fastest
+    from planner.calibration.fit import fastest
     ratios = [r["ratio"] for r in rows]
     held = [r["ratio"] for r in rows if not r["fitted"]]
     lines = [f"  pred/meas over all {len(rows)} points: {min(ratios):.2f} to {max(ratios):.2f}; "
@@ -128,7 +128,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.measure:
         return measure(args)
-    from planner import calibration
+    from planner.calibration import fit as calibration
     from planner.devices import DEVICES
     try:
         points = (calibration.bench_measurements(args.train) if args.train
@@ -152,7 +152,7 @@ def main(argv=None):
         print(f"fitted to the {sum(p.fitted for p in points)} 'fit' points: "
               f"{dataclasses.asdict(fitted)}")
     else:
-        print(f"as calibrated (planner/devices.py, planner/calibrations/): "
+        print(f"as calibrated (planner/devices.py, planner/calibration/tables/): "
               f"{dataclasses.asdict(device.calibration)}")
     rows = calibration.compare(points, device)
     print("\n".join(table(rows, "Each point: the planner's step time against the measured one")))

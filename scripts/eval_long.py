@@ -1,5 +1,5 @@
 """Retrieval probes on a checkpoint: passkey (and needle-in-a-haystack) accuracy over a grid of
-context lengths and depths (training/probes.py), as JSON and a heatmap picture beside it.
+context lengths and depths (training/evaluation/probes.py), as JSON and a heatmap picture beside it.
 
     python scripts/eval_long.py --workdir runs/passkey --seq_shards 4 \
         --json runs/passkey_probes.json                          # + runs/passkey_probes.png
@@ -115,7 +115,7 @@ def main(argv=None):
     jax.config.update("jax_num_cpu_devices", args.seq_shards)
 
     import data
-    from training import retrieval
+    from training.evaluation import retrieval
     from training.saved_run import RunError
 
     cells = {}

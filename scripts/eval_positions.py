@@ -7,7 +7,7 @@ its context, and does it still beyond the length it was trained at?
 Takes the first --documents documents of the first run's held-out split that are longer than
 --seq_len tokens, each read alone from its start, and prints the mean next-token loss in
 --buckets equal ranges of original positions for each run's checkpoint (latest, or --step):
-the evaluation train.py logs as eval/loss_by_position (training/position_loss.py), laid out
+the evaluation train.py logs as eval/loss_by_position (training/evaluation/position_loss.py), laid out
 over --seq_shards devices in the run's layout (or --layout); every layout gives the same
 curve. --json writes the table.
 """
@@ -38,7 +38,7 @@ def main(argv):
     from flax import nnx
 
     import data
-    from training import position_loss
+    from training.evaluation import position_loss
     from training.saved_run import RunError, held_out_tokens, load_run
 
     columns, rows = {}, None

@@ -29,7 +29,7 @@ compiler refuses the program, one line naming the piece (exit 1). scripts/tpu_po
 before it pays for a slice.
 
 This file reads the flags and prints. The model is the package planner/ (its README derives
-every formula); the compile check is training/aot.py; every 'auto' (the strategy, the memory
+every formula); the compile check is training/analysis/aot.py; every 'auto' (the strategy, the memory
 switches) is resolved here as a run resolves it (planner.resolve_run), and the plan says what it
 resolved to (--explain: the memory candidates it weighed).
 """
@@ -83,8 +83,8 @@ FLAGS = flags.FLAGS
 def build(config, device_name: str, devices: int, tpu_slice=None) -> tuple:
     """(plan, device, run, resolved): the analytic plan, the state as built and the compile on
     the host (for a TPU slice, marked pending: compile_for_tpu runs it)."""
-    from planner import plan as planner_plan
-    from training import aot
+    from planner.reports import plan as planner_plan
+    from training.analysis import aot
     plan, device, run, resolved = planner_plan.make_plan(
         config, device_name, devices, FLAGS.efficiency, FLAGS.documents, FLAGS.document_rows,
         FLAGS.workdir)
@@ -122,11 +122,12 @@ def main(argv):
         device_name, devices, tpu_slice = _tpu_slice(device_name, devices)
     use_fake_devices(devices)  # the compile check runs on the host, whatever is attached
     from data import DataError
-    from planner import plan as planner_plan, report
+    from planner.reports import text as report
+    from planner.reports import plan as planner_plan
     from planner.documents import PlanError
     from planner.run import process_count
     from planner.topology import TopologyError
-    from training.aot import CompileRefused
+    from training.analysis.aot import CompileRefused
     from training.validate import ConfigError, validate_config
     try:
         validate_config(config, devices, process_count(DEVICES[device_name], devices),
@@ -181,7 +182,7 @@ def compile_for_tpu(plan, config, run, resolved, device, tpu_slice) -> None:
     pod config; progress lines meanwhile)."""
     from data.progress import Ticker
     from planner import topology
-    from training import aot
+    from training.analysis import aot
     with Ticker(f"plan: the TPU compiler is compiling the train step for {tpu_slice.label()}",
                 "plan: compiled by the TPU compiler"):
         plan["compiled"] = aot.compiled_memory(config, run, resolved, topology.devices(tpu_slice))
@@ -211,7 +212,7 @@ def _tpu_slice(device_name: str, devices: int):
 
 
 def _config_device(filename: str) -> str:
-    from planner.plan import module_constant
+    from planner.reports.plan import module_constant
     return module_constant(filename, "DEVICE") or "cpu"
 
 

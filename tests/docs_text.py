@@ -215,7 +215,7 @@ def _check_config(values, device_name, devices) -> None:
 
     import run_config
     from planner import DEVICES
-    from planner.plan import module_constant
+    from planner.reports.plan import module_constant
     from planner.run import device_count, process_count
     from training.cli import fail
     from training.validate import validate_config

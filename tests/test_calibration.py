@@ -1,4 +1,4 @@
-"""The planner against published step times (planner/calibration.py): the TPU v5p calibration
+"""The planner against published step times (planner/calibration/fit.py): the TPU v5p calibration
 predicts every MaxText llama3-8b point within 0.8-1.25, held-out points included, and picks the
 strategy MaxText measured fastest; held out, the llama2-7b recipe's Ulysses and ring points too;
 the constants in planner/devices.py are the fit's."""
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from planner import calibration
+from planner.calibration import fit as calibration
 from planner.devices import DEVICES, device_for_kind
 
 

@@ -46,7 +46,7 @@ def test_bench_train_times_train_py_per_layout(tmp_path, capsys):
     assert not (tmp_path / "runs" / "S256-ring-ring-t32-unmasked-r0" / "checkpoints").exists()
     # The same steps as the planner's calibration points (scripts/calibrate.py --train): each
     # predicted, the auto kind as the layout and tile it ran
-    from planner import calibration
+    from planner.calibration import fit as calibration
     points = calibration.bench_measurements(str(out))
     assert [(p.layout, p.tile) for p in points] == [("ring", "32x32"), ("striped", "32x32"),
                                                     (layout, tiles)]

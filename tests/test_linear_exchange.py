@@ -9,7 +9,7 @@ import planner
 import run_config
 from configs import hybrid_tiny
 from planner.run import make_run
-from training.aot import compile_train_step
+from training.analysis.aot import compile_train_step
 
 pytestmark = pytest.mark.heavy
 

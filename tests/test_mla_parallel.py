@@ -144,7 +144,7 @@ def test_the_compiled_ring_moves_the_latent_not_the_keys():
     import run_config
     from configs import mla_tiny
     from planner.run import make_run
-    from training.aot import compile_train_step
+    from training.analysis.aot import compile_train_step
 
     moved = {}
     for exchange in ("latent", "full"):

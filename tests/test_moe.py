@@ -216,7 +216,7 @@ def test_planner_prices_the_all_to_alls_the_compiler_emits():
     from planner import step_time as planner_time
     from planner.resolve import resolve_run
     from planner.run import make_run
-    from training import aot
+    from training.analysis import aot
 
     config = tiny.get_config()
     for name, value in model.MemorySwitches().record().items():

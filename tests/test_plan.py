@@ -24,9 +24,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from configs import paper_a100_256k, tiny
 from parallel import strategy_cost
-from planner import DEVICES, memory, plan, resolve_run, step_time
+from planner import DEVICES, memory, resolve_run, step_time
+from planner.reports import plan
 from planner.run import Run, make_run, process_block
-from training import aot
+from training.analysis import aot
 
 
 def tiny_model(**overrides):

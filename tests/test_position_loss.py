@@ -1,4 +1,4 @@
-"""The loss by original position (training/position_loss.py) is one curve whatever the layout
+"""The loss by original position (training/evaluation/position_loss.py) is one curve whatever the layout
 and the number of devices, and it is the plain per-token cross-entropy of the model's logits."""
 
 import jax
@@ -9,7 +9,7 @@ from flax import nnx
 
 import model
 import parallel
-from training import position_loss
+from training.evaluation import position_loss
 from tests.test_model import attention
 
 SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,

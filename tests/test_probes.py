@@ -1,11 +1,11 @@
-"""Retrieval probes (training/probes.py): prompts of exactly the asked length with the fact at
+"""Retrieval probes (training/evaluation/probes.py): prompts of exactly the asked length with the fact at
 its depth, and exact scoring."""
 
 import numpy as np
 import pytest
 
 from data.passkey import held_out
-from training import probes
+from training.evaluation import probes
 
 
 class Chars:

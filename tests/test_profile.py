@@ -9,7 +9,7 @@ import jax
 import pytest
 
 from tests.train_runs import clean_env, read_metrics, run_train
-from training import profile
+from training.analysis import profile
 
 
 @pytest.mark.programs

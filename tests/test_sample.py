@@ -15,7 +15,7 @@ import parallel
 from model import decode
 from tests.test_model import attention
 from tests.train_runs import ROOT, clean_env, run_train
-from training import probes as probes_module
+from training.evaluation import probes as probes_module
 
 SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
              mlp_dim=64)

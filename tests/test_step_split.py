@@ -1,4 +1,4 @@
-"""training/step_split.py: the train step timed on rows of equal documents and split into a cost
+"""training/analysis/step_split.py: the train step timed on rows of equal documents and split into a cost
 per tile and the rest, and the bound that split puts on a layout's gain over the ring."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import run_config
 from configs import tiny
-from training.step_split import StepSplit, document_rows, layout_bound, measure_split
+from training.analysis.step_split import StepSplit, document_rows, layout_bound, measure_split
 
 
 def test_the_bound_on_hand_counted_rows():

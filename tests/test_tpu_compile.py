@@ -14,7 +14,7 @@ import pytest
 
 import parallel
 from planner import topology
-from training.hlo_overlap import loop_overlaps
+from training.analysis.hlo_overlap import loop_overlaps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each compile here takes from seconds to minutes: all but the checks that need no compile are

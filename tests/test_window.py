@@ -103,7 +103,8 @@ def test_the_planner_prices_local_and_global_layers(tmp_path):
     import sys
 
     from configs import gemma3_cpu
-    from planner import flops, windows
+    from planner import flops
+    from planner.reports import windows
     from planner.devices import DEVICES
     from tests.train_runs import ROOT, clean_env
 

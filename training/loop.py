@@ -30,8 +30,10 @@ from checkpoints import (Checkpointer, CheckpointError, Preempted, StopRequest, 
 from planner import ResolvedRun, flops, memory
 from run_config import ConfigError
 from storage.run_dir import RunDir
-from training import (init_from, metrics as metrics_lib, position_loss, profile as profile_lib,
-                      resume, stages, state as state_lib, step as step_lib, trackers)
+from training import (init_from, metrics as metrics_lib, resume, stages, state as state_lib,
+                      step as step_lib, trackers)
+from training.evaluation import position_loss
+from training.analysis import profile as profile_lib
 from training.resolved import (announce_resolved, as_checkpoint_ran, mesh_shape_of,
                                resolve_here, resolve_on_documents)
 from training.saved_run import saved_meta, saved_steps

@@ -39,7 +39,7 @@ class Tracker(abc.ABC):
         """Something that happened at `step` (resumed, stopped on request)."""
 
     def profile(self, step: int, summary: dict, directory: str) -> None:
-        """config.profile's trace ended at `step`: where its time went (training/profile.py's
+        """config.profile's trace ended at `step`: where its time went (training/analysis/profile.py's
         summary) and the local directory of the trace."""
 
     def persist(self) -> None:

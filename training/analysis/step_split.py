@@ -34,7 +34,7 @@ from parallel import cost
 from planner import resolve_run
 from planner.run import make_run
 from training import step as step_lib
-from training.aot import run_mesh
+from training.analysis.aot import run_mesh
 from training.state import create_train_state
 
 

@@ -1,6 +1,6 @@
 """The analytic plan of a run: parameters, memory term by term and its verdict, time per step for
 every layout and every strategy, and the recommendation. scripts/plan.py prints it
-(planner/report.py), with training/aot.py's compiled figures beside it."""
+(planner/reports/text.py), with training/analysis/aot.py's compiled figures beside it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from planner.documents import describe_documents, sample_documents
 from planner.flops import flops_per_token, peak_flops
 from planner.resolve import resolve_run
 from planner.run import Run, make_run, process_count
-from planner.sizes import size_rows
+from planner.reports.sizes import size_rows
 
 
 def plan_device(device_name: str, devices: int) -> Device:
@@ -103,7 +103,7 @@ def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
 
 def measured_times(filename: str, layout: str, seq_len: int) -> dict | None:
     """The config file's module-level MEASURED[layout][seq_len] (read, not executed; see
-    planner/calibration.py), else None."""
+    planner/calibration/fit.py), else None."""
     value = module_constant(filename, "MEASURED") or {}
     return value.get(layout, {}).get(seq_len)
 
@@ -131,7 +131,7 @@ def _layouts_for(run: Run) -> list[str]:
 
 
 def today_scenarios(plan: dict, config, resolved, device: Device, as_built: dict) -> dict:
-    """Totals for the program as it is: the optimizer state as built (training/aot.py measures
+    """Totals for the program as it is: the optimizer state as built (training/analysis/aot.py measures
     it from its shardings), then also every layer's gathered weights and full gradient alive
     at once."""
     m = resolved.model

@@ -23,7 +23,7 @@ from data.batches import FIELDS
 from planner.run import Run
 from run_config import ConfigError
 from training import step as step_lib
-from training.hlo_overlap import collective_bytes, loop_overlaps, summary
+from training.analysis.hlo_overlap import collective_bytes, loop_overlaps, summary
 from training.state import create_train_state
 
 # --compile auto compiles when P x seq_len x rows (P x tokens per data shard) is at most this.

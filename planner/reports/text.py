@@ -7,9 +7,9 @@ from parallel.strategies import get_strategy
 from parallel.recurrent import RECURRENT_STRATEGIES
 from planner.memory import GB
 from planner.switches import AUTO_SHARE
-from planner.report_time import format_strategies, format_time
+from planner.reports.time_text import format_strategies, format_time
 from planner.run import Run, process_block
-from planner.sizes import dominant_lines, format_sizes
+from planner.reports.sizes import dominant_lines, format_sizes
 
 
 def _unit(largest: float) -> tuple[str, float]:

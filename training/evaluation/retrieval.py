@@ -9,7 +9,7 @@ of held-out text: what scripts/eval_long.py prints and scripts/bench_extension.p
 
 Every prompt is prefilled sequence-parallel over `seq_shards` devices in the run's layout (or
 `layout`) and answered greedily through the sharded KV cache (model/decode.py), as sample.py
-does; the prompts are training/probes.py's, their filler the run's held-out text.
+does; the prompts are training/evaluation/probes.py's, their filler the run's held-out text.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import numpy as np
 from flax import nnx
 
 from model import decode
-from training import position_loss, probes
+from training.evaluation import probes
+from training.evaluation import position_loss
 from training.saved_run import RunError, held_out_tokens, load_run, stretched_model
 
 ANSWER_TOKENS = 8  # greedy tokens decoded after each prompt: ' ' and five digits, and spare
