@@ -51,7 +51,7 @@ test-slow: install-test
 # The launcher against a real one-node SLURM cluster the tests start (as root; the packages are
 # installed with apt-get where missing): preemption, requeue, resume
 test-cluster: install-test
-	$(PY) tests/slurm_cluster.py
+	$(PY) tests/support/slurm_cluster.py
 	$(PY) tests/tiers.py run cluster
 
 # Fails on a test that no tier runs (a marker no tier knows, a tier's arguments narrowed)

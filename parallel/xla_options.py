@@ -6,7 +6,7 @@ faster memory, and that decision can leave a ring step's K/V transfer outside th
 issued beside: in the TPU compiler's schedule of the forward, the hop then starts only after
 the step's kernel (seen for striped at 8k tokens per chip without segment ids, zigzag at 49k).
 Scheduling again after that assignment hides every hop of the ring strategy, forward and
-backward, in each case tests/test_tpu_compile.py compiles. In a whole train step the second
+backward, in each case tests/planner/test_tpu_compile.py compiles. In a whole train step the second
 schedule keeps a little more alive at once (under a GB per chip in the v4 configs, as measured
 while this was written), a price for transfers that no longer wait for the kernel.
 """

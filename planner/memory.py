@@ -169,7 +169,7 @@ def host_offload_bytes(m, run: Run) -> float:
 
 def saved_activation_bytes(m, run: Run, tiles: tuple[int, int]) -> float:
     """What autodiff keeps between the forward and the backward (the part of
-    activation_memory that jax's saved_residuals lists; tests/test_plan.py checks it)."""
+    activation_memory that jax's saved_residuals lists; tests/planner/test_plan.py checks it)."""
     t = activation_memory(m, run, tiles)
     chunked_mlp = _chunk(m.mlp_chunk, run.block)
     per_layer = (t["norms"] + t["attention_residuals"] + t["experts"]

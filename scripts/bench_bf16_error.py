@@ -102,7 +102,7 @@ def errors(result, reference):
     """max |error| / max |reference| and RMS error / RMS reference of out, dq, dk, dv."""
     import numpy as np
 
-    from tests import dense_reference as ref
+    from tests.support import dense_reference as ref
 
     rms = lambda got, want: float(np.sqrt(np.mean((np.asarray(got, np.float64) - want) ** 2)
                                           / np.mean(want ** 2)))
@@ -115,7 +115,7 @@ def errors(result, reference):
 
 
 def _dense_reference():
-    """tests/dense_reference.py, the float64 reference the tests use (a file, not a package)."""
+    """tests/support/dense_reference.py, the float64 reference the tests use (a file, not a package)."""
     import importlib.util
     path = os.path.join(ROOT, "tests", "dense_reference.py")
     spec = importlib.util.spec_from_file_location("dense_reference", path)

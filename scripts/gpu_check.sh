@@ -8,7 +8,7 @@
 # beforehand on a CPU, so that the GPU's minutes are not spent training one.
 #
 # Steps (default: all, in this order), each under its own time limit, its log in $OUT/STEP.log:
-#   exact  tests/test_pallas_gpu.py: pallas_gpu compiled by Triton against float64
+#   exact  tests/parallel/test_pallas_gpu.py: pallas_gpu compiled by Triton against float64
 #   ring   scripts/bench_simulated_ring.py: share of ideal per layout (N = 8, S = 65,536) and the
 #          kernel against cuDNN on one causal block pair
 #   tiles  scripts/bench_gpu_tiles.py: the leading tiles and Triton launch parameters per
@@ -46,7 +46,7 @@ run() {  # run NAME LIMIT_S COMMAND...: the step's log, its exit code and time, 
 
 exact() {
   JAX_PLATFORMS=cuda,cpu run exact 360 $PY -m pytest -q -p no:cacheprovider --maxfail=4 \
-    tests/test_pallas_gpu.py
+    tests/parallel/test_pallas_gpu.py
 }
 ring() {
   run ring 120 $PY scripts/bench_simulated_ring.py --reps 3 --json "$OUT/ring.json"

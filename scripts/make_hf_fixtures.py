@@ -1,7 +1,7 @@
 """Writes tests/fixtures/hf/: tiny checkpoints saved by Hugging Face `transformers` (Llama under
 every RoPE rule; Mistral, Qwen3, Gemma 2 and Gemma 3 with sliding windows shorter than the
 reference; Qwen3-MoE, Mixtral and GPT-OSS with 4 experts, 2 a token), and the logits its own PyTorch
-models compute from them, the reference tests/test_hf.py checks model.hf against (make test
+models compute from them, the reference tests/model/test_hf.py checks model.hf against (make test
 reads the files; it needs no PyTorch).
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy

@@ -1,4 +1,4 @@
-"""Writes tests/fixtures/hf_rope.npz: Hugging Face's RoPE, the reference tests/test_rope.py checks
+"""Writes tests/fixtures/hf_rope.npz: Hugging Face's RoPE, the reference tests/model/test_rope.py checks
 model/rope.py and model.layers.rope against (make test reads the file; it needs no PyTorch).
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy

@@ -3,7 +3,7 @@ FAMILIES), as README.md's models section holds it:
 
     python scripts/models_table.py
 
-tests/test_docs.py fails where README.md's table is not this output: paste it there after
+tests/project/test_docs.py fails where README.md's table is not this output: paste it there after
 adding a family.
 """
 

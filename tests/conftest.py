@@ -1,11 +1,11 @@
 """Fakes 8 CPU devices before JAX starts (pyproject.toml puts the repository root on the path).
 
 The tests compile hundreds of small programs and run each a few times, so they compile for
-speed of compiling (tests/train_runs.py FAST_COMPILE), here and in every train.py the tests
+speed of compiling (tests/support/train_runs.py FAST_COMPILE), here and in every train.py the tests
 start. It changes how fast the code runs, not what it computes.
 
 Each test process keeps a JAX compilation cache of its own, and another for the train.py and
-sample.py it starts (tests/train_runs.py clean_env): many tests compile the same programs again
+sample.py it starts (tests/support/train_runs.py clean_env): many tests compile the same programs again
 (the same model for another layout's reference, the same tiny run resumed), and a hit is the same
 executable, so the same numbers bit for bit."""
 
@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-from tests.train_runs import COMPILE_CACHE, FAST_COMPILE  # imports no JAX: the flags still apply
+from tests.support.train_runs import COMPILE_CACHE, FAST_COMPILE  # imports no JAX: the flags still apply
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {FAST_COMPILE}"
                            " --xla_force_host_platform_device_count=8").strip()
@@ -35,7 +35,7 @@ jax.config.update("jax_compilation_cache_dir", os.path.join(_CACHE, "this_proces
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
-# The CPU's count: tests/test_pallas_gpu.py runs on a GPU machine with JAX_PLATFORMS=cuda,cpu,
+# The CPU's count: tests/parallel/test_pallas_gpu.py runs on a GPU machine with JAX_PLATFORMS=cuda,cpu,
 # where the GPU is the default backend and the 8 fake CPU devices are there beside it.
 assert jax.device_count("cpu") == 8, f"expected 8 fake CPU devices, got {jax.devices('cpu')}"
 

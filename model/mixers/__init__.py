@@ -4,7 +4,7 @@ A block's layer type (model.layer_types, Hugging Face's names) says which kind m
 the first kind of MIXERS that has the type among its `layer_types` and `serves` the model. Each
 kind declares (model/mixers/base.py) how it is built, its decoding cache, its parameters, FLOPs
 and state for the planner, and what it checks of a config; nothing outside this folder asks
-which kind a layer is. A new kind is one file and one line below (tests/test_mixers.py adds one).
+which kind a layer is. A new kind is one file and one line below (tests/model/test_mixers.py adds one).
 
     softmax         'full_attention', 'sliding_attention'     model/mixers/attention.py
     latent          the same, where model.mla gives a latent   model/mixers/latent.py

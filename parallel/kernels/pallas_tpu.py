@@ -42,7 +42,7 @@ LANES = 128  # on a TPU, tiles are multiples of the vector lane width (checked b
 _REDUCE_LAST = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
 # The backward kernels' largest tile side. They hold three [tq, tk] float32 values at once
 # (scores, probabilities, dP); at 1024 x 1024 the masked path needs 18.3 MB of VMEM, more than
-# a TPU v4 core's 16 MiB (the TPU compiler's figure, tests/test_tpu_compile.py). Larger forward
+# a TPU v4 core's 16 MiB (the TPU compiler's figure, tests/planner/test_tpu_compile.py). Larger forward
 # tiles are split for the backward: the same pairs, the same FLOPs, in finer steps.
 BACKWARD_TILE = 512
 

@@ -8,7 +8,7 @@
 
 pieces.py runs either layer a piece of each device's tokens at a time (model.linear_chunk).
 A new strategy is one file with a `RecurrentStrategy` subclass (its run, check and cost) and
-its `STRATEGY` instance, and one entry in the tuple below (tests/test_linear_attention.py adds
+its `STRATEGY` instance, and one entry in the tuple below (tests/model/test_linear_attention.py adds
 one).
 """
 

@@ -115,7 +115,7 @@ def _take(x, index):
     """x [b, S, ...] at index [b or 1, S] along the sequence, a gather by (row, position):
     jnp.take_along_axis's form of it came out wrong from XLA:CPU's optimised compile of this
     shard_map where a device held one row (outputs 150% off; tests compile unoptimised, so
-    tests/test_linear_attention.py checks this once at full optimisation)."""
+    tests/model/test_linear_attention.py checks this once at full optimisation)."""
     index = jnp.broadcast_to(index, x.shape[:2])
     rows = jnp.broadcast_to(jnp.arange(x.shape[0])[:, None], index.shape)
     return x[rows, index]

@@ -21,7 +21,7 @@ last K - 1 inputs with their documents.
 
     by_pieces(w, x [B, S, D], seg, order, conv, bias, rec, piece, layout, mesh) -> out [B, S, D]
 
-Exact: the same sums as the whole layer (tests/test_linear_attention.py, tests/test_mamba.py).
+Exact: the same sums as the whole layer (tests/model/test_linear_attention.py, tests/model/test_mamba.py).
 Pass 1 costs one more projection and rule a token; what the step keeps is the layer's input and
 output and a state a piece.
 """

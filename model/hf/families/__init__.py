@@ -5,7 +5,7 @@ family is).
 
 What each holds (`models`: the checkpoints; `attention`: per layer; `block`: besides Llama's),
 as the README's models table shows it: `python scripts/models_table.py` prints that table from
-FAMILIES, and tests/test_docs.py keeps the README's equal to it.
+FAMILIES, and tests/project/test_docs.py keeps the README's equal to it.
 
 Gemma and Qwen3-Next store their RMSNorm scales as (scale - 1) (the norm multiplies by 1 +
 weight): `norm_offset` adds the 1 on reading and takes it off on writing. An option a family
