@@ -90,14 +90,22 @@ class RecurrentShape:
         return 2 * self.heads * (c * (dk + dv) + 2 * dk * dv)
 
     def token_numbers(self) -> int:
-        """The numbers one token moves when it goes to another device and its output comes
-        back: the convolution's inputs, g, beta, its segment id, its output."""
-        return self.conv_channels + 2 * self.heads + 1 + self.heads * self.value_dim
+        return token_numbers(self.conv_channels, self.heads, self.value_dim)
 
     def summary_numbers(self) -> int:
-        """The numbers that summarise a piece of the row for the pieces after it: (T, R),
-        H dk (dk + dv)."""
-        return self.heads * self.key_dim * (self.key_dim + self.value_dim)
+        return summary_numbers(self.heads, self.key_dim, self.value_dim)
+
+
+def token_numbers(channels: int, heads: int, value_dim: int) -> int:
+    """The numbers one token moves when it goes to another device and its output comes back:
+    the convolution's inputs, g, beta, its segment id, its output."""
+    return channels + 2 * heads + 1 + heads * value_dim
+
+
+def summary_numbers(heads: int, key_dim: int, value_dim: int) -> int:
+    """The numbers that summarise a piece of the row for the pieces after it: (T, R),
+    H dk (dk + dv)."""
+    return heads * key_dim * (key_dim + value_dim)
 
 
 class RecurrentStrategy:
@@ -152,8 +160,8 @@ def state_widths(rec: Recurrence) -> tuple[int, int]:
 
 
 def numbers(rec: Recurrence) -> tuple[int, int]:
-    """(a piece's summary, a token's move) in numbers, as RecurrentShape counts them: H dk
-    (dk + dv), and C + 2 H + 1 + H dv."""
+    """(a piece's summary, a token's move) in numbers, as the planner's RecurrentShape counts
+    them."""
     dk, dv = state_widths(rec)
-    return (rec.heads * dk * (dk + dv),
-            rec.groups * sum(rec.widths) + 2 * rec.heads + 1 + rec.heads * dv)
+    return (summary_numbers(rec.heads, dk, dv),
+            token_numbers(rec.groups * sum(rec.widths), rec.heads, dv))
