@@ -1,21 +1,23 @@
 """What every engine does before it pays for anything: the command line read into a TrainRun
-(config file, workdir, train.py's --config.FIELD=VALUE overrides), and scripts/plan.py's check
-of that run on this machine: the TPU compiler's per-chip bytes for a TPU slice, the planner's
-memory verdict for GPUs. A config mistake is one line here (exit 2), a run that does not fit
-one line (exit 1), and nothing is submitted, created or started.
+(config file, workdir, train.py's --config.FIELD=VALUE overrides), and the check of that run
+on this machine, in this process (training/analysis/run_plan.py, what scripts/plan.py --check
+prints): the TPU compiler's per-chip bytes for a TPU slice, the planner's memory verdict for
+GPUs. A config mistake is one line here (exit 2), a run that does not fit one line (exit 1),
+and nothing is submitted, created or started.
 
-    run = split_train_args(["--config", "configs/tiny.py", "--workdir", "/shared/r",
-                            "--config.num_train_steps=50"], ...)
-    check_command(run, device="h100-80gb", devices=16)
-    -> [".venv/bin/python", "scripts/plan.py", "--config=configs/tiny.py", "--compile=no",
-        "--check", "--device=h100-80gb", "--devices=16", "--config.num_train_steps=50"]
+    run = TrainRun("configs/tiny.py", "/shared/r", ("--config.num_train_steps=50",))
+    run_check(Check(run, device="h100-80gb", devices=16), "the memory check", dry_run=False)
+    + .venv/bin/python scripts/plan.py --config=configs/tiny.py --compile=no --check \
+        --device=h100-80gb --devices=16 --config.num_train_steps=50
+    check: 0.02 GB per device (NVIDIA H100 80GB: 85.52 GB), FITS (the planner's estimate)
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -85,45 +87,112 @@ def project_python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def check_command(run: TrainRun, compile: str = "no", device: str | None = None,
-                  devices: int | None = None, topology: str | None = None,
-                  num_slices: int = 1) -> list[str]:
-    """scripts/plan.py --check for the run: exit 1 with one line where it does not fit."""
-    cmd = [project_python(), str(REPO / "scripts" / "plan.py"), f"--config={run.config}",
-           f"--compile={compile}", "--check"]
-    if device:
-        cmd.append(f"--device={device}")
-    if devices:
-        cmd.append(f"--devices={devices}")
-    if topology:
-        cmd.append(f"--topology={topology}")
-    if num_slices > 1:
-        cmd.append(f"--num_slices={num_slices}")
-    return [*cmd, *run.overrides]
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """The check a launcher runs on this machine before it pays for anything: the run planned
+    for the job's devices (a planner device and count; the TPU compiler for a TPU slice, with
+    compile='tpu'), as scripts/plan.py --check would plan it."""
+
+    run: TrainRun
+    compile: str = "no"
+    device: str | None = None
+    devices: int | None = None
+    topology: str | None = None
+    num_slices: int = 1
+
+    def command(self) -> list[str]:
+        """The same check as a command line (scripts/plan.py --check): what the launcher prints
+        as `+ COMMAND`, for anyone who wants to run it, or read it, alone."""
+        cmd = [project_python(), str(REPO / "scripts" / "plan.py"), f"--config={self.run.config}",
+               f"--compile={self.compile}"]
+        if self.compile != "tpu":  # the TPU compiler's verdict stops plan.py without it
+            cmd.append("--check")
+        if self.device:
+            cmd.append(f"--device={self.device}")
+        if self.devices:
+            cmd.append(f"--devices={self.devices}")
+        if self.topology:
+            cmd.append(f"--topology={self.topology}")
+        if self.num_slices > 1:
+            cmd.append(f"--num_slices={self.num_slices}")
+        return [*cmd, *self.run.overrides]
 
 
-def run_check(cmd: list[str], what: str, dry_run: bool, stream=None) -> None:
-    """Runs the check (printed as `+ COMMAND`, like every command the launcher runs) and prints
-    its verdict lines (on `stream`, default stdout); LaunchError for a config mistake (plan.py's
-    exit 2), CommandFailed where the run does not compile or fit (exit 1), with plan.py's own
-    line."""
+def run_check(check: Check, what: str, dry_run: bool, stream=None,
+              skip_flag: str = "--skip-check") -> None:
+    """Runs the check in this process (printed first as `+ COMMAND`, the equivalent
+    scripts/plan.py command, like every command the launcher runs) and prints its verdict lines
+    (on `stream`, default stdout); LaunchError for a config mistake, CommandFailed where the run
+    does not compile or fit, each one line. Starts JAX, on fake CPU devices: the launchers
+    themselves never do."""
     stream = stream or sys.stdout
-    print(f"+ {shlex.join(cmd)}", file=stream, flush=True)
+    print(f"+ {shlex.join(check.command())}", file=stream, flush=True)
     if dry_run:
         return
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    except OSError as e:
-        raise CommandFailed(f"the check could not start: {e}") from None
-    verdicts = [ln for ln in result.stdout.splitlines()
-                if ln.startswith(("TPU compiler", "check:"))]
-    if verdicts:
-        print("\n".join(verdicts), file=stream, flush=True)
-    if result.returncode:
-        errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
-        reason = errors[-1][len("error: "):] if errors else (
-            result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
-        if result.returncode == 2:
-            raise LaunchError(reason)
-        raise CommandFailed(f"{what}: {reason} (nothing was submitted, created or started; "
-                            f"--skip-check launches anyway)")
+        verdicts = _checked(check)
+    except ImportError as e:  # a Python without the project: the launcher itself needs none of it
+        raise LaunchError(f"the check needs the project's environment ({e}): run the launcher "
+                          f"with {project_python()} (make install), or {skip_flag}") from None
+    if isinstance(verdicts, Exception):
+        raise CommandFailed(f"{what}: {verdicts} (nothing was submitted, created or started; "
+                            f"{skip_flag} launches anyway)")
+    print("\n".join(verdicts), file=stream, flush=True)
+
+
+def _checked(check: Check):
+    """The verdict lines of the check, or the exception that says why the run does not
+    compile or fit; LaunchError for a mistake in the config or the request."""
+    import run_config
+    from data import DataError
+    from planner.documents import PlanError
+    from planner.reports.text import format_tpu_compiled
+    from planner.topology import TopologyError
+    from training.analysis import run_plan
+    from training.cli import read_config_file
+    try:
+        config = run_config.build(read_config_file(str(REPO / check.run.config),
+                                                   check.run.overrides))
+        target = run_plan.plan_target(config, str(REPO / check.run.config), check.device,
+                                      check.devices or 0, check.compile, check.topology,
+                                      check.num_slices)
+        with _quiet():
+            planned = run_plan.plan_run(config, target, check.compile)
+    except (run_plan.PlanInputError, run_config.ConfigError, DataError, PlanError,
+            TopologyError) as e:
+        raise LaunchError(str(e)) from None
+    except run_plan.CompileRefused as e:
+        return e
+    lines = []
+    try:
+        if planned.tpu_slice is not None:
+            with _quiet():
+                run_plan.compile_for_tpu(planned, config)
+            lines = format_tpu_compiled(planned.plan).splitlines()[:3]
+        verdict = run_plan.fit_verdict(planned)
+    except (run_plan.CompileRefused, run_plan.DoesNotFit) as e:
+        return e
+    return lines + ([verdict] if verdict else [])
+
+
+@contextlib.contextmanager
+def _quiet():
+    """This process's stdout and stderr, file descriptors and all, into a scratch file while the
+    check works: what the planner notes, the compiler's progress and JAX's and libtpu's own
+    warnings are plan.py's to print, not the launcher's, whose output is its commands and one
+    line of verdict."""
+    import tempfile
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 1)
+        os.dup2(scratch.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)

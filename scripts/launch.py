@@ -26,8 +26,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from launch import gke, slurm, tpu  # noqa: E402
-from launch.preflight import (REPO, CommandFailed, LaunchError, TrainRun,  # noqa: E402
-                              check_command, project_python, repo_config, run_check,
+from launch.preflight import (REPO, Check, CommandFailed, LaunchError,  # noqa: E402
+                              TrainRun, project_python, repo_config, run_check,
                               split_overrides)
 from launch.run_env import forwarded  # noqa: E402
 from launch.tpu_inputs import InputError, check_workdir  # noqa: E402
@@ -38,7 +38,7 @@ def _train_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", help="train.py's --workdir (slurm's default: runs/CONFIG "
                                           "in this repository, which the nodes share)")
     parser.add_argument("--skip-check", action="store_true",
-                        help="launch without scripts/plan.py's check of the run")
+                        help="launch without the check of the run (scripts/plan.py --check)")
     parser.add_argument("--device", help="the planner's device for the check (planner.DEVICES; "
                                          "default: the config's DEVICE)")
 
@@ -130,8 +130,8 @@ def run_gke(args, run: TrainRun) -> None:
         raise LaunchError("kubectl is not on PATH: install it and point it at the cluster, or "
                           "use --print and apply the manifest yourself")
     if not args.skip_check:
-        run_check(check_command(run, compile="tpu", topology=args.accelerator_type,
-                                num_slices=args.num_slices),
+        run_check(Check(run, compile="tpu", topology=args.accelerator_type,
+                        num_slices=args.num_slices),
                   f"the compile check for {args.accelerator_type}", dry_run=False)
     cmd = ["kubectl", "apply", "-f", "-"]
     print(f"+ {shlex.join(cmd)}", flush=True)
@@ -155,8 +155,8 @@ def run_tpu(args, run: TrainRun) -> None:
         raise LaunchError("gcloud is not on PATH: install the Google Cloud SDK, or use "
                           "--dry-run to print the commands")
     if not args.skip_check:
-        run_check(check_command(run, compile="tpu", topology=args.accelerator_type,
-                                num_slices=args.num_slices),
+        run_check(Check(run, compile="tpu", topology=args.accelerator_type,
+                        num_slices=args.num_slices),
                   f"the compile check for {args.accelerator_type}", dry_run=args.dry_run)
     watcher = tpu.Watcher(slice_, run, tpu.Gcloud(args.dry_run), args.max_preemptions,
                           args.max_failures, args.poll_seconds, args.keep)
@@ -175,7 +175,7 @@ def run_slurm(args, run: TrainRun) -> None:
                          job_name=args.job_name, log_dir=args.log_dir, python=args.python,
                          sbatch_args=tuple(args.sbatch), env=forwarded())
     if not args.skip_check:  # with --print too: its lines on stderr, the script alone on stdout
-        run_check(check_command(run, device=args.device, devices=job.devices),
+        run_check(Check(run, device=args.device, devices=job.devices),
                   "the memory check", dry_run=False, stream=sys.stderr if args.print else None)
     if args.print:
         print(slurm.batch_script(job), end="")

@@ -29,9 +29,10 @@ compiler refuses the program, one line naming the piece (exit 1). scripts/tpu_po
 before it pays for a slice.
 
 This file reads the flags and prints. The model is the package planner/ (its README derives
-every formula); the compile check is training/analysis/aot.py; every 'auto' (the strategy, the memory
-switches) is resolved here as a run resolves it (planner.resolve_run), and the plan says what it
-resolved to (--explain: the memory candidates it weighed).
+every formula); the plan of a run, and the check the launchers call in their own process, is
+training/analysis/run_plan.py, the compile training/analysis/aot.py; every 'auto' (the
+strategy, the memory switches) is resolved as a run resolves it (planner.resolve_run), and the
+plan says what it resolved to (--explain: the memory candidates it weighed).
 """
 
 from __future__ import annotations
@@ -80,140 +81,60 @@ flags.mark_flags_as_required(["config"])
 FLAGS = flags.FLAGS
 
 
-def build(config, device_name: str, devices: int, tpu_slice=None) -> tuple:
-    """(plan, device, run, resolved): the analytic plan, the state as built and the compile on
-    the host (for a TPU slice, marked pending: compile_for_tpu runs it)."""
-    from planner.reports import plan as planner_plan
-    from training.analysis import aot
-    plan, device, run, resolved = planner_plan.make_plan(
-        config, device_name, devices, FLAGS.efficiency, FLAGS.documents, FLAGS.document_rows,
-        FLAGS.workdir)
-    plan["as_built"] = aot.state_as_built(config, run, resolved)
-    plan["today"] = planner_plan.today_scenarios(plan, config, resolved, device, plan["as_built"])
-    if tpu_slice is not None:
-        plan["compiled"] = {"pending": tpu_slice.label()}
-        return plan, device, run, resolved
-    go, why = aot.compile_decision(FLAGS.compile, plan["params"]["total"], run)
-    plan["compiled"] = aot.compiled_memory(config, run, resolved) if go else {"status": why}
-    return plan, device, run, resolved
-
-
 def main(argv):
     del argv
-    from planner import DEVICES
-    from planner.run import DeviceCountError, device_count
     import run_config
-    from training.cli import fail, use_fake_devices
+    from data import DataError
+    from planner.documents import PlanError
+    from planner.reports import text as report
+    from planner.reports.plan import measured_times
+    from planner.topology import TopologyError
+    from training.analysis import run_plan
+    from training.cli import fail
+    from training.validate import ConfigError
     try:
         config = run_config.build(FLAGS.config)
     except run_config.ConfigError as e:
         fail(str(e))
     filename = config_flags.get_config_filename(FLAGS["config"])
-    device_name = FLAGS.device or _config_device(filename)
-    if device_name not in DEVICES:
-        fail(f"--device={device_name!r} is not a known device: choose one of "
-              f"{', '.join(DEVICES)}")
     try:
-        devices = device_count(config, device_name, FLAGS.devices)
-    except DeviceCountError as e:
+        target = run_plan.plan_target(config, filename, FLAGS.device, FLAGS.devices,
+                                      FLAGS.compile, FLAGS.topology, FLAGS.num_slices)
+        planned = run_plan.plan_run(config, target, FLAGS.compile, FLAGS.efficiency,
+                                    FLAGS.documents, FLAGS.document_rows, FLAGS.workdir)
+    except (run_plan.PlanInputError, ConfigError, DataError, PlanError, TopologyError) as e:
         fail(str(e))
-    tpu_slice = None
-    if FLAGS.compile == "tpu":
-        device_name, devices, tpu_slice = _tpu_slice(device_name, devices)
-    use_fake_devices(devices)  # the compile check runs on the host, whatever is attached
-    from data import DataError
-    from planner.reports import text as report
-    from planner.reports import plan as planner_plan
-    from planner.documents import PlanError
-    from planner.run import process_count
-    from planner.topology import TopologyError
-    from training.analysis.aot import CompileRefused
-    from training.validate import ConfigError, validate_config
-    try:
-        validate_config(config, devices, process_count(DEVICES[device_name], devices),
-                        platform=DEVICES[device_name].platform)
-        plan, device, run, resolved = build(config, device_name, devices, tpu_slice)
-    except (ConfigError, DataError, PlanError, TopologyError) as e:
-        fail(str(e))
-    except CompileRefused as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    except run_plan.CompileRefused as e:
+        _stop(e)
+    plan, device, run, resolved = planned.plan, planned.device, planned.run, planned.resolved
     plan["config_file"] = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else filename
-    plan["measured"] = planner_plan.measured_times(filename, run.layout, run.seq_len)
+    plan["measured"] = measured_times(filename, run.layout, run.seq_len)
     print(report.format_plan(plan, config, resolved, device, run), flush=True)
     if FLAGS.explain:
         print("\n" + report.format_candidates(resolved), flush=True)
-    if tpu_slice is not None:  # the analytic tables above, while the TPU compiler works
+    if planned.tpu_slice is not None:  # the analytic tables above, while the TPU compiler works
         try:
-            compile_for_tpu(plan, config, run, resolved, device, tpu_slice)
-        except CompileRefused as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(1)
+            run_plan.compile_for_tpu(planned, config)
+        except run_plan.CompileRefused as e:
+            _stop(e)
         print("\n" + report.format_tpu_compiled(plan))
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:
             json.dump(dict(plan, config=run_config.to_dict(config)), f, indent=1,
                       default=float)
-    compiled = plan["compiled"]
-    if tpu_slice is not None and not compiled["fits"]:  # the launcher's compile check stops here
-        print(f"error: the train step needs {compiled['total'] / 1e9:.2f} GB per chip, a "
-              f"{device.title} has {device.memory_bytes / 1e9:.2f} GB ({tpu_slice.label()}): use "
-              f"remat (model.remat_policy='offload' keeps block inputs in host memory), smaller "
-              f"model.loss_chunk/mlp_chunk, a shorter seq_len or more chips", file=sys.stderr)
-        sys.exit(1)
-    if FLAGS.check and tpu_slice is None:
-        _check_fit(plan["fit"], device)
+    if FLAGS.check or planned.tpu_slice is not None:  # the launcher's compile check stops here
+        try:
+            verdict = run_plan.fit_verdict(planned)
+        except run_plan.DoesNotFit as e:
+            _stop(e)
+        if verdict and FLAGS.check:
+            print(verdict)
 
 
-def _check_fit(fit: dict, device) -> None:
-    """--check without the TPU compiler: the planner's memory verdict, one line; exit 1 where
-    the step does not fit."""
-    need = (f"{fit['total_bytes'] / 1e9:.2f} GB per device ({device.title}: "
-            f"{fit['device_bytes'] / 1e9:.2f} GB)")
-    if fit["verdict"] == "does not fit":
-        print(f"error: the train step needs {need}: use remat (model.remat_policy), smaller "
-              f"model.loss_chunk/mlp_chunk, a shorter seq_len or more devices", file=sys.stderr)
-        sys.exit(1)
-    print(f"check: {need}, {fit['verdict'].upper()} (the planner's estimate)")
-
-
-def compile_for_tpu(plan, config, run, resolved, device, tpu_slice) -> None:
-    """plan['compiled']: the TPU compiler's per-chip figures for the slice (45-150 s for a
-    pod config; progress lines meanwhile)."""
-    from data.progress import Ticker
-    from planner import topology
-    from training.analysis import aot
-    with Ticker(f"plan: the TPU compiler is compiling the train step for {tpu_slice.label()}",
-                "plan: compiled by the TPU compiler"):
-        plan["compiled"] = aot.compiled_memory(config, run, resolved, topology.devices(tpu_slice))
-    plan["compiled"].update(topology=tpu_slice.label(),
-                            fits=plan["compiled"]["total"] <= device.memory_bytes)
-
-
-def _tpu_slice(device_name: str, devices: int):
-    """(device name, chips, slice) for --compile tpu: --topology, else the config's DEVICE with
-    the mesh's chips; one line and exit 2 where they disagree or name no TPU slice."""
-    from planner.topology import TopologyError, slice_for
-    from training.cli import fail
-    try:
-        tpu_slice = slice_for(FLAGS.topology, device_name, devices, FLAGS.num_slices)
-    except TopologyError as e:
-        fail(str(e))
-    if FLAGS.device and FLAGS.device != tpu_slice.device:
-        fail(f"--device={FLAGS.device} but --topology={tpu_slice.name} is a {tpu_slice.device} "
-             f"slice: drop --device")
-    from parallel.mesh import check_slices, mesh_shape
-    try:  # before the tables: the compile that follows them would refuse the mesh
-        data, _ = mesh_shape(FLAGS.config.mesh.data, FLAGS.config.mesh.seq, tpu_slice.chips)
-        check_slices(data, tpu_slice.num_slices, tpu_slice.chips)
-    except ValueError as e:
-        fail(str(e))
-    return tpu_slice.device, tpu_slice.chips, tpu_slice
-
-
-def _config_device(filename: str) -> str:
-    from planner.reports.plan import module_constant
-    return module_constant(filename, "DEVICE") or "cpu"
+def _stop(error) -> None:
+    """A step that does not compile or fit: one line, exit 1."""
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

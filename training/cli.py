@@ -23,13 +23,33 @@ def parse_flags(argv, flag_values=flags.FLAGS):
     """absl's parser over `argv`; a config file that is missing or does not load, a bad flag, an
     unknown --config.FIELD or a renamed one is one line on stderr and exit 2 instead of a
     traceback."""
+    try:
+        return _parse(argv, flag_values)
+    except ConfigError as e:
+        fail(str(e))
+
+
+def read_config_file(config: str, overrides=()):
+    """The ConfigDict of config file `config` with train.py's --config.FIELD=VALUE `overrides`
+    applied, as train.py would read them (stages included), for a caller in its own process
+    (the launchers' check); ConfigError, one line, for any mistake parse_flags would refuse."""
+    argv = ["ringstripe", f"--config={config}", *overrides]
+    flag_values = flags.FlagValues()
+    from ml_collections import config_flags
+    config_flags.DEFINE_config_file("config", None, "the run's config file",
+                                    flag_values=flag_values, lock_config=True, sys_argv=argv)
+    _parse(argv, flag_values)
+    return flag_values.config
+
+
+def _parse(argv, flag_values):
     given = [a[2:].split("=")[0] for a in argv if a.startswith("--config.")]
     for name in given:
         moved = moved_field_error(name.removeprefix("config."), flag=True)
         if moved:
-            fail(moved)
+            raise ConfigError(moved)
     if "config" in flag_values:
-        check_config_file(argv)
+        _check_config_file(argv)
     stage_flags = [m.groups() for m in map(STAGE_FLAG.fullmatch, argv) if m]
     # Taken out of the command line in place: ml_collections reads its --config.FIELD overrides
     # from sys.argv itself (or the list given to DEFINE_config_file), not from argv.
@@ -39,30 +59,20 @@ def parse_flags(argv, flag_values=flags.FLAGS):
         rest = flag_values(argv)
     except flags.Error as e:  # e.g. a value of the wrong type
         fix = "give a value of the field's type" if "--config." in str(e) else "see --helpshort"
-        fail(f"{e}: {fix}")
+        raise ConfigError(f"{e}: {fix}") from None
     except (AttributeError, KeyError) as e:  # ml_collections: an override names no field
         while e.args and isinstance(e.args[0], BaseException):  # a KeyError in an AttributeError
             e = e.args[0]
         # The message: the field in quotes, perhaps then a line "Did you mean ...?".
         name, *hint = str(e.args[0] if e.args else e).splitlines()
         hint = f" ({hint[0].strip()})" if hint else ""
-        fail(f"unknown config field {name}{hint}: every --config.FIELD must exist in the "
-             f"config file (overrides given: {', '.join(given)})")
+        raise ConfigError(f"unknown config field {name}{hint}: every --config.FIELD must exist "
+                          f"in the config file (overrides given: {', '.join(given)})") from None
     if "config" in flag_values:
-        _apply_to_stages(flag_values["config"].value, "config.num_train_steps" in given,
-                         stage_flags)
+        config = flag_values["config"].value
+        if stage_flags or ("config.num_train_steps" in given and config.get("stages")):
+            apply_stage_flags(config, "config.num_train_steps" in given, stage_flags)
     return rest
-
-
-def _apply_to_stages(config, steps_given: bool, stage_flags) -> None:
-    """A staged config takes --config.num_train_steps as every stage's length and
-    --config.stages.K.FIELD=VALUE as stage K's field (training/stages.py)."""
-    if not stage_flags and not (steps_given and config.get("stages")):
-        return
-    try:
-        apply_stage_flags(config, steps_given, stage_flags)
-    except ConfigError as e:
-        fail(str(e))
 
 
 def apply_stage_flags(config, steps_everywhere: bool, overrides) -> None:
@@ -130,7 +140,7 @@ def _holder(config, name: str):
     return (target, field) if hasattr(target, "get") and field in target else None
 
 
-def check_config_file(argv) -> None:
+def _check_config_file(argv) -> None:
     """The --config file in `argv` loads (config_file). ml_collections would defer a failure to
     the first read of the config and then print a traceback; configs only build a ConfigDict,
     so running one twice costs nothing."""
@@ -139,7 +149,7 @@ def check_config_file(argv) -> None:
         value = argv[argv.index("--config") + 1]
     if value is not None:  # (absl says that --config is required)
         path, _, argument = value.partition(":")  # ml_collections' "file.py:ARG" form
-        config_file(path, argument)
+        load_file(path, argument)
 
 
 def config_file(path: str, argument: str = ""):
