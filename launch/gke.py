@@ -30,7 +30,8 @@ import re
 from launch.preflight import PREEMPTED_EXIT_CODE, LaunchError, TrainRun
 from launch.run_env import public
 from launch.tpu import vms_of
-from launch.tpu_inputs import _topology_module, check_accelerator_type
+from launch.tpu_inputs import check_accelerator_type
+from planner.topology import slice_for  # no JAX: planner/__init__ imports lazily
 
 # GKE's node label for each TPU generation (cloud.google.com/gke-tpu-accelerator)
 ACCELERATORS = {"v4": "tpu-v4-podslice", "v5litepod": "tpu-v5-lite-podslice",
@@ -71,7 +72,7 @@ class GkeJob:
 
     @property
     def tpu(self):
-        return _topology_module().slice_for(self.accelerator_type)
+        return slice_for(self.accelerator_type)
 
     @property
     def chips_per_vm(self) -> int:

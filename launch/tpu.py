@@ -28,9 +28,10 @@ import time
 
 from launch.preflight import PREEMPTED_EXIT_CODE, CommandFailed, LaunchError, TrainRun
 from launch.run_env import forwarded, hide_secrets
-from launch.tpu_inputs import _topology_module, check_accelerator_type, check_name
+from launch.tpu_inputs import check_accelerator_type, check_name
 from launch.tpu_worker import (EXIT_FILE, REMOTE_TARBALL, bootstrap_script, local_tarball,
                                logs_script, run_script, tar_command)
+from planner.topology import slice_for  # no JAX: planner/__init__ imports lazily
 
 TAKEN_BACK = ("SUSPENDING", "SUSPENDED", "PREEMPTED", "FAILED")
 LOOKS_FAILED_IN_A_ROW = 10
@@ -100,7 +101,7 @@ class QueuedSlice:
 def vms_of(accelerator_type: str) -> tuple[int, int]:
     """(TPU VMs, chips a VM) of one slice: 4 chips a VM, but a v5e or v6e slice of 8 chips is
     one VM of 8, and a slice of fewer chips one VM of them all."""
-    chips = _topology_module().slice_for(accelerator_type).chips
+    chips = slice_for(accelerator_type).chips
     if accelerator_type.startswith(("v5litepod", "v6e")) and chips == 8:
         return 1, 8
     per_vm = min(4, chips)

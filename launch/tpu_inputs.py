@@ -1,6 +1,7 @@
-"""What scripts/tpu_pod.py and scripts/launch.py tpu checks on this machine before it touches a TPU: the slice's name and
-type, the config (inside the repository, so that it is shipped), the workdir, the overrides.
-Each mistake is an InputError, one line and exit code 2. Standard library only.
+"""What scripts/tpu_pod.py and scripts/launch.py tpu check on this machine before they touch a
+TPU: the slice's name and type (planner/topology.py's table), the config (inside the
+repository, so that it is shipped), the workdir, the overrides. Each mistake is an InputError,
+one line and exit code 2. Standard library only.
 """
 
 from __future__ import annotations
@@ -8,8 +9,10 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-import sys
 from pathlib import Path
+
+# The planner's slice table; planner/__init__ imports its names lazily, so this imports no JAX.
+from planner.topology import TopologyError, slice_for
 
 REPO = Path(__file__).resolve().parents[1]
 # Never shipped: local environments and outputs (the .gitignore list) and git's own data.
@@ -55,22 +58,10 @@ def remote_config_path(config: str) -> str:
 def check_accelerator_type(name: str) -> None:
     """A slice the planner's topology table knows (v4-32, v5litepod-16, ...): gcloud would
     otherwise be asked for a TPU that does not exist, or the compile check would fail later."""
-    topology = _topology_module()
     try:
-        topology.slice_for(name, flag="--accelerator-type")
-    except topology.TopologyError as e:
+        slice_for(name, flag="--accelerator-type")
+    except TopologyError as e:
         raise InputError(str(e)) from None
-
-
-def _topology_module():
-    """planner/topology.py alone, without the planner package around it, which imports JAX:
-    this tool starts in a fraction of a second on a laptop that has only gcloud."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_ringstripe_topology",
-                                                  REPO / "planner" / "topology.py")
-    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)  # (its dataclasses look their module up by name)
-    return module
 
 
 def check_no_bucket(args) -> None:

@@ -22,9 +22,18 @@ Offline:
                   measurements on this machine, the tables devices.py reads
 """
 
-from planner.attention import choice_from_config
-from planner.devices import DEVICES, Device, device_for_kind
-from planner.resolve import ResolvedRun, resolve_run
+import importlib
 
-__all__ = ["DEVICES", "Device", "ResolvedRun", "choice_from_config", "device_for_kind",
-           "resolve_run"]
+# Each name from its module on first use (PEP 562), so that planner.topology and
+# planner.devices, which need only the standard library, import without JAX: the launchers
+# check a slice's name in a fraction of a second on a machine that has only gcloud.
+_HOMES = {"choice_from_config": "planner.attention", "DEVICES": "planner.devices",
+          "Device": "planner.devices", "device_for_kind": "planner.devices",
+          "ResolvedRun": "planner.resolve", "resolve_run": "planner.resolve"}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
