@@ -81,11 +81,11 @@ profile: install
 	    --config.profile.num_steps=2 --config.stop_at_step=8
 
 bench: install
-	$(PY) scripts/bench_attention.py --json runs/bench_attention.json
+	$(PY) scripts/bench/attention.py --json runs/bench_attention.json
 
 # train.py end to end per layout, one pinned process per device (about 30 minutes on 2 cores)
 bench-train: install
-	$(PY) scripts/bench_train.py --json runs/bench_train.json
+	$(PY) scripts/bench/train.py --json runs/bench_train.json
 
 # After upgrading a dependency and passing make test: record the versions it passed with.
 lock: install-test

@@ -2,7 +2,7 @@
 its 5 : 1 local and global layers sequence-parallel, for the TPU compiler and the planner.
 
     python scripts/plan.py --config configs/gemma3_4b_v5p.py --compile tpu   # XLA:TPU's bytes
-    python scripts/bench_window.py --config configs/gemma3_4b_v5p.py         # work and traffic
+    python scripts/bench/window.py --config configs/gemma3_4b_v5p.py         # work and traffic
     python train.py --config configs/gemma3_4b_v5p.py --workdir gs://my-bucket/gemma3_4b \
         --config.init_from=hf:/models/gemma-3-4b-pt                         # from the weights
 

@@ -1,7 +1,7 @@
 """A Gemma-3-like model that trains on a CPU: five sliding-window layers for every global one.
 
     python train.py --config configs/gemma3_cpu.py --workdir runs/gemma3_cpu
-    python scripts/bench_window.py --config configs/gemma3_cpu.py        # work and traffic
+    python scripts/bench/window.py --config configs/gemma3_cpu.py        # work and traffic
 
 The default model's size (d_model 128, 4 heads, 2 KV heads of 32) with Gemma 3's block: six
 layers, five of them sliding (window 128 tokens, RoPE base 10,000) and the sixth global (full

@@ -12,7 +12,7 @@ about 4.2M tokens a step, the same optimizer) on 8 GPUs instead of 64 TPU chips.
         --config.data.source='/shared/data/long/*.txt'
     python scripts/eval_long.py --workdir /shared/runs/l8b-128k --seq_shards 8 \\
         --lengths 8192 32768 131072 --json runs/l8b-128k_probes.json
-    python scripts/export_hf.py --workdir /shared/runs/l8b-128k --dtype bfloat16 \\
+    python scripts/hf/export.py --workdir /shared/runs/l8b-128k --dtype bfloat16 \\
         --out /shared/models/Llama-3-8B-128k
 
 Mesh data 1 x seq 8: each GPU holds 16,384 tokens of each 128k sequence, one sequence a

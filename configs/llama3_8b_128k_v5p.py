@@ -9,7 +9,7 @@ tokens on a v5p-128 slice (64 chips): continued pretraining, 64k then 128k.
         --config.data.source='gs://my-bucket/data/long/*.txt'
     python scripts/eval_long.py --workdir gs://my-bucket/runs/l8b-128k --seq_shards 8 \\
         --lengths 8192 32768 131072 --json runs/l8b-128k_probes.json
-    python scripts/export_hf.py --workdir gs://my-bucket/runs/l8b-128k --dtype bfloat16 \\
+    python scripts/hf/export.py --workdir gs://my-bucket/runs/l8b-128k --dtype bfloat16 \\
         --out /models/Llama-3-8B-128k                  # transformers loads it
 
 The weights: init_from=hf:gs://... reads config.json, the tokenizer and the safetensors from the

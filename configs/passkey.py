@@ -19,7 +19,7 @@ head. Every example's filler is the corpus's own text, which the model keeps lea
 
 Past 8,192 tokens the model is read with --dynamic_rope: its YaRN factor stretched by the
 prompt's length over 8,192 (training/extension.py), which keeps retrieval at twice the trained
-length without more training. scripts/bench_extension.py compares the YaRN extension with the
+length without more training. scripts/bench/extension.py compares the YaRN extension with the
 other rules from the same stage-1 checkpoint. BENCHMARKS.md has the figures.
 """
 

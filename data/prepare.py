@@ -147,7 +147,7 @@ def natural_segment_ids(cache, spec: BatchSpec, rows: int) -> np.ndarray:
 def sample_segment_ids(config, workdir: str, rows: int) -> np.ndarray:
     """Segment ids int32 [rows, seq_len], natural order, of the run's first training rows (its
     tokenizer, corpus and windows): the document lengths the planner and
-    scripts/bench_documents.py measure layouts on. Builds the tokenizer and token cache in
+    scripts/bench/documents.py measure layouts on. Builds the tokenizer and token cache in
     workdir (or data.cache_dir) unless they are there already."""
     _, cache, spec = prepare_data(config, workdir, 1, _NaturalOrder())
     return natural_segment_ids(cache, spec, rows)

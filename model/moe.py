@@ -406,7 +406,7 @@ def layer_stats(sums, moe: MoEConfig, tokens: int) -> dict:
 def looped_expert_mlp(weights, xs, sizes, experts, *, dtype, activation: str, limit: float):
     """expert_mlp as a loop over the experts, each a dense matmul over every pair with the
     other experts' rows masked out (what a layer without grouped matmuls computes: E times the
-    matmul work). For the benchmark against expert_mlp (scripts/bench_moe.py), not for runs."""
+    matmul work). For the benchmark against expert_mlp (scripts/bench/moe.py), not for runs."""
     out = 0.0
     for e in range(sizes.shape[0]):
         one = {k: v[e:e + 1] if k in ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")

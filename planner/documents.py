@@ -36,3 +36,35 @@ def describe_documents(spec: str | None, segment_ids) -> dict | None:
     return {"spec": spec, "rows": len(segment_ids), "documents": int(lengths.size),
             "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
             "max_tokens": int(lengths.max())}
+
+
+def stdlib_rows(seq_len: int, rows: int, workdir: str):
+    """Segment ids [rows, seq_len] of the default config's first training rows of the embedded
+    corpus (natural order); the tokenizer and token cache are built in `workdir` once."""
+    import run_config
+    from configs import default
+
+    config = run_config.replace(run_config.build(default.get_config()), {"seq_len": seq_len})
+    return sample_segment_ids(config, workdir, rows)
+
+
+def kernel_counts(seg_row, layout, shards, tile, kernel):
+    """(tiles[d, s] from attention_with_stats for one row laid out by `layout`, the seconds the
+    layout took to place the row): the kernel's own count of what each device computes at each
+    ring step (scripts/bench/documents.py's efficiencies, scripts/plot_figures.py's pictures)."""
+    import time
+
+    import jax
+
+    import parallel
+
+    seq_len = seg_row.shape[0]
+    start = time.perf_counter()
+    order = parallel.row_order(layout, seg_row[None], shards, tile=tile)
+    placing = time.perf_counter() - start
+    mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
+    x = np.zeros((1, seq_len, 1, 8), np.float32)
+    _, tiles, _ = parallel.attention_with_stats(
+        x, x, x, mesh=mesh, layout=layout, segment_ids=np.take_along_axis(seg_row[None], order, 1),
+        order=order, tile_q=tile, tile_k=tile, kernel=kernel)
+    return np.asarray(tiles), placing

@@ -146,3 +146,15 @@ def document_keys_per_query(segment_ids, window: int | None = None) -> float | N
         return float((lengths * (lengths + 1) / 2).sum() / np.asarray(segment_ids).size)
     w = np.minimum(lengths, window)  # per document: W (W + 1) / 2 + (L - W) W
     return float((w * (w + 1) / 2 + (lengths - w) * w).sum() / np.asarray(segment_ids).size)
+
+
+# The backward of one attention block pair: five matmuls to the forward's two.
+BACKWARD_FLOPS = 2.5
+
+
+def causal_pair_tflops(heads, head_dim, n, forward_s, backward_s):
+    """(forward, forward+backward) TFLOP/s of one causal block pair of n tokens, counting the
+    visible half of the scores: forward 4 H d n(n+1)/2, backward BACKWARD_FLOPS times that."""
+    flops = 4 * heads * head_dim * n * (n + 1) / 2
+    return (flops / forward_s / 1e12,
+            flops * (1 + BACKWARD_FLOPS) / (forward_s + backward_s) / 1e12)

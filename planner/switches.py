@@ -9,7 +9,7 @@ memory fits. A value the config gives is never searched.
 What 'fits' means here is stricter than the plan's verdict (90% of the device): the analytic
 total at most AUTO_SHARE of the device's memory, since the compiled program holds more than the
 formulas count where XLA keeps extra copies. Measured on 8 fake CPU devices at 1,048,576 tokens
-(scripts/bench_memory.py; BENCHMARKS.md): the two candidates just above the budget compile to
+(scripts/bench/memory.py; BENCHMARKS.md): the two candidates just above the budget compile to
 1.13x and 1.24x their analytic totals (remat + scan + loss chunks: 2.96 GB against 2.63; scan +
 both chunks, no remat: 3.40 against 2.75).
 

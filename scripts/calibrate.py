@@ -16,7 +16,7 @@ constants in planner/devices.py. This file reads the flags and prints.
 model on this machine, in this process with one device pinned to one core (as each device of
 scripts/launch_local.py --pin), and writes the calibration to planner/calibration/tables/<device>.json
 (or --out), which the planner reads: what parallel.tile='auto' weighs (planner/calibration/measure.py).
---train predicts the steps scripts/bench_train.py measured here (its --json; documents
+--train predicts the steps scripts/bench/train.py measured here (its --json; documents
 unmasked) with that calibration; with --fit, fits the shares of peak and the ring step's costs
 to every other kind, holding out the rest, and with --write, puts them in the same file.
 """
@@ -39,7 +39,7 @@ def parse_args(argv=None):
                    help="measure this machine's device instead (about a minute)")
     p.add_argument("--out", help="--measure: the file to write (default: the planner's)")
     p.add_argument("--core", type=int, default=0, help="--measure: the core to pin to")
-    p.add_argument("--train", help="scripts/bench_train.py's --json: its steps as the points")
+    p.add_argument("--train", help="scripts/bench/train.py's --json: its steps as the points")
     p.add_argument("--write", action="store_true",
                    help="--train --fit: write the fit to the planner's calibration file")
     return p.parse_args(argv)
@@ -138,7 +138,7 @@ def main(argv=None):
         sys.exit(2)
     if not points:
         print(f"error: {args.train} holds no kind with documents unmasked: run "
-              f"scripts/bench_train.py with --layouts", file=sys.stderr)
+              f"scripts/bench/train.py with --layouts", file=sys.stderr)
         sys.exit(2)
     device = DEVICES[points[0].device]
     what = args.train or args.config

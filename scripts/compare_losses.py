@@ -13,11 +13,10 @@ workdir has no metrics or the runs share no step.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from storage.run_dir import RunDir
+from storage.run_dir import read_metrics
 
 KEYS = ("train/loss", "eval/loss")
 
@@ -28,18 +27,12 @@ def fail(message: str):
 
 
 def read_losses(workdir: str, keys=KEYS) -> dict[int, dict[str, float]]:
-    """{step: {key: value}} for `keys`; a resumed run's later line for a step wins."""
-    path = RunDir(workdir).metrics
-    if not os.path.isfile(path):
-        fail(f"no {path}: pass the --workdir of a train.py run")
-    steps: dict[int, dict[str, float]] = {}
-    with open(path) as f:
-        for line in f:
-            row = json.loads(line)
-            found = {k: row[k] for k in keys if k in row}
-            if found:
-                steps.setdefault(int(row["step"]), {}).update(found)
-    return steps
+    """{step: {key: value}} of the run's metrics.jsonl (storage.run_dir.read_metrics); one line
+    and exit 2 for a workdir without one."""
+    try:
+        return read_metrics(workdir, keys)
+    except FileNotFoundError as e:
+        fail(str(e))
 
 
 def main(argv=None):

@@ -13,7 +13,7 @@ is time the others spend idle. Titles give the critical path (sum over steps of 
 device) and the efficiency (single-device tiles / N / critical path).
 
 throughput: median tokens/s of train.py per layout against the sequence length, and the ratio to
-ring, from scripts/bench_train.py's JSON (bars: min and max over its windows).
+ring, from scripts/bench/train.py's JSON (bars: min and max over its windows).
 
 losses: train/loss of training runs (their metrics.jsonl) overlaid, and each run's distance from
 the first: runs of one config that differ only in layout should coincide.
@@ -35,11 +35,13 @@ import json
 import os
 import sys
 
-from bench_documents import kernel_counts, stdlib_rows  # scripts/bench_documents.py
-from compare_losses import read_losses  # scripts/compare_losses.py
-from storage.run_dir import RunDir
+from planner.documents import kernel_counts, stdlib_rows
+from storage.run_dir import RunDir, read_metrics
 
 LAYOUTS = ("ring", "striped", "zigzag", "balanced")
+LOSSES = ("train/loss", "eval/loss")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STDLIB_WORKDIR = os.path.join(ROOT, "runs", "bench_documents")  # its tokenizer, token cache
 
 
 def parse_args(argv=None):
@@ -54,7 +56,7 @@ def parse_args(argv=None):
                            "spec such as exp:2048")
     work.add_argument("--out", help="the PNG (default: runs/work_per_step.png)")
     tput = sub.add_parser("throughput", help="tokens/s vs sequence length (bench_train JSON)")
-    tput.add_argument("json", help="scripts/bench_train.py --json output")
+    tput.add_argument("json", help="scripts/bench/train.py --json output")
     tput.add_argument("--out", help="the PNG (default: the JSON's path with .png)")
     losses = sub.add_parser("losses", help="loss curves of train.py runs overlaid")
     losses.add_argument("workdirs", nargs="+", help="train.py workdirs (metrics.jsonl)")
@@ -95,7 +97,7 @@ def packed_row(args):
     if args.documents != "stdlib":
         from data.document_lengths import packed_segment_ids
         return packed_segment_ids(args.documents, 1, args.seq_len)[0]
-    return stdlib_rows(args.seq_len, 1)[0]
+    return stdlib_rows(args.seq_len, 1, STDLIB_WORKDIR)[0]
 
 
 def kernel_tiles(seg_row, layout, shards, tile):
@@ -183,7 +185,8 @@ def plot_throughput(args):
 # ---------------------------------------------------------------- losses
 
 def plot_losses(args):
-    runs = {os.path.basename(os.path.normpath(w)): read_losses(w) for w in args.workdirs}
+    runs = {os.path.basename(os.path.normpath(w)): read_metrics(w, LOSSES)
+            for w in args.workdirs}
     plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True,
                                       gridspec_kw=dict(height_ratios=[2, 1]),
@@ -244,7 +247,7 @@ def fail(message: str):
 def check_inputs(args):
     """One line and exit 2 for a missing input, before anything is computed."""
     if args.figure == "throughput" and not os.path.isfile(args.json):
-        fail(f"no file {args.json}: give scripts/bench_train.py's --json output")
+        fail(f"no file {args.json}: give scripts/bench/train.py's --json output")
     for workdir in getattr(args, "workdirs", []):
         if not os.path.isfile(RunDir(workdir).metrics):
             fail(f"no {workdir}/metrics.jsonl: give train.py workdirs")

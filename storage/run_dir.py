@@ -1,5 +1,5 @@
 """A run directory's layout, in one place: what train.py writes under --workdir and what
-sample.py, scripts/export_hf.py, the planner and the launchers read there.
+sample.py, scripts/hf/export.py, the planner and the launchers read there.
 
     WORKDIR/
       LOCK                    the trainer that holds the directory (checkpoints/lock.py)
@@ -27,6 +27,8 @@ Paths only: nothing here reads or writes the directory but `stage_indices`, whic
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 import storage
 
@@ -102,3 +104,19 @@ def stage_index(name: str) -> int | None:
     """K for a directory named stageK, else None."""
     number = name[len(STAGE_PREFIX):]
     return int(number) if name.startswith(STAGE_PREFIX) and number.isdigit() else None
+
+
+def read_metrics(workdir: str, keys) -> dict[int, dict[str, float]]:
+    """{step: {key: value}} for `keys` from the run's metrics.jsonl (train.py's); a resumed
+    run's later line for a step wins. FileNotFoundError, one line, for a run without one."""
+    path = RunDir(workdir).metrics
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {path}: pass the --workdir of a train.py run")
+    steps: dict[int, dict[str, float]] = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            found = {k: row[k] for k in keys if k in row}
+            if found:
+                steps.setdefault(int(row["step"]), {}).update(found)
+    return steps

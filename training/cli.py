@@ -191,7 +191,7 @@ def skip_absent_tpu() -> None:
 
 
 def start_reader(flag_values=flags.FLAGS) -> None:
-    """What a command that reads a run's checkpoints (sample.py, scripts/export_hf.py,
+    """What a command that reads a run's checkpoints (sample.py, scripts/hf/export.py,
     scripts/eval_positions.py) does first: Orbax's INFO lines about every read stay off the
     console unless --verbosity asks for them, and the platform is the CPU where there is no
     accelerator (skip_absent_tpu)."""

@@ -1,5 +1,5 @@
 """Ways to extend a trained context, each as the RoPE fields of the extended model: the methods
-scripts/bench_extension.py trains and compares from one short checkpoint.
+scripts/bench/extension.py trains and compares from one short checkpoint.
 
     rope("yarn", theta=10_000.0, head_dim=32, trained=512, factor=32.0)
     # -> {'rope_theta': 10000.0, 'rope_scaling': {'rope_type': 'yarn', 'factor': 32.0,

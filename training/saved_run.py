@@ -1,5 +1,5 @@
 """A finished (or running) run's checkpoint, read without touching it: sample.py and
-scripts/export_hf.py.
+scripts/hf/export.py.
 
     config, tokenizer, graphdef, params, step = load_run("runs/default", step=None, devices=1)
     model = nnx.merge(graphdef, params)      # the Transformer, on `devices` devices

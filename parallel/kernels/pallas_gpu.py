@@ -28,7 +28,7 @@ from parallel.strategy_cost import TileGrid
 
 F32 = jnp.float32
 # Triton's launch parameters per head_dim: (num_warps, num_stages), with the tiles of max_tiles
-# below. Measured on an H100 (BENCHMARKS.md, "On a GPU"; scripts/bench_gpu_tiles.py): at head_dim
+# below. Measured on an H100 (BENCHMARKS.md, "On a GPU"; scripts/bench/gpu_tiles.py): at head_dim
 # 64 and 128 in bf16, 64 x 64 tiles with 4 warps and 2 stages were fastest forward + backward of
 # the 20 choices tried (128 x 64 tiles ran the backward 2.4x slower at head_dim 128, and 3 stages
 # of them did not fit in shared memory). A head_dim not listed takes DEFAULT_LAUNCH. Passing
@@ -37,7 +37,7 @@ LAUNCH = {64: (4, 2), 128: (4, 2)}
 DEFAULT_LAUNCH = (4, 2)
 # Whether the fully visible tiles under a plain causal mask run in their own unmasked loop
 # (`_splits`); False puts every tile through the masked loop. Read when the kernel is traced, so
-# scripts/bench_gpu_tiles.py can time both in one run.
+# scripts/bench/gpu_tiles.py can time both in one run.
 SPLIT_FULL_TILES = True
 
 

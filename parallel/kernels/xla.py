@@ -8,7 +8,7 @@ Loop nest, per block pair (shapes in kernels/base.py):
           switch(plan[qt, kt]):  skip | full tile | masked tile      (cost.tile_plan)
                                                      └ the same nest over square pieces
 
-Why it is shaped like this (measured on one CPU core with scripts/bench_kernel.py):
+Why it is shaped like this (measured on one CPU core with scripts/bench/kernel.py):
 - Head-major arrays: the matmuls run on contiguous [rows, d] and [d, tile] panels; in
   [n, heads, d] order the same matmuls take about three times as long.
 - Small steps: a group of heads and `rows` queries are chosen so that one step's scores fit in

@@ -31,7 +31,7 @@ Example (S = 16, N = 2, tile 2; documents of 6, 2 and 8 tokens, segment ids
 [0]*6 + [1]*2 + [2]*8): device 0 holds [0 1 2 3 10 11 14 15], device 1 [4 5 6 7 8 9 12 13].
 
 Both searches together take about 0.1 s for a 64k-token row (N = 8, tiles 256 to 1024:
-scripts/bench_documents.py prints it); they run in the data pipeline's prefetch thread.
+scripts/bench/documents.py prints it); they run in the data pipeline's prefetch thread.
 """
 
 from __future__ import annotations

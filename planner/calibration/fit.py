@@ -97,7 +97,7 @@ def measurements(module: str) -> list[Measurement]:
 
 
 def bench_measurements(path: str) -> list[Measurement]:
-    """The steps scripts/bench_train.py measured on this machine (its --json): one point per
+    """The steps scripts/bench/train.py measured on this machine (its --json): one point per
     kind with documents unmasked (one document a row: the planner's rows are the measured
     ones), its median seconds per step, on the 'cpu' device; every other one (in the file's
     order) fitted, the rest held out. ValueError, one line, for a file that is not one."""
@@ -106,8 +106,8 @@ def bench_measurements(path: str) -> list[Measurement]:
             bench = json.load(f)
         args, results = bench["args"], bench["results"]
     except (OSError, ValueError, KeyError) as e:
-        raise ValueError(f"{path} is not scripts/bench_train.py's --json ({e}): run "
-                         f"python scripts/bench_train.py --json {path}") from None
+        raise ValueError(f"{path} is not scripts/bench/train.py's --json ({e}): run "
+                         f"python scripts/bench/train.py --json {path}") from None
     points = []
     for i, r in enumerate(r for r in results if not r["masked"]):
         setup = (("global_batch_size", args["batch"]), ("cpu_devices", 1), ("mesh.data", 1),
@@ -119,7 +119,7 @@ def bench_measurements(path: str) -> list[Measurement]:
             label = " ".join(label) or r["strategy"]  # older files: "zigzag 256x256"
         points.append(Measurement(args["config"], "cpu", layout, r["seq_len"], label,
                                   tokens / r["median_tokens_per_sec"], i % 2 == 0,
-                                  f"scripts/bench_train.py --json {path}", tile=tile,
+                                  f"scripts/bench/train.py --json {path}", tile=tile,
                                   setup=setup))
     return points
 

@@ -101,7 +101,7 @@ def format_notes(plan: dict, unit, scan_layers: bool = False) -> list[str]:
         notes.append(["model.scan_layers: the blocks run in one lax.scan, so even XLA:CPU's "
                       "schedule (not memory-aware) holds one",
                       "layer's gathered weights and activations at a time "
-                      "(scripts/bench_memory.py)."])
+                      "(scripts/bench/memory.py)."])
     else:
         notes.append(["XLA:CPU's compile of this step (--compile yes) is not memory-aware: its "
                       "temporaries come out (nearly)",

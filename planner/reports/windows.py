@@ -1,7 +1,7 @@
 """Attention of a model with local (sliding-window) and global layers, per layout and strategy:
 the tiles on the critical path and the key/value tokens each device receives, per layer kind
 and for the model's mix, beside full causal attention, and the planner's choice
-(scripts/bench_window.py prints it).
+(scripts/bench/window.py prints it).
 
     rows = kind_table(config, device)      # one row per (layout, strategy, degree)
     best = recommended(rows)               # the fastest step the planner predicts

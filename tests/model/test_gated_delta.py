@@ -96,7 +96,7 @@ def test_gradients_are_the_recurrence_s():
 
 def test_the_layer_is_transformers_qwen3_next_gated_deltanet():
     """model.linear_attention.layer against transformers' Qwen3NextGatedDeltaNet alone
-    (tests/fixtures/hf/gated_deltanet.npz, make_hf_fixtures.py --gated-deltanet: 2 key heads of
+    (tests/fixtures/hf/gated_deltanet.npz, hf/make_fixtures.py --gated-deltanet: 2 key heads of
     8 for 4 value heads of 8, a convolution of 4, 96 tokens), 1e-5 relative."""
     import os
 

@@ -4,7 +4,7 @@ routing with a correction bias, shared experts, a dense first layer; GLM-4.5: pa
 q/k/v biases; Qwen2-MoE: a gated shared expert; Qwen2: q/k/v biases, the hub's config.json).
 
 The checkpoints under tests/fixtures/hf were saved by transformers, and logits.npz holds the
-logits its PyTorch model computed from them (scripts/make_hf_fixtures.py: every RoPE rule, GQA,
+logits its PyTorch model computed from them (scripts/hf/make_fixtures.py: every RoPE rule, GQA,
 tied and untied, float32 and bfloat16, sharded and single-file, both config.json layouts).
 """
 

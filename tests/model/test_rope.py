@@ -1,5 +1,5 @@
 """RoPE scaling against Hugging Face's (tests/fixtures/hf_rope.npz, written by
-scripts/make_hf_rope_fixtures.py with transformers' LlamaRotaryEmbedding): the frequencies, the
+scripts/hf/make_rope_fixtures.py with transformers' LlamaRotaryEmbedding): the frequencies, the
 attention factor, and the rotated queries at positions far past the pretrained context."""
 
 import json

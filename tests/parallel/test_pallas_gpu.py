@@ -4,7 +4,7 @@ caps; and one whole causal sequence in bfloat16.
 
 The other tests run this kernel interpreted on the CPU, where the compiler never sees it. These
 need a CUDA device beside the 8 fake CPU devices, so they are skipped everywhere else (make test
-included); scripts/gpu_check.sh runs them on a lent H100 or H200 with
+included); scripts/bench/gpu_check.sh runs them on a lent H100 or H200 with
 `JAX_PLATFORMS=cuda,cpu`. One GPU cannot hold a ring, so each device's meetings run one after
 another on the one GPU, with the positions and segment ids the layout gives that device's
 block and the key block it meets: the kernel sees exactly the inputs it sees in the ring.

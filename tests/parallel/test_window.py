@@ -99,7 +99,7 @@ def test_the_planner_prices_local_and_global_layers(tmp_path):
     """configs/gemma3_cpu.py (5 local : 1 global, window 128, blocks of 256 on 4 devices):
     local layers cost a fraction of a global one's tiles; with the ring strategy the ring and
     zigzag layouts receive their halos, not the other blocks; the model's FLOPs count the
-    window; scripts/bench_window.py prints the table and the planner's choice."""
+    window; scripts/bench/window.py prints the table and the planner's choice."""
     import subprocess
     import sys
 
@@ -122,7 +122,7 @@ def test_the_planner_prices_local_and_global_layers(tmp_path):
     m = config.model
     full = dataclasses.replace(m, layer_types=())
     assert flops.flops_per_token(m, 1024) < flops.flops_per_token(full, 1024)
-    out = subprocess.run([sys.executable, "scripts/bench_window.py",
+    out = subprocess.run([sys.executable, "scripts/bench/window.py",
                           "--config=configs/gemma3_cpu.py", f"--json={tmp_path / 'w.json'}"],
                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

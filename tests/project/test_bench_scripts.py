@@ -1,7 +1,7 @@
-"""Benchmark scripts run small on this CPU: bench_simulated_ring (times every ring step and
-reports a share of the ideal) and bench_gpu_tiles (the figures of both need a GPU, see
-BENCHMARKS.md),
-bench_documents (efficiency from the kernel's counters) and compare_losses."""
+"""Benchmark scripts run small on this CPU: scripts/bench/simulated_ring.py (times every ring step
+and reports a share of the ideal) and scripts/bench/gpu_tiles.py (the figures of both need a
+GPU, see BENCHMARKS.md), scripts/bench/documents.py (efficiency from the kernel's counters)
+and scripts/compare_losses.py."""
 
 import json
 import os
@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-import bench_documents  # scripts/bench_documents.py (pyproject: pytest puts scripts/ on the path)
-import bench_gpu_tiles  # scripts/bench_gpu_tiles.py
-import bench_simulated_ring  # scripts/bench_simulated_ring.py
+from scripts.bench import documents as bench_documents  # scripts/ read as a namespace package
+from scripts.bench import gpu_tiles as bench_gpu_tiles
+from scripts.bench import simulated_ring as bench_simulated_ring
 from tests.support import ROOT
 
 

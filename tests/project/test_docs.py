@@ -91,14 +91,14 @@ def test_the_models_table_is_the_family_registry():
     table = README.split("<!-- models table:")[1].split("-->", 1)[1]
     table = table.split("<!-- end of the models table -->")[0].strip()
     assert table == models_table(), ("README.md's models table is not the registry's: paste "
-                                     "the output of `python scripts/models_table.py`")
+                                     "the output of `python scripts/hf/models_table.py`")
     assert all(f"| `{name}` |" in table for name in FAMILIES)
     assert all(f.models and f.attention and f.block for f in FAMILIES.values())
 
 
 def test_every_family_in_the_table_is_checked_against_transformers():
     """The README says each family is checked against transformers' model: each has a fixture
-    (written by transformers, scripts/make_hf_fixtures.py) whose logits tests/model/test_hf.py
+    (written by transformers, scripts/hf/make_fixtures.py) whose logits tests/model/test_hf.py
     compares."""
     import json
 

@@ -1,4 +1,4 @@
-"""The end-to-end bench (scripts/bench_train.py) and the pictures (scripts/plot_figures.py), run
+"""The end-to-end bench (scripts/bench/train.py) and the pictures (scripts/plot_figures.py), run
 small: the bench drives real train.py processes; the plots are written as PNG files."""
 
 import json
@@ -10,8 +10,8 @@ import pytest
 
 import parallel
 
-import bench_train  # noqa: E402  (scripts/bench_train.py)
-import plot_figures  # noqa: E402  (scripts/plot_figures.py)
+from scripts import plot_figures  # scripts/ read as a namespace package
+from scripts.bench import train as bench_train
 from tests.support import ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -91,7 +91,7 @@ def test_plot_work_from_the_kernel_counters(tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     (["losses", "nowhere/run"], "no nowhere/run/metrics.jsonl: give train.py workdirs"),
-    (["throughput", "nowhere.json"], "no file nowhere.json: give scripts/bench_train.py's --json"),
+    (["throughput", "nowhere.json"], "no file nowhere.json: give scripts/bench/train.py's --json"),
 ])
 def test_plot_bad_input_is_one_line(tmp_path, argv, message):
     result = subprocess.run([sys.executable, "scripts/plot_figures.py", *argv], cwd=ROOT,

@@ -6,7 +6,7 @@ import pytest
 
 import run_config
 from configs import ConfigError, default, tiny
-from import_graph import circles, graph, upward  # scripts/import_graph.py
+from scripts.import_graph import circles, graph, upward
 
 
 def test_a_config_file_and_its_record_make_the_same_typed_config():

@@ -5,4 +5,4 @@ none imports another test module, only these."""
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
-FIXTURES = os.path.join(ROOT, "tests", "fixtures")  # made by scripts/make_hf_fixtures.py and kin
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")  # made by scripts/hf/make_fixtures.py and kin

@@ -217,9 +217,9 @@ def test_contradictions_and_a_foreign_tokenizer_are_refused(model_dir, tmp_path)
 
 
 def exported_equals_the_run(workdir, out):
-    """scripts/export_hf.py's function: the run's weights and tokenizer as a Hugging Face
+    """scripts/hf/export.py's function: the run's weights and tokenizer as a Hugging Face
     directory that model.hf loads to the same logits (transformers loads it too:
-    scripts/check_hf_transformers.py, run with PyTorch installed)."""
+    scripts/hf/check_transformers.py, run with PyTorch installed)."""
     from training.saved_run import export_hf, load_run
     files = export_hf(str(workdir), str(out))
     assert files == ["model.safetensors", "config.json", "tokenizer.json"]

@@ -72,7 +72,7 @@ def test_two_stages_with_a_resume_inside_the_second(tmp_path, capsys):
     before = read_metrics(workdir)
     assert train_and_evaluate(staged_config(), str(workdir)) == {}
     assert read_metrics(workdir) == before
-    # sample.py, export_hf.py and the probes given the run's workdir read its last stage.
+    # sample.py, hf/export.py and the probes given the run's workdir read its last stage.
     from training.saved_run import load_run
     config, *_, step = load_run(str(workdir), None, 1)
     assert (config.seq_len, step) == (256, 2)

@@ -139,7 +139,7 @@ def test_unknown_config_key_is_rejected(tmp_path):
      "ml_collections.ConfigDict"),
 ])
 def test_a_config_file_mistake_is_one_line(text, argv, message, tmp_path, capsys):
-    """What train.py, scripts/plan.py and scripts/bench_window.py parse their flags with."""
+    """What train.py, scripts/plan.py and scripts/bench/window.py parse their flags with."""
     from absl import flags
     from ml_collections import config_flags
 
@@ -156,9 +156,9 @@ def test_a_config_file_mistake_is_one_line(text, argv, message, tmp_path, capsys
     assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
 
 
-@pytest.mark.parametrize("command", split([  # train.py and bench_window.py parse as plan.py does
-    ["scripts/plan.py"], ["scripts/bench_train.py"], ["scripts/bench_bound.py"],
-    ["scripts/bench_extension.py", "--workdir", "/tmp/never", "--out", "/tmp/never/x.png",
+@pytest.mark.parametrize("command", split([  # train.py and bench/window.py parse as plan.py does
+    ["scripts/plan.py"], ["scripts/bench/train.py"], ["scripts/bench/bound.py"],
+    ["scripts/bench/extension.py", "--workdir", "/tmp/never", "--out", "/tmp/never/x.png",
      "--json", "/tmp/never/x.json"]], fast=[0], rest="programs"))
 def test_a_missing_config_file_is_one_line_in_every_entry_point(command):
     result = subprocess.run([sys.executable, *command, "--config", "configs/nope.py"],

@@ -1,5 +1,5 @@
 """A checkpoint's retrieval over a grid of lengths and depths, and its loss along the positions
-of held-out text: what scripts/eval_long.py prints and scripts/bench_extension.py compares.
+of held-out text: what scripts/eval_long.py prints and scripts/bench/extension.py compares.
 
     table = evaluate("runs/passkey/stage2", lengths=[1024, 16384], depths=[0, 0.5, 1],
                      samples=10, seed=0, seq_shards=4)

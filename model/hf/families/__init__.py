@@ -4,7 +4,7 @@ translation both ways and its tensor names, and one line in FAMILIES below (base
 family is).
 
 What each holds (`models`: the checkpoints; `attention`: per layer; `block`: besides Llama's),
-as the README's models table shows it: `python scripts/models_table.py` prints that table from
+as the README's models table shows it: `python scripts/hf/models_table.py` prints that table from
 FAMILIES, and tests/project/test_docs.py keeps the README's equal to it.
 
 Gemma and Qwen3-Next store their RMSNorm scales as (scale - 1) (the norm multiplies by 1 +

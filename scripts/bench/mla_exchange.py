@@ -5,7 +5,7 @@ Lite's and DeepSeek-V3's attention shapes on a ring of 4 (fake CPU devices: one 
 --block tokens, the rest of the model small), and the planner's predicted crossover (tokens per
 device past which 'full' is faster) on the accelerators it knows.
 
-    python scripts/bench_mla_exchange.py [--block 512] [--shapes v2_lite,v3]
+    python scripts/bench/mla_exchange.py [--block 512] [--shapes v2_lite,v3]
 
 Prints one row per shape: the bytes with each exchange, their ratio and the ideal ratio of a
 token's latent + RoPE key to its expanded keys and values as the kernels tile them (K and V
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
 

@@ -1,20 +1,20 @@
 """End-to-end training throughput of the layouts: train.py itself, one pinned process per device.
 
 Usage:
-  python scripts/bench_train.py                 # S = 16,384: ring, striped, zigzag, auto, masked
-  python scripts/bench_train.py --json runs/bench_train.json        # (make bench-train)
-  python scripts/bench_train.py --seq-lens 4096 8192 16384 --rounds 1 --masked-layouts
-  python scripts/bench_train.py --strategies ring allgather --masked-layouts
-  python scripts/bench_train.py -- --config.model.num_layers=8      # more train.py overrides
-  python scripts/bench_train.py --layouts --masked-layouts ring striped zigzag balanced auto \
+  python scripts/bench/train.py                 # S = 16,384: ring, striped, zigzag, auto, masked
+  python scripts/bench/train.py --json runs/bench_train.json        # (make bench-train)
+  python scripts/bench/train.py --seq-lens 4096 8192 16384 --rounds 1 --masked-layouts
+  python scripts/bench/train.py --strategies ring allgather --masked-layouts
+  python scripts/bench/train.py -- --config.model.num_layers=8      # more train.py overrides
+  python scripts/bench/train.py --layouts --masked-layouts ring striped zigzag balanced auto \
       --tiles 128 256 512                     # every layout x tile beside what 'auto' picks
-  python scripts/bench_train.py --config configs/moe_tiny.py --processes 4 --experts 1 2 4 \
+  python scripts/bench/train.py --config configs/moe_tiny.py --processes 4 --experts 1 2 4 \
       --layouts zigzag --masked-layouts --seq-lens 8192   # experts over 1, 2, 4 devices
-  python scripts/bench_train.py --config configs/mla_tiny.py --processes 4 --layouts zigzag \
+  python scripts/bench/train.py --config configs/mla_tiny.py --processes 4 --layouts zigzag \
       --masked-layouts --mla-exchanges latent full --seq-lens 2048   # what the ring passes
-  python scripts/bench_train.py --config configs/hybrid_tiny.py --processes 2 --layouts ring \
+  python scripts/bench/train.py --config configs/hybrid_tiny.py --processes 2 --layouts ring \
       zigzag --masked-layouts --linear-strategies state heads --seq-lens 8192  # Gated DeltaNet
-  python scripts/bench_train.py --layouts ring --masked-layouts --remat-policies nothing \
+  python scripts/bench/train.py --layouts ring --masked-layouts --remat-policies nothing \
       attention -- --config.model.remat=True --config.model.scan_layers=True  # what remat keeps
 
 Every kind (layout x tile x strategy x documents masked or not) is a real `train.py` run of the
@@ -49,10 +49,10 @@ import shutil
 import statistics
 import sys
 
-from launch_local import launch  # scripts/launch_local.py
+from launch.local import launch
 from storage.run_dir import RunDir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse_args(argv=None):

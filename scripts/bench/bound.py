@@ -1,14 +1,14 @@
 """The most any layout can gain over the ring layout on a run's own rows, on this machine.
 
-    python scripts/bench_bound.py                       # configs/default.py, 16,384 tokens, 2 devices
-    python scripts/bench_bound.py --steps 80 --tile 256
+    python scripts/bench/bound.py                       # configs/default.py, 16,384 tokens, 2 devices
+    python scripts/bench/bound.py --steps 80 --tile 256
 
 Times the config's train step on one device pinned to one core (one device's share of a row,
 rows of documents of equal lengths) and splits it into a cost per attention tile and the rest
 (training/analysis/step_split.py). Then, for the rows the run trains on (global batch 1, train.py's
 steps 1, 2, ..), prints the ring layout's critical path and the even share of the row's tiles,
 and the step times they give: no layout runs a row faster than the even share, so their ratio
-bounds its gain over the ring on that row. scripts/bench_train.py measures the layouts
+bounds its gain over the ring on that row. scripts/bench/train.py measures the layouts
 themselves on the same rows (steps 2 to --bench-steps + 1 there: its first step compiles).
 """
 
@@ -19,7 +19,7 @@ import os
 import statistics
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse_args(argv=None):
@@ -30,11 +30,11 @@ def parse_args(argv=None):
     p.add_argument("--tile", type=int, default=512, help="square attention tile")
     p.add_argument("--steps", type=int, default=20, help="train.py steps whose rows to bound")
     p.add_argument("--bench-steps", type=int, default=4,
-                   help="scripts/bench_train.py's timed steps (its --steps), also summarised")
+                   help="scripts/bench/train.py's timed steps (its --steps), also summarised")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of the split")
     p.add_argument("--core", type=int, default=0, help="the core the one device is pinned to")
     p.add_argument("--workdir", default="runs/bench_train",
-                   help="the data cache (scripts/bench_train.py's: the same rows)")
+                   help="the data cache (scripts/bench/train.py's: the same rows)")
     return p.parse_args(argv)
 
 

@@ -2,9 +2,9 @@
 kernel's own TFLOP/s against cuDNN's on one causal block pair.
 
 Usage (on a GPU; Llama-3.1-8B attention shapes by default):
-  python scripts/bench_simulated_ring.py                    # N = 8, S = 65,536, bf16
-  python scripts/bench_simulated_ring.py --json runs/simulated_ring.json
-  python scripts/bench_simulated_ring.py --seq-len 1024 --heads 4 --kv-heads 2 --head-dim 32 \\
+  python scripts/bench/simulated_ring.py                    # N = 8, S = 65,536, bf16
+  python scripts/bench/simulated_ring.py --json runs/simulated_ring.json
+  python scripts/bench/simulated_ring.py --seq-len 1024 --heads 4 --kv-heads 2 --head-dim 32 \\
       --reps 2                                              # a small check of the script on a CPU
 
 One GPU cannot hold a real ring, so the script runs every device's work one after the other on
@@ -35,21 +35,11 @@ import argparse
 import json
 import statistics
 
-from timing import interleaved  # scripts/timing.py
+from planner.calibration.timing import interleaved
+from planner.flops import causal_pair_tflops
 
 # ring-flash-attention's published fwd+bwd share of ideal, 8 x H800, for comparison.
 PEER = {"ring": 0.539, "striped": 0.829, "zigzag": 0.902}
-BACKWARD_FLOPS = 2.5  # five matmuls to the forward's two
-
-
-def causal_pair_tflops(heads, head_dim, n, forward_s, backward_s):
-    """(forward, forward+backward) TFLOP/s of one causal block pair of n tokens, counting the
-    visible half of the scores: forward 4 H d n(n+1)/2, backward BACKWARD_FLOPS times that."""
-    flops = 4 * heads * head_dim * n * (n + 1) / 2
-    return (flops / forward_s / 1e12,
-            flops * (1 + BACKWARD_FLOPS) / (forward_s + backward_s) / 1e12)
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=8, help="N: devices of the simulated ring")

@@ -1,8 +1,8 @@
 """The recurrent layers of a hybrid model (configs/hybrid_tiny.py: Gated DeltaNet, Qwen3-Next's
 3 : 1) from XLA's own compiled train step, on fake CPU devices in one process (nothing is run):
 
-    python scripts/bench_hybrid.py exchange [--seq-lens 2048 8192 32768] [--layout zigzag]
-    python scripts/bench_hybrid.py memory [--seq-len 1048576]
+    python scripts/bench/hybrid.py exchange [--seq-lens 2048 8192 32768] [--layout zigzag]
+    python scripts/bench/hybrid.py memory [--seq-len 1048576]
 
 exchange  every collective's bytes of the train step with 3 Gated DeltaNet layers beyond one
           with 1, on a ring of 4, per parallel.linear_strategy ('state': passed states; 'heads':
@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEVICES = 4
 SMALL = {"global_batch_size": 1, "parallel.layout": "ring", "parallel.strategy": "ring",
          "parallel.kernel": "xla", "model.moe.num_experts": 0,

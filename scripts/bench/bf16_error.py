@@ -1,8 +1,8 @@
 """Error of bfloat16 ring attention against float64 as the ring grows: it must stay flat in N.
 
 Usage:
-  python scripts/bench_bf16_error.py                          # N = 2, 4, 8, 16, every layout
-  python scripts/bench_bf16_error.py --kernel pallas_tpu --seq-len 2048 --json runs/err.json
+  python scripts/bench/bf16_error.py                          # N = 2, 4, 8, 16, every layout
+  python scripts/bench/bf16_error.py --kernel pallas_tpu --seq-len 2048 --json runs/err.json
 
 One causal problem of --seq-len tokens (batch 1, GQA 8 query heads over 2 KV heads of 64,
 standard-normal q, k, v, dO) is rounded to bfloat16 once. The float64 reference (the tests'
@@ -24,7 +24,7 @@ import argparse
 import json
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = ("out", "dq", "dk", "dv")
 
 

@@ -1,12 +1,12 @@
 """Benchmark of the layouts: work on the critical path, and wall clock (with packed documents).
 
 Usage:
-  python scripts/bench_attention.py                      # tiles at N=2,4,8,16; wall clock, 2 processes
-  python scripts/bench_attention.py --json runs/bench.json --reps 7
-  python scripts/bench_attention.py --processes 1        # wall clock in one process (see below)
-  python scripts/bench_attention.py --no-wallclock       # tile counts only (seconds)
-  python scripts/bench_attention.py --documents stdlib --seq-lens 65536 --batch 1
-  python scripts/bench_attention.py --strategies ring allgather --no-tiles   # strategies
+  python scripts/bench/attention.py                      # tiles at N=2,4,8,16; wall clock, 2 processes
+  python scripts/bench/attention.py --json runs/bench.json --reps 7
+  python scripts/bench/attention.py --processes 1        # wall clock in one process (see below)
+  python scripts/bench/attention.py --no-wallclock       # tile counts only (seconds)
+  python scripts/bench/attention.py --documents stdlib --seq-lens 65536 --batch 1
+  python scripts/bench/attention.py --strategies ring allgather --no-tiles   # strategies
 
 1. Tiles. For each layout and ring size N, the kernel's own counters (`attention_with_stats`) give
    tiles[d, s], the tiles device d computed on ring step s. Devices wait for each other at every
@@ -37,10 +37,10 @@ import statistics
 import subprocess
 import sys
 
-from bench_documents import stdlib_rows  # scripts/bench_documents.py
-from timing import interleaved  # scripts/timing.py
+from planner.calibration.timing import interleaved
+from planner.documents import stdlib_rows
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAYOUTS = ("ring", "striped", "zigzag")
 
 
@@ -121,7 +121,8 @@ def segment_rows(args):
     from data.document_lengths import packed_segment_ids
     if args.documents != "stdlib":
         return {s: packed_segment_ids(args.documents, args.batch, s) for s in args.seq_lens}
-    return {s: stdlib_rows(s, args.batch) for s in args.seq_lens}
+    workdir = os.path.join(ROOT, "runs", "bench_documents")  # its tokenizer and token cache
+    return {s: stdlib_rows(s, args.batch, workdir) for s in args.seq_lens}
 
 
 def layout_inputs(layouts, seg, num_shards, tile):

@@ -2,7 +2,7 @@
 model/rope.py and model.layers.rope against (make test reads the file; it needs no PyTorch).
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy
-    /tmp/ref/bin/python scripts/make_hf_rope_fixtures.py        # then commit the .npz
+    /tmp/ref/bin/python scripts/hf/make_rope_fixtures.py        # then commit the .npz
 
 Written with torch 2.14.1 and transformers 5.24.0. For each case (a rope_type and its
 parameters, as a Llama config.json's rope_parameters hold them): the inverse frequencies and
@@ -51,7 +51,7 @@ def main() -> None:
         rotated, _ = apply_rotary_pos_emb(x, x, cos, sin)
         out[f"{name}/rotated"] = rotated.numpy()
         out[f"{name}/params"] = np.array(json.dumps(params))
-    path = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "hf_rope.npz")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "hf_rope.npz")
     np.savez(path, **out)
     print(f"wrote {os.path.normpath(path)}: {len(CASES)} cases, torch {torch.__version__}, "
           f"transformers {transformers.__version__}")

@@ -5,13 +5,13 @@ models compute from them, the reference tests/model/test_hf.py checks model.hf a
 reads the files; it needs no PyTorch).
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers numpy
-    /tmp/ref/bin/python scripts/make_hf_fixtures.py        # then commit tests/fixtures/hf
-    /tmp/ref/bin/python scripts/make_hf_fixtures.py --mxfp4-only   # add (or redo) that case
-    /tmp/ref/bin/python scripts/make_hf_fixtures.py --latent-only  # add (or redo) LATENT_CASES
-    /tmp/ref/bin/python scripts/make_hf_fixtures.py --hybrid-only  # add (or redo) HYBRID_CASES
-    /tmp/ref/bin/python scripts/make_hf_fixtures.py --qwen2-only   # add (or redo) QWEN2_CASES
-    /tmp/ref/bin/python scripts/make_hf_fixtures.py --mla-attention  # one MLA layer alone
-    /tmp/ref/bin/python scripts/make_hf_fixtures.py --gated-deltanet  # one Gated DeltaNet layer
+    /tmp/ref/bin/python scripts/hf/make_fixtures.py        # then commit tests/fixtures/hf
+    /tmp/ref/bin/python scripts/hf/make_fixtures.py --mxfp4-only   # add (or redo) that case
+    /tmp/ref/bin/python scripts/hf/make_fixtures.py --latent-only  # add (or redo) LATENT_CASES
+    /tmp/ref/bin/python scripts/hf/make_fixtures.py --hybrid-only  # add (or redo) HYBRID_CASES
+    /tmp/ref/bin/python scripts/hf/make_fixtures.py --qwen2-only   # add (or redo) QWEN2_CASES
+    /tmp/ref/bin/python scripts/hf/make_fixtures.py --mla-attention  # one MLA layer alone
+    /tmp/ref/bin/python scripts/hf/make_fixtures.py --gated-deltanet  # one Gated DeltaNet layer
 
 gpt_oss_mxfp4 keeps its experts in MXFP4, as GPT-OSS's published checkpoints do: quantized
 here (each block of 32 weights scaled by the power of two that brings its largest under 6, every
@@ -39,7 +39,7 @@ import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "hf")
+OUT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "hf")
 SIZES = dict(vocab_size=128, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, head_dim=12, rms_norm_eps=1e-5,
              max_position_embeddings=256)

@@ -1,8 +1,8 @@
 """Parallel efficiency of every layout with packed documents, from the kernel's own counters.
 
 Usage:
-  python scripts/bench_documents.py                       # stdlib rows + synthetic lengths
-  python scripts/bench_documents.py --sources exp:2048 --tiles 512 --rows 2 --json runs/d.json
+  python scripts/bench/documents.py                       # stdlib rows + synthetic lengths
+  python scripts/bench/documents.py --sources exp:2048 --tiles 512 --rows 2 --json runs/d.json
 
 For each source of document lengths, each row of --seq-len tokens and each tile size:
 
@@ -28,12 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from planner.documents import kernel_counts, stdlib_rows
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAYOUTS = ("ring", "striped", "zigzag", "balanced")
 
 STDLIB_WORKDIR = os.path.join(ROOT, "runs", "bench_documents")  # its tokenizer, token cache
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -49,36 +51,6 @@ def parse_args(argv=None):
                    help="where the stdlib tokenizer and token cache are built (once)")
     p.add_argument("--json", help="write every figure to this JSON file")
     return p.parse_args(argv)
-
-
-def stdlib_rows(seq_len: int, rows: int, workdir: str = STDLIB_WORKDIR):
-    """Segment ids [rows, seq_len] of the default config's first training rows of the embedded
-    corpus (natural order); the tokenizer and token cache are built in `workdir` once."""
-    import run_config
-    from configs import default
-    from data import sample_segment_ids
-
-    config = run_config.replace(run_config.build(default.get_config()), {"seq_len": seq_len})
-    return sample_segment_ids(config, workdir, rows)
-
-
-def kernel_counts(seg_row, layout, shards, tile, kernel):
-    """tiles[d, s] from attention_with_stats for one row laid out by `layout`."""
-    import jax
-    import numpy as np
-
-    import parallel
-
-    seq_len = seg_row.shape[0]
-    start = time.perf_counter()
-    order = parallel.row_order(layout, seg_row[None], shards, tile=tile)
-    placing = time.perf_counter() - start
-    mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    x = np.zeros((1, seq_len, 1, 8), np.float32)
-    _, tiles, _ = parallel.attention_with_stats(
-        x, x, x, mesh=mesh, layout=layout, segment_ids=np.take_along_axis(seg_row[None], order, 1),
-        order=order, tile_q=tile, tile_k=tile, kernel=kernel)
-    return np.asarray(tiles), placing
 
 
 def measure(args, source, rows):

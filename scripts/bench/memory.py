@@ -1,8 +1,8 @@
 """Memory and compile time of the real train step, by model option, from XLA's own figures.
 
-    python scripts/bench_memory.py memory            # 1M tokens on 8 fake devices, per option
-    python scripts/bench_memory.py compile --reps 3  # compile seconds, 4 vs 32 layers, scan off/on
-    python scripts/bench_memory.py memory --seq-len 131072 --devices 2 --json runs/mem.json
+    python scripts/bench/memory.py memory            # 1M tokens on 8 fake devices, per option
+    python scripts/bench/memory.py compile --reps 3  # compile seconds, 4 vs 32 layers, scan off/on
+    python scripts/bench/memory.py memory --seq-len 131072 --devices 2 --json runs/mem.json
 
 Each figure comes from a fresh process that builds the train step exactly as train.py does
 (training/step.py on the state training/loop.py builds, via training/analysis/aot.py), compiles it
@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MEMORY_VARIANTS = {
     "plain": {"model.remat": False},

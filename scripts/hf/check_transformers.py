@@ -1,10 +1,10 @@
 """Our model against Hugging Face transformers' own model (the architecture its config.json names,
 any family of model/hf/families/) on the same directory: the check
-that what model.hf.save and scripts/export_hf.py write is what transformers reads.
+that what model.hf.save and scripts/hf/export.py write is what transformers reads.
 
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers -e .
-    /tmp/ref/bin/python scripts/check_hf_transformers.py DIR [DIR ...]
-    /tmp/ref/bin/python scripts/check_hf_transformers.py --resave tests/fixtures/hf/*/
+    /tmp/ref/bin/python scripts/hf/check_transformers.py DIR [DIR ...]
+    /tmp/ref/bin/python scripts/hf/check_transformers.py --resave tests/fixtures/hf/*/
 
 For each directory: the logits of model.hf.load(DIR) and of transformers' model loaded from DIR,
 float32, on random tokens past any RoPE rule's original context, and their largest difference

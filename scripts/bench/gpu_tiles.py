@@ -2,9 +2,9 @@
 block pair for each (tile_q, tile_k, num_warps, num_stages), per head_dim.
 
 Usage (on a GPU):
-  python scripts/bench_gpu_tiles.py                       # head_dim 64 and 128, block 8,192, bf16
-  python scripts/bench_gpu_tiles.py --head-dims 128 --block 4096 --json runs/gpu_tiles.json
-  python scripts/bench_gpu_tiles.py --head-dims 32 --heads 2 --kv-heads 1 --block 256 \\
+  python scripts/bench/gpu_tiles.py                       # head_dim 64 and 128, block 8,192, bf16
+  python scripts/bench/gpu_tiles.py --head-dims 128 --block 4096 --json runs/gpu_tiles.json
+  python scripts/bench/gpu_tiles.py --head-dims 32 --heads 2 --kv-heads 1 --block 256 \\
       --tiles 32x32 --launches 4x2 --reps 1                  # a check of the script on a CPU
 
 Every choice is compiled first; then all are timed interleaved, --reps rounds, medians. A choice
@@ -20,8 +20,8 @@ import itertools
 import json
 import statistics
 
-from bench_simulated_ring import causal_pair_tflops  # scripts/bench_simulated_ring.py
-from timing import interleaved  # scripts/timing.py
+from planner.calibration.timing import interleaved
+from planner.flops import causal_pair_tflops
 
 
 def parse_args(argv=None):

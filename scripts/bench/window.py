@@ -1,8 +1,8 @@
 """Local and global layers, per layout and strategy: tiles on the critical path and key/value
 tokens received per device per layer, beside full causal attention, and the planner's choice.
 
-    python scripts/bench_window.py --config configs/gemma3_4b_v5p.py    # 32k tokens, 8 chips
-    python scripts/bench_window.py --config configs/gemma3_cpu.py --device cpu --json out.json
+    python scripts/bench/window.py --config configs/gemma3_4b_v5p.py    # 32k tokens, 8 chips
+    python scripts/bench/window.py --config configs/gemma3_cpu.py --device cpu --json out.json
 
 Counts, not timings: the tiles come from the rule the kernels run, the tokens from each
 strategy's own count, the step times from the planner (planner/reports/windows.py). Needs no

@@ -4,7 +4,7 @@ trained with the same budget at the long length, then probed for passkey retriev
 length up to twice the longest trained, and read for its loss along held-out text.
 
     python train.py --config configs/passkey.py --workdir runs/passkey    # its three stages
-    python scripts/bench_extension.py --workdir runs/passkey --out runs/extension \\
+    python scripts/bench/extension.py --workdir runs/passkey --out runs/extension \\
         --json runs/extension.json                                       # + runs/extension.png
 
 An arm replays the recipe's stages after the first (--config: their lengths, batches, data and

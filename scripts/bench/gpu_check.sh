@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU path needs checked and measured, in one run on one H100 or H200 (minutes):
 #
-#   OUT=runs/gpu TOKENIZER=path/to/32k.model bash scripts/gpu_check.sh [step ...]
+#   OUT=runs/gpu TOKENIZER=path/to/32k.model bash scripts/bench/gpu_check.sh [step ...]
 #
 # Together the steps outlast one 10-minute call of a lent machine: run `exact ring` and
 # `tiles train` as two calls. TOKENIZER (optional) is a sentencepiece model of 32,000 pieces made
@@ -9,9 +9,9 @@
 #
 # Steps (default: all, in this order), each under its own time limit, its log in $OUT/STEP.log:
 #   exact  tests/parallel/test_pallas_gpu.py: pallas_gpu compiled by Triton against float64
-#   ring   scripts/bench_simulated_ring.py: share of ideal per layout (N = 8, S = 65,536) and the
+#   ring   scripts/bench/simulated_ring.py: share of ideal per layout (N = 8, S = 65,536) and the
 #          kernel against cuDNN on one causal block pair
-#   tiles  scripts/bench_gpu_tiles.py: the leading tiles and Triton launch parameters per
+#   tiles  scripts/bench/gpu_tiles.py: the leading tiles and Triton launch parameters per
 #          head_dim, each with the fully visible tiles in their own unmasked loop and without
 #   train  train.py, configs/llama_1b.py on the one GPU at 32,768 tokens: tokens/s and MFU from
 #          the progress lines (the run is aborted at its limit: no checkpoint is written)
@@ -49,10 +49,10 @@ exact() {
     tests/parallel/test_pallas_gpu.py
 }
 ring() {
-  run ring 120 $PY scripts/bench_simulated_ring.py --reps 3 --json "$OUT/ring.json"
+  run ring 120 $PY scripts/bench/simulated_ring.py --reps 3 --json "$OUT/ring.json"
 }
 tiles() {
-  run tiles 90 $PY scripts/bench_gpu_tiles.py --reps 3 --tiles 64x64 128x64 128x128 \
+  run tiles 90 $PY scripts/bench/gpu_tiles.py --reps 3 --tiles 64x64 128x64 128x128 \
     --launches 4x2 8x2 --split on off --json "$OUT/tiles.json"
 }
 train() {

@@ -2,8 +2,8 @@
 
 Usage:
   pip install -e '.[peer]'                   # ringattention==0.1.2 and einops
-  python scripts/bench_peer.py               # S=16384, 2 fake devices in one process
-  python scripts/bench_peer.py --seq-len 8192 --reps 9 --json runs/bench_peer.json
+  python scripts/bench/peer.py               # S=16384, 2 fake devices in one process
+  python scripts/bench/peer.py --seq-len 8192 --reps 9 --json runs/bench_peer.json
 
 Setup: 2 fake CPU devices in ONE process (the peer's own test setup; XLA's thread pool spreads
 both devices over the machine's cores), a ('data' 1, 'seq' 2) mesh, batch 1, 4 heads of 64,
@@ -26,7 +26,7 @@ import os
 import statistics
 import sys
 
-from timing import interleaved  # scripts/timing.py
+from planner.calibration.timing import interleaved
 
 
 

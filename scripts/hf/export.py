@@ -1,8 +1,8 @@
 """A training run's checkpoint as a Hugging Face directory of its family (model/hf/families/),
 which transformers loads.
 
-    python scripts/export_hf.py --workdir runs/default --out /tmp/ringstripe-hf
-    python scripts/export_hf.py --workdir runs/default --step 100 --dtype bfloat16 --out DIR
+    python scripts/hf/export.py --workdir runs/default --out /tmp/ringstripe-hf
+    python scripts/hf/export.py --workdir runs/default --step 100 --dtype bfloat16 --out DIR
 
 Then, with PyTorch and transformers installed:
     AutoModelForCausalLM.from_pretrained(DIR)

@@ -1,8 +1,8 @@
 """Time per computed tile of an attention kernel against the hardware floor, on one pinned core.
 
 Usage:
-  python scripts/bench_kernel.py                         # tiles 256, 512, 1024; kernel xla
-  python scripts/bench_kernel.py --tiles 1024 --reps 9 --json runs/bench_kernel.json
+  python scripts/bench/kernel.py                         # tiles 256, 512, 1024; kernel xla
+  python scripts/bench/kernel.py --tiles 1024 --reps 9 --json runs/bench_kernel.json
 
 For each tile size t: one device, one causal row of S = T x t tokens (T tiles per side, 8 by
 default, so the kernel computes T(T+1)/2 tiles, counted by `attention_with_stats`), batch 1,
@@ -26,7 +26,7 @@ import json
 import os
 import statistics
 
-from timing import interleaved  # scripts/timing.py
+from planner.calibration.timing import interleaved
 
 BACKWARD_FLOOR = 3.5  # (2 forward + 5 backward matmuls) / 2 forward matmuls
 

@@ -2,8 +2,8 @@
 loop over the experts (a dense matmul per expert over every pair, the others masked): forward
 and backward of one layer's experts on one device, medians of interleaved repeats.
 
-    python scripts/bench_moe.py                              # configs/moe_tiny.py's experts
-    python scripts/bench_moe.py --tokens 8192 --experts 8 32 --reps 5
+    python scripts/bench/moe.py                              # configs/moe_tiny.py's experts
+    python scripts/bench/moe.py --tokens 8192 --experts 8 32 --reps 5
 
 Each kind is jitted once and timed on the same pairs (tokens x top_k, routed at random), so the
 ratio is the loop's cost over the grouped matmuls' (model/moe.py expert_mlp and
