@@ -1,6 +1,8 @@
 """Run configs: one get_config() per file, returning an ml_collections.ConfigDict.
 configs/default.py is the embedded default and the one home of every field's default
 (run_config.build fills a config's missing fields from it); the other files start from it.
+Here, the runs of this machine (CPU, fake devices); configs/tpu/ and configs/gpu/ hold the real
+model sizes on TPU slices and GPU nodes.
 
     config = load_file("configs/tiny.py")      # ConfigError, one line, for a file that fails
 
@@ -11,6 +13,9 @@ import importlib.util
 import os
 
 import ml_collections
+
+
+SUBFOLDERS = ("", "tpu", "gpu")  # where config files live, as package suffixes
 
 
 class ConfigError(ValueError):
@@ -42,3 +47,14 @@ def load_file(path: str, argument: str = "") -> ml_collections.ConfigDict:
         raise ConfigError(f"config file {path}: get_config() returned an object of type "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict")
     return config
+
+
+def module_named(name: str):
+    """The config module `name` (a file's name without '.py': 'tiny', 'llama3_8b_v5p') in
+    configs/ or one of its subfolders; ConfigError, one line, where there is none."""
+    for folder in SUBFOLDERS:
+        path = os.path.join(os.path.dirname(__file__), folder, f"{name}.py")
+        if name.isidentifier() and os.path.isfile(path):
+            return importlib.import_module(".".join(p for p in ("configs", folder, name) if p))
+    raise ConfigError(f"no config configs/{name}.py: name a file under configs/ without "
+                      f"'.py', e.g. llama3_8b_v5p")

@@ -129,20 +129,27 @@ def run_check(check: Check, what: str, dry_run: bool, stream=None,
     print(f"+ {shlex.join(check.command())}", file=stream, flush=True)
     if dry_run:
         return
-    try:
-        verdicts = _checked(check)
-    except ImportError as e:  # a Python without the project: the launcher itself needs none of it
-        raise LaunchError(f"the check needs the project's environment ({e}): run the launcher "
-                          f"with {project_python()} (make install), or {skip_flag}") from None
-    if isinstance(verdicts, Exception):
-        raise CommandFailed(f"{what}: {verdicts} (nothing was submitted, created or started; "
+    with _quiet():  # everything the check prints, JAX's and libtpu's own lines included
+        outcome = _checked(check)
+    if isinstance(outcome, ImportError):  # a Python without the project: the launcher needs none
+        raise LaunchError(f"the check needs the project's environment ({outcome}): run the "
+                          f"launcher with {project_python()} (make install), or {skip_flag}")
+    if isinstance(outcome, LaunchError):
+        raise outcome
+    if isinstance(outcome, Exception):
+        raise CommandFailed(f"{what}: {outcome} (nothing was submitted, created or started; "
                             f"{skip_flag} launches anyway)")
-    print("\n".join(verdicts), file=stream, flush=True)
+    print("\n".join(outcome), file=stream, flush=True)
 
 
 def _checked(check: Check):
-    """The verdict lines of the check, or the exception that says why the run does not
-    compile or fit; LaunchError for a mistake in the config or the request."""
+    """The verdict lines of the check, or the exception that says why not: a LaunchError for a
+    mistake in the config or the request, the ImportError of a Python without the project, the
+    refusal of a run that does not compile or fit."""
+    try:
+        import jax  # noqa: F401
+    except ImportError as e:
+        return e
     import run_config
     from data import DataError
     from planner.documents import PlanError
@@ -156,20 +163,15 @@ def _checked(check: Check):
         target = run_plan.plan_target(config, str(REPO / check.run.config), check.device,
                                       check.devices or 0, check.compile, check.topology,
                                       check.num_slices)
-        with _quiet():
-            planned = run_plan.plan_run(config, target, check.compile)
-    except (run_plan.PlanInputError, run_config.ConfigError, DataError, PlanError,
-            TopologyError) as e:
-        raise LaunchError(str(e)) from None
-    except run_plan.CompileRefused as e:
-        return e
-    lines = []
-    try:
+        planned = run_plan.plan_run(config, target, check.compile)
+        lines = []
         if planned.tpu_slice is not None:
-            with _quiet():
-                run_plan.compile_for_tpu(planned, config)
+            run_plan.compile_for_tpu(planned, config)
             lines = format_tpu_compiled(planned.plan).splitlines()[:3]
         verdict = run_plan.fit_verdict(planned)
+    except (run_plan.PlanInputError, run_config.ConfigError, DataError, PlanError,
+            TopologyError) as e:
+        return LaunchError(str(e))
     except (run_plan.CompileRefused, run_plan.DoesNotFit) as e:
         return e
     return lines + ([verdict] if verdict else [])

@@ -74,8 +74,8 @@ class Device:
 
 
 # `python scripts/calibrate.py --fit`: MaxText's llama3-8b context-parallel step times on 64
-# chips (configs/llama3_8b_v5p.py), fitted at 64k and 256k with the zigzag layout; the 128k
-# column, the whole contiguous-layout table and the llama2-7b recipe (configs/llama2_7b_v5p.py)
+# chips (configs/tpu/llama3_8b_v5p.py), fitted at 64k and 256k with the zigzag layout; the 128k
+# column, the whole contiguous-layout table and the llama2-7b recipe (configs/tpu/llama2_7b_v5p.py)
 # are held out. Rounded from the fit's matmul 1.0 (at its bound: at 1-4k tokens a chip the
 # FSDP traffic, not the matmuls, bounds the dense part, so these points do not pin it down),
 # attention 0.500, ring step 74.2 us, exposed 0.349, tile 0.257 us (a grid step of one row and
@@ -83,7 +83,7 @@ class Device:
 V5P_CALIBRATION = Calibration(matmul_efficiency=1.0, attention_efficiency=0.5, ring_step_s=74e-6,
                               hop_exposed=0.35, tile_overhead_s=0.26e-6,
                               source="MaxText llama3-8b, 64 v5p chips, "
-                              "configs/llama3_8b_v5p.py MEASURED")
+                              "configs/tpu/llama3_8b_v5p.py MEASURED")
 
 DEVICES = {
     "a100-80gb": Device("A100 80GB", "a100", 80 * GB, 2.0e12, 300 * GB,

@@ -1,7 +1,7 @@
 """The planner against published step times: every measured point predicted, and the device
 calibration fitted to the points the config file marks for the fit.
 
-    python scripts/calibrate.py                          # configs/llama3_8b_v5p.py, as calibrated
+    python scripts/calibrate.py                          # configs/tpu/llama3_8b_v5p.py, as calibrated
     python scripts/calibrate.py --fit                    # fit again; print the constants to copy
     python scripts/calibrate.py --config llama3_8b_v5p --json runs/calibration.json
     python scripts/calibrate.py --measure                # this machine: the file the planner reads

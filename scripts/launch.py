@@ -1,6 +1,6 @@
 """Launch train.py through a cluster's scheduler: SLURM, Cloud TPU queued resources, GKE.
 
-    python scripts/launch.py slurm --config configs/llama_1b.py --workdir /shared/runs/l1b \
+    python scripts/launch.py slurm --config configs/gpu/llama_1b.py --workdir /shared/runs/l1b \
         --nodes 2 --tasks-per-node 8 --gpus-per-task 1 --partition gpu --time 24:00:00 \
         --config.num_train_steps=20000
     python scripts/launch.py slurm ... --print          # the batch script; nothing submitted

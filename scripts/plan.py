@@ -1,16 +1,16 @@
 """Memory and throughput planner: will a run fit on its accelerators, how fast could it go, and
 which strategy should it use?
 
-    python scripts/plan.py --config configs/paper_a100_256k.py
-    python scripts/plan.py --config configs/paper_tpuv4_786k.py --device tpu-v4
-    python scripts/plan.py --config configs/llama_7b.py --config.seq_len=65536 --device h100-80gb
+    python scripts/plan.py --config configs/gpu/paper_a100_256k.py
+    python scripts/plan.py --config configs/tpu/paper_tpuv4_786k.py --device tpu-v4
+    python scripts/plan.py --config configs/gpu/llama_7b.py --config.seq_len=65536 --device h100-80gb
     python scripts/plan.py --config configs/tiny.py --device cpu --compile yes --json /tmp/plan.json
     python scripts/plan.py --config configs/default.py --compile yes --config.parallel.strategy=auto
     python scripts/plan.py --config configs/default.py --documents data      # its own documents
-    python scripts/plan.py --config configs/paper_tpuv4_786k.py --compile tpu  # XLA:TPU's bytes
+    python scripts/plan.py --config configs/tpu/paper_tpuv4_786k.py --compile tpu  # XLA:TPU's bytes
     python scripts/plan.py --config configs/tiny.py --compile tpu --topology v4-8 \
         --config.mesh.data=1 --config.mesh.seq=4 --config.parallel.tile=128 ...
-    python scripts/plan.py --config configs/llama_1b.py --documents lognormal:7.5:1.5
+    python scripts/plan.py --config configs/gpu/llama_1b.py --documents lognormal:7.5:1.5
     python scripts/plan.py --config configs/default.py --config.seq_len=1048576 \
         --config.global_batch_size=1 --config.mesh.seq=8 --config.cpu_devices=8 --explain
 

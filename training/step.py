@@ -131,7 +131,7 @@ def make_train_step(graphdef, tx, schedule, *, mask_documents: bool, grad_accum_
                 total, weight, stats, grads = sums_and_grads(params, micro)
                 # The barrier keeps XLA:TPU from moving the gradients' reductions out of the
                 # loop (its while-loop all-reduce code motion fails a RET_CHECK on this sum: a
-                # v5p-128 compile of configs/llama3_8b_128k_v5p.py, data 4 x 8 micro-steps)
+                # v5p-128 compile of configs/tpu/llama3_8b_128k_v5p.py, data 4 x 8 micro-steps)
                 grads = jax.lax.optimization_barrier(grads)
                 return jax.tree.map(jnp.add, carry, (total, weight, grads)), stats
             zeros = (jnp.zeros(()), jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))

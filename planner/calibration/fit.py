@@ -1,7 +1,7 @@
 """Published step times beside the planner's predictions, and the fit of a device's calibration
 (planner/devices.py: `Calibration`) to them.
 
-A config file that carries measurements (configs/llama3_8b_v5p.py) holds, at module level:
+A config file that carries measurements (configs/tpu/llama3_8b_v5p.py) holds, at module level:
 
     DEVICE = "tpu-v5p"                         the device they were measured on
     MEASURED = {layout: {seq_len: {label: seconds}}}
@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 import math
 
 import numpy as np
 
 import run_config
-from configs import load_file
+from configs import ConfigError, load_file, module_named
 from parallel.strategies import parse_label
 from planner import recommend, step_time
 from planner.attention import choice_from_config
@@ -75,18 +74,18 @@ class Measurement:
 def measurements(module: str) -> list[Measurement]:
     """Every point of configs.<module>'s MEASURED; ValueError, one line, if there are none."""
     try:
-        mod = importlib.import_module(f"configs.{module}")
-    except ModuleNotFoundError:
-        raise ValueError(f"no config configs/{module}.py: name a file under configs/ without "
-                         f"'.py', e.g. llama3_8b_v5p") from None
+        mod = module_named(module)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    where = mod.__name__.replace(".", "/") + ".py"  # configs/tpu/llama3_8b_v5p.py
     if not getattr(mod, "MEASURED", None):
-        raise ValueError(f"configs/{module}.py has no MEASURED step times: choose a config "
+        raise ValueError(f"{where} has no MEASURED step times: choose a config "
                          f"that carries them (llama3_8b_v5p, llama2_7b_v5p)")
     fit_at, tiles = getattr(mod, "MEASURED_FIT", {}), getattr(mod, "MEASURED_TILES", {})
     labels = {label for by_length in mod.MEASURED.values() for by_label in by_length.values()
               for label in by_label}
     if stray := sorted(set(tiles) - labels):
-        raise ValueError(f"configs/{module}.py: MEASURED_TILES names {', '.join(stray)}, which "
+        raise ValueError(f"{where}: MEASURED_TILES names {', '.join(stray)}, which "
                          f"MEASURED does not measure: use its labels ({', '.join(sorted(labels))})")
     return [Measurement(module, mod.DEVICE, layout, seq_len, label, seconds,
                         seq_len in fit_at.get(layout, ()), mod.MEASURED_SOURCE,
@@ -131,7 +130,7 @@ def point_config(point: Measurement) -> run_config.RunConfig:
     if point.config.endswith(".py"):
         config, setup = load_file(point.config), {}
     else:
-        mod = importlib.import_module(f"configs.{point.config}")
+        mod = module_named(point.config)
         config, setup = mod.get_config(), getattr(mod, "MEASURED_SETUP", {})
     updates = {**setup, **dict(point.setup), "parallel.layout": point.layout,
                "seq_len": point.seq_len}

@@ -5,9 +5,9 @@ without the chunked ones."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import model
+from configs import module_named
 from planner.devices import Device
 from planner.memory import activation_memory, fit, param_counts, state_memory
 from planner.run import Run
@@ -38,15 +38,15 @@ def dominant_lines(plan: dict, m, run: Run) -> list[str]:
     return lines
 
 
-SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/<name>.py, each with set_model(model)
+SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/gpu/<name>.py, each with set_model(model)
 
 
 def _shapes(name: str, config, resolved):
-    """A ModelConfig with the shapes and precision of configs/<name>.py and this run's memory
+    """A ModelConfig with the shapes and precision of configs/gpu/<name>.py and this run's memory
     options (tiles, chunks, remat policy, scan)."""
     section = _Section({f.name: getattr(config.model, f.name)
                         for f in dataclasses.fields(config.model)})
-    importlib.import_module(f"configs.{name}").set_model(section)
+    module_named(name).set_model(section)
     if len(section.layer_types) != section.num_layers:  # the run's per-layer kinds do not fit
         section.layer_types = ()  # Llama's: every layer full attention
     section.partial_rotary_factor = 1.0  # Llama's RoPE (a share may not fit its head_dim)
@@ -83,7 +83,7 @@ def format_sizes(rows: list[dict], m, run: Run, unit) -> list[str]:
     chunks = (f"loss_chunk {m.loss_chunk or 'off'}, mlp_chunk {m.mlp_chunk or 'off'}, "
               f"remat {'on' if m.remat else 'off'}")
     lines = [f"Model sizes at {run.block:,} tokens per device (analytic, {name} per device; "
-             f"as configured: {chunks}; bf16 compute, fp32 params as configs/llama_*.py)",
+             f"as configured: {chunks}; bf16 compute, fp32 params as configs/gpu/llama_*.py)",
              f"  {'shapes':<10}{'params':>8}  {'as configured':<22}{'largest term':<26}"
              "without loss/mlp chunks"]
     for r in rows:

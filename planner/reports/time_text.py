@@ -3,7 +3,7 @@
 - Layouts: time per step for each layout with the ring strategy, and the choice of layout.
 - Strategies: every context-parallel strategy for the run's layout, its predicted time per
   micro-step, traffic and memory, the recommendation (what `parallel.strategy='auto'` takes),
-  and, where the config file carries MEASURED step times (configs/llama3_8b_v5p.py: MaxText's),
+  and, where the config file carries MEASURED step times (configs/tpu/llama3_8b_v5p.py: MaxText's),
   those beside the predictions with where they disagree.
 
 Formulas: each strategy's cost (parallel/strategies/) plus planner/step_time.py's dense and

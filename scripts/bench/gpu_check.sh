@@ -13,7 +13,7 @@
 #          kernel against cuDNN on one causal block pair
 #   tiles  scripts/bench/gpu_tiles.py: the leading tiles and Triton launch parameters per
 #          head_dim, each with the fully visible tiles in their own unmasked loop and without
-#   train  train.py, configs/llama_1b.py on the one GPU at 32,768 tokens: tokens/s and MFU from
+#   train  train.py, configs/gpu/llama_1b.py on the one GPU at 32,768 tokens: tokens/s and MFU from
 #          the progress lines (the run is aborted at its limit: no checkpoint is written)
 # A missing ml_collections is installed from wheels in $WHEELS (train.py's config flags need it;
 # the GPU image has everything else): pip download --no-deps --only-binary=:all: \
@@ -59,7 +59,7 @@ train() {
   local tok=()
   [ -n "$TOKENIZER" ] && tok=(--config.data.tokenizer_path="$TOKENIZER")
   rm -rf /tmp/gpu_train
-  TAIL=30 run train 240 $PY -X faulthandler train.py --config configs/llama_1b.py \
+  TAIL=30 run train 240 $PY -X faulthandler train.py --config configs/gpu/llama_1b.py \
     --workdir /tmp/gpu_train \
     --config.seq_len=32768 --config.global_batch_size=1 --config.mesh.seq=1 \
     --config.model.tile_q=64 --config.model.tile_k=64 --config.tracker=jsonl \

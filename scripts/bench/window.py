@@ -1,7 +1,7 @@
 """Local and global layers, per layout and strategy: tiles on the critical path and key/value
 tokens received per device per layer, beside full causal attention, and the planner's choice.
 
-    python scripts/bench/window.py --config configs/gemma3_4b_v5p.py    # 32k tokens, 8 chips
+    python scripts/bench/window.py --config configs/tpu/gemma3_4b_v5p.py    # 32k tokens, 8 chips
     python scripts/bench/window.py --config configs/gemma3_cpu.py --device cpu --json out.json
 
 Counts, not timings: the tiles come from the rule the kernels run, the tokens from each

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from configs import module_named
 from tests.support.docs_text import commands, pages
 from tests.support.tpu_pod_runs import launcher, tools_path
 from training.validate import validate_config
@@ -24,7 +25,7 @@ DEFAULT_ACCELERATOR = "v4-32"  # tpu_pod.py create's default
 def documented_commands():
     """(where, argv) of every `python scripts/tpu_pod.py run|all ...` in the docs, continuation
     lines joined."""
-    sources = [REPO / "scripts" / "README.md", *sorted((REPO / "configs").glob("*.py"))]
+    sources = [REPO / "scripts" / "README.md", *sorted((REPO / "configs").rglob("*.py"))]
     found = []
     for path in sources:
         text = path.read_text()
@@ -45,8 +46,7 @@ def chips(accelerator: str) -> int:
 
 
 def load_config(path: str, overrides: list[str]):
-    import importlib
-    config = importlib.import_module(f"configs.{Path(path).stem}").get_config()
+    config = module_named(Path(path).stem).get_config()
     for override in overrides:
         key, value = override.removeprefix("--config.").split("=", 1)
         section, _, name = key.rpartition(".")
@@ -138,7 +138,7 @@ def documented_launch_commands():
         for _, argv in commands(page):
             if argv[0] == "scripts/launch.py":
                 found.setdefault(tuple(argv[1:]), []).append(page.name)
-    for path in sorted((REPO / "configs").glob("*.py")):
+    for path in sorted((REPO / "configs").rglob("*.py")):
         text = re.sub(r"\\\\?\n\s*", " ", ast.get_docstring(ast.parse(path.read_text())) or "")
         for line in text.splitlines():
             at = line.find("python scripts/launch.py ")

@@ -219,7 +219,7 @@ def test_slurm_job_of_other_devices_than_the_mesh_is_refused_before_anything(tmp
     """The job's nodes x tasks x GPUs against the config's mesh (data 1 x seq 8): 16 GPUs would
     pass the memory check for 8 and stop train.py on the cluster after the queue. (sbatch is not
     on this PATH: a job that got past the check would fail there, exit 1.)"""
-    result = launch("slurm", "--config", "configs/llama_1b.py", "--workdir", str(tmp_path / "w"),
+    result = launch("slurm", "--config", "configs/gpu/llama_1b.py", "--workdir", str(tmp_path / "w"),
                     "--nodes", "2", "--tasks-per-node", "8", "--gpus-per-task", "1",
                     env={**clean_env(), "PATH": os.path.dirname(sys.executable) + ":/usr/bin"})
     assert result.returncode == 2, result.stderr

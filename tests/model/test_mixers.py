@@ -3,6 +3,7 @@ model's for every config in configs/, and a new kind of mixer is one file and on
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 
@@ -20,8 +21,9 @@ from parallel.mesh import make_mesh
 from planner import memory
 from tests.support import ROOT
 
-CONFIGS = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "configs"))
-                 if name.endswith(".py") and name != "__init__.py")
+CONFIGS = sorted(os.path.relpath(path, os.path.join(ROOT, "configs"))[:-3].replace(os.sep, ".")
+                 for path in glob.glob(os.path.join(ROOT, "configs", "**", "*.py"), recursive=True)
+                 if not path.endswith("__init__.py"))
 
 
 def abstract_params(cfg) -> int:

@@ -86,7 +86,7 @@ def test_calibrate_names_a_config_without_measurements_in_one_line(name, words):
 
 
 def test_a_tile_for_a_label_not_measured_is_a_one_line_error(monkeypatch):
-    import configs.llama2_7b_v5p as recipe
+    import configs.tpu.llama2_7b_v5p as recipe
     monkeypatch.setattr(recipe, "MEASURED_TILES", {"usp 4x4": 1024})
     with pytest.raises(ValueError, match=r"MEASURED_TILES names usp 4x4, which MEASURED does "
                                          r"not measure: use its labels \(allgather, ring"):

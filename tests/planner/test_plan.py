@@ -21,7 +21,8 @@ import parallel
 import run_config
 
 
-from configs import paper_a100_256k, tiny
+from configs import tiny
+from configs.gpu import paper_a100_256k
 from parallel import strategy_cost
 from planner import DEVICES, memory, resolve_run, step_time
 from planner.reports import plan
@@ -338,7 +339,7 @@ def test_state_as_built_is_what_create_train_state_makes():
 
 @pytest.mark.programs
 def test_large_config_skips_the_compile(tmp_path):
-    stdout, result = run_plan("--config", "configs/paper_a100_256k.py", tmp_path=tmp_path)
+    stdout, result = run_plan("--config", "configs/gpu/paper_a100_256k.py", tmp_path=tmp_path)
     assert "skipped (too large to compile on this host" in stdout
     assert result["device"] == "a100-80gb" and result["run"]["devices"] == 8
     assert result["fit"]["verdict"] == "fits" and "FITS" in stdout

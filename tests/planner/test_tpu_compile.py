@@ -162,8 +162,8 @@ def test_the_7b_paper_config_compiles_and_fits_a_v4_32(tmp_path):
     host memory (remat_policy 'offload'): the TPU compiler's host bytes are every layer's block
     input, as the planner counts them. (The 1.1B config compiles the same way, in 75 s more of
     make test: its figures are in BENCHMARKS.md, from `scripts/plan.py --config
-    configs/paper_tpuv4_786k.py --compile tpu`.)"""
-    result = plan("--config=configs/paper_tpuv4_786k_7b.py", f"--json={tmp_path / 'plan.json'}")
+    configs/tpu/paper_tpuv4_786k.py --compile tpu`.)"""
+    result = plan("--config=configs/tpu/paper_tpuv4_786k_7b.py", f"--json={tmp_path / 'plan.json'}")
     assert result.returncode == 0, result.stderr
     assert "for v4-32, per chip" in result.stdout and ": FITS;" in result.stdout
     figures = json.loads((tmp_path / "plan.json").read_text())
@@ -187,8 +187,8 @@ def test_plan_compiles_for_two_slices_with_the_ring_inside_each():
 
 
 @heavy
-@pytest.mark.parametrize("config", ["configs/qwen3_30b_a3b_v5p.py", "configs/gpt_oss_20b_v5p.py",
-                                    "configs/deepseek_v2_lite_v5p.py"])
+@pytest.mark.parametrize("config", ["configs/tpu/qwen3_30b_a3b_v5p.py", "configs/tpu/gpt_oss_20b_v5p.py",
+                                    "configs/tpu/deepseek_v2_lite_v5p.py"])
 def test_the_mixture_of_experts_configs_fit_a_v5p_128(config, tmp_path):
     """Qwen3-30B-A3B, GPT-OSS-20B and DeepSeek-V2-Lite (latent attention, the ring passing
     latents) at their real sizes, 131,072 tokens, the experts over the 4 data-parallel groups'
@@ -202,10 +202,10 @@ def test_the_mixture_of_experts_configs_fit_a_v5p_128(config, tmp_path):
 
 @heavy
 def test_the_128k_recipe_fits_the_slice_its_mesh_names(tmp_path):
-    """configs/llama3_8b_128k_v5p.py as its docstring runs it (no other flag: the config's
+    """configs/tpu/llama3_8b_128k_v5p.py as its docstring runs it (no other flag: the config's
     device and mesh fix the slice, 64 chips): Llama-3-8B at 131,072 tokens, the TPU compiler's
     per-chip bytes within a v5p's HBM."""
-    result = plan("--config=configs/llama3_8b_128k_v5p.py", f"--json={tmp_path / 'plan.json'}")
+    result = plan("--config=configs/tpu/llama3_8b_128k_v5p.py", f"--json={tmp_path / 'plan.json'}")
     assert result.returncode == 0, result.stderr
     assert "for v5p-128, per chip" in result.stdout and ": FITS;" in result.stdout
     assert json.loads((tmp_path / "plan.json").read_text())["compiled"]["total"] <= 95e9

@@ -111,6 +111,7 @@ def test_every_family_in_the_table_is_checked_against_transformers():
 def test_configs_readme_lists_every_config():
     text = (REPO / "configs" / "README.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| [`")]
-    files = sorted(p.name for p in (REPO / "configs").glob("*.py") if p.name != "__init__.py")
+    files = sorted(p.relative_to(REPO / "configs").as_posix()
+                   for p in (REPO / "configs").rglob("*.py") if p.name != "__init__.py")
     listed = sorted(row.split("`")[1] for row in rows)
     assert listed == files, "configs/README.md's table and configs/*.py differ"

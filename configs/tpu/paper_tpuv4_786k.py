@@ -1,27 +1,27 @@
 """Striped Attention paper, TPU setting: 16 TPU v4 chips (v4-32), 786,432-token sequences.
 
     python scripts/tpu_pod.py all --name ringstripe-v4 --zone us-central2-b \\
-        --accelerator-type v4-32 --config configs/paper_tpuv4_786k.py \\
+        --accelerator-type v4-32 --config configs/tpu/paper_tpuv4_786k.py \\
         --workdir gs://my-bucket/ringstripe/paper_tpuv4_786k
     #   add --config.parallel.layout=ring (or zigzag) for the comparison runs
-    python scripts/plan.py --config configs/paper_tpuv4_786k.py   # memory and speed on 16 x v4
+    python scripts/plan.py --config configs/tpu/paper_tpuv4_786k.py   # memory and speed on 16 x v4
 
 Brandon et al. 2023 (arXiv 2311.09431) report 1.65x end-to-end over Ring Attention here. Mesh
 data 1 x seq 16: each chip holds 49,152 tokens of the sequence (striped: every 16th token).
 Tiles 1024 x 1024: 48 tiles per block side (24 per zigzag chunk).
 
-Model: the TinyLlama-1.1B shapes of configs/llama_1b.py. At 49,152 tokens per chip the float32
+Model: the TinyLlama-1.1B shapes of configs/gpu/llama_1b.py. At 49,152 tokens per chip the float32
 logits [1, 49,152, 32,000] and their gradient alone would take 12.6 GB of a v4 chip's 32 GB;
 with the loss computed 2,048 tokens at a time (model.loss_chunk), the MLP 4,096 at a time
 (model.mlp_chunk) and the blocks under one lax.scan (model.scan_layers), scripts/plan.py puts the
 1.1B at about 11 GB per chip and the 3.4B OpenLLaMA-3B shapes at about 23 GB (they fit now;
 without the chunks, 38 GB: they did not), while the 6.7B LLaMA-7B shapes, at about 34 GB, do
 not while the 32 layers' block inputs kept for remat, their largest term (38%), stay in HBM:
-configs/paper_tpuv4_786k_7b.py keeps them in host memory and fits (the TPU compiler: 28.2 GB
+configs/tpu/paper_tpuv4_786k_7b.py keeps them in host memory and fits (the TPU compiler: 28.2 GB
 per chip; `--compile tpu` compiles this config's step for the v4-32 the same way, 14.8 GB).
 The plan's model-size table prints all three; for the 3B:
 
-    python scripts/plan.py --config configs/paper_tpuv4_786k.py --config.model.d_model=3200 \
+    python scripts/plan.py --config configs/tpu/paper_tpuv4_786k.py --config.model.d_model=3200 \
         --config.model.num_layers=26 --config.model.num_kv_heads=32 \
         --config.model.head_dim=100 --config.model.mlp_dim=8640
 
@@ -31,7 +31,8 @@ chips hold (196,608 of them; data/README.md), so the batch need not divide the p
 per step: global_batch_size 1 x seq_len 786,432 = 786,432.
 """
 
-from configs import default, llama_1b, llama_7b
+from configs import default
+from configs.gpu import llama_1b, llama_7b
 
 DEVICE = "tpu-v4"  # scripts/plan.py's default --device for this file (not a config field)
 

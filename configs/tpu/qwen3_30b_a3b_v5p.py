@@ -2,8 +2,8 @@
 the sequence over 16 chips, 4 sequences a step, the 128 experts over the 4 data-parallel
 groups' chips (mesh.expert = mesh.data: 32 experts a chip), for the TPU compiler and the planner.
 
-    python scripts/plan.py --config configs/qwen3_30b_a3b_v5p.py --compile tpu --topology v5p-128
-    python train.py --config configs/qwen3_30b_a3b_v5p.py --workdir gs://my-bucket/qwen3_30b \\
+    python scripts/plan.py --config configs/tpu/qwen3_30b_a3b_v5p.py --compile tpu --topology v5p-128
+    python train.py --config configs/tpu/qwen3_30b_a3b_v5p.py --workdir gs://my-bucket/qwen3_30b \\
         --config.init_from=hf:/models/Qwen3-30B-A3B                     # from the weights
 
 Qwen3-30B-A3B's shapes: d_model 2048, 48 layers, 32 query and 4 KV heads of 128 with q/k norms,
@@ -13,7 +13,8 @@ it to 131,072). 30.5B parameters, 3.3B active a token. bf16 compute, float32 wei
 state, blocks rematerialised and scanned, the loss in chunks.
 """
 
-from configs import default, llama_7b
+from configs import default
+from configs.gpu import llama_7b
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 

@@ -1,11 +1,11 @@
 """Llama-3 8B shapes on 64 TPU v5p chips (v5p-128 slice: 64 chips), the sequence over all 64.
 
-    python scripts/plan.py --config configs/llama3_8b_v5p.py                        # 64k
+    python scripts/plan.py --config configs/tpu/llama3_8b_v5p.py                        # 64k
     python scripts/calibrate.py --config llama3_8b_v5p   # the fit, and every point predicted
-    python scripts/plan.py --config configs/llama3_8b_v5p.py --config.seq_len=131072
-    python scripts/plan.py --config configs/llama3_8b_v5p.py --config.seq_len=262144
+    python scripts/plan.py --config configs/tpu/llama3_8b_v5p.py --config.seq_len=131072
+    python scripts/plan.py --config configs/tpu/llama3_8b_v5p.py --config.seq_len=262144
     python scripts/tpu_pod.py all --name ringstripe-v5p --zone us-east5-a \\
-        --accelerator-type v5p-128 --config configs/llama3_8b_v5p.py \\
+        --accelerator-type v5p-128 --config configs/tpu/llama3_8b_v5p.py \\
         --workdir gs://my-bucket/ringstripe/llama3_8b_v5p -- --config.parallel.strategy=auto
 
 The setting in which MaxText measured its context-parallel strategies (llama3-8b, context
@@ -20,7 +20,8 @@ Batch: one sequence a step over the 64 chips (16 hosts of 4), as MaxText measure
 builds only its columns of the row (data/README.md).
 """
 
-from configs import default, llama_7b
+from configs import default
+from configs.gpu import llama_7b
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 

@@ -3,8 +3,8 @@ the sequence over 16 chips that pass each token's latent (576 values) around the
 its 16 heads' keys and values, 4 sequences a step, the 64 experts over the 4 data-parallel
 groups' chips (16 a chip), for the TPU compiler and the planner.
 
-    python scripts/plan.py --config configs/deepseek_v2_lite_v5p.py --compile tpu --topology v5p-128
-    python train.py --config configs/deepseek_v2_lite_v5p.py --workdir gs://my-bucket/dsv2_lite \\
+    python scripts/plan.py --config configs/tpu/deepseek_v2_lite_v5p.py --compile tpu --topology v5p-128
+    python train.py --config configs/tpu/deepseek_v2_lite_v5p.py --workdir gs://my-bucket/dsv2_lite \\
         --config.init_from=hf:/models/DeepSeek-V2-Lite                  # from the weights
 
 DeepSeek-V2-Lite's shapes (its config.json): d_model 2048, 27 layers, 16 heads of latent
@@ -17,8 +17,9 @@ sparse ones in one lax.scan (unrolled, the TPU compiler kept every layer's gathe
 94.2 GB a chip, against 14.9 scanned; BENCHMARKS.md), the loss in chunks.
 """
 
-from configs import default, llama_7b
-from configs.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
+from configs import default
+from configs.gpu import llama_7b
+from configs.tpu.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 

@@ -2,8 +2,8 @@
 sequence over 16 chips, 4 sequences a step, the 32 experts over the 4 data-parallel groups'
 chips (mesh.expert = mesh.data: 8 experts a chip), for the TPU compiler and the planner.
 
-    python scripts/plan.py --config configs/gpt_oss_20b_v5p.py --compile tpu --topology v5p-128
-    python train.py --config configs/gpt_oss_20b_v5p.py --workdir gs://my-bucket/gpt_oss_20b \\
+    python scripts/plan.py --config configs/tpu/gpt_oss_20b_v5p.py --compile tpu --topology v5p-128
+    python train.py --config configs/tpu/gpt_oss_20b_v5p.py --workdir gs://my-bucket/gpt_oss_20b \\
         --config.init_from=hf:/models/gpt-oss-20b-bf16          # unquantised weights
 
 GPT-OSS-20B's shapes: d_model 2880, 24 layers alternating a 128-token window and full
@@ -14,8 +14,9 @@ the SwiGLU clamped at 7; vocab 201,088; YaRN x 32 over 4,096 pretrained tokens (
 blocks rematerialised and scanned, the loss in chunks.
 """
 
-from configs import default, llama_7b
-from configs.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
+from configs import default
+from configs.gpu import llama_7b
+from configs.tpu.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 

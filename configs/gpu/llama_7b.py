@@ -1,7 +1,7 @@
 """LLaMA-7B-sized model (LLaMA 1/2 7B shapes) on one 8-GPU node, 32k tokens per sequence.
 
-    python train.py --config configs/llama_7b.py --workdir runs/llama_7b
-    python scripts/plan.py --config configs/llama_7b.py        # memory and speed on 8 x A100 80GB
+    python train.py --config configs/gpu/llama_7b.py --workdir runs/llama_7b
+    python scripts/plan.py --config configs/gpu/llama_7b.py        # memory and speed on 8 x A100 80GB
 
 6.74B parameters (d_model 4096, 32 layers, 32 heads x 128, no GQA, SwiGLU 11008, vocab 32000),
 bfloat16 compute, float32 parameters and AdamW state, every block rematerialised. Mesh data 1 x

@@ -1,10 +1,10 @@
 """Llama-3-8B taken from its Hugging Face checkpoint (pretrained at 8,192 tokens) to 131,072
 tokens on a v5p-128 slice (64 chips): continued pretraining, 64k then 128k.
 
-    python scripts/plan.py --config configs/llama3_8b_128k_v5p.py --compile tpu  # FITS, per chip
+    python scripts/plan.py --config configs/tpu/llama3_8b_128k_v5p.py --compile tpu  # FITS, per chip
     WANDB_MODE=online WANDB_PROJECT=llama3-128k python scripts/launch.py tpu \\
         --name rs-l8b-128k --zone us-east5-a --accelerator-type v5p-128 --spot \\
-        --config configs/llama3_8b_128k_v5p.py --workdir gs://my-bucket/runs/l8b-128k \\
+        --config configs/tpu/llama3_8b_128k_v5p.py --workdir gs://my-bucket/runs/l8b-128k \\
         --config.init_from=hf:gs://my-bucket/models/Meta-Llama-3-8B \\
         --config.data.source='gs://my-bucket/data/long/*.txt'
     python scripts/eval_long.py --workdir gs://my-bucket/runs/l8b-128k --seq_shards 8 \\
@@ -33,7 +33,8 @@ the first command above, 277 s on 2 cores; the planner's analytic figure 19.70 G
 step 83.6 s; BENCHMARKS.md has the output).
 """
 
-from configs import default, llama_7b
+from configs import default
+from configs.gpu import llama_7b
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 

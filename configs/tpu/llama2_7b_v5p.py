@@ -1,7 +1,7 @@
 """Llama-2 7B shapes on 64 TPU v5p chips at 32k tokens: the sequence over 16 chips, four
 data-parallel groups, 64 sequences (2M tokens) a step.
 
-    python scripts/plan.py --config configs/llama2_7b_v5p.py
+    python scripts/plan.py --config configs/tpu/llama2_7b_v5p.py
     python scripts/calibrate.py --config llama2_7b_v5p     # MaxText's step times, predicted
 
 The setting of MaxText's Ulysses measurements (llama2-7b, context parallelism 16 on 64 v5p
@@ -17,7 +17,8 @@ three within 0.91-1.24). The config itself keeps remat_policy 'nothing', the lea
 vocab 32000; bfloat16 compute, float32 parameters and AdamW state, every block rematerialised.
 """
 
-from configs import default, llama_7b
+from configs import default
+from configs.gpu import llama_7b
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 

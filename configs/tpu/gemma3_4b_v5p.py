@@ -1,9 +1,9 @@
 """Gemma 3 4B at its real size (text), 32k tokens per sequence over 8 TPU v5p chips (v5p-16):
 its 5 : 1 local and global layers sequence-parallel, for the TPU compiler and the planner.
 
-    python scripts/plan.py --config configs/gemma3_4b_v5p.py --compile tpu   # XLA:TPU's bytes
-    python scripts/bench/window.py --config configs/gemma3_4b_v5p.py         # work and traffic
-    python train.py --config configs/gemma3_4b_v5p.py --workdir gs://my-bucket/gemma3_4b \
+    python scripts/plan.py --config configs/tpu/gemma3_4b_v5p.py --compile tpu   # XLA:TPU's bytes
+    python scripts/bench/window.py --config configs/tpu/gemma3_4b_v5p.py         # work and traffic
+    python train.py --config configs/tpu/gemma3_4b_v5p.py --workdir gs://my-bucket/gemma3_4b \
         --config.init_from=hf:/models/gemma-3-4b-pt                         # from the weights
 
 Gemma 3 4B's shapes (d_model 2560, 34 layers, 8 query and 4 KV heads of 256, GeGLU 10240,
@@ -14,7 +14,8 @@ blocks. bf16 compute, float32 weights and AdamW state, blocks rematerialised and
 kinds in one scan: each step switches to its layer's kind).
 """
 
-from configs import default, llama_7b
+from configs import default
+from configs.gpu import llama_7b
 from configs.gemma3_cpu import set_gemma3_block
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)

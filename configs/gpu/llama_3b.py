@@ -1,18 +1,19 @@
 """OpenLLaMA-3B-sized model on one 8-GPU node, 64k tokens per sequence.
 
-    python train.py --config configs/llama_3b.py --workdir runs/llama_3b
-    python scripts/plan.py --config configs/llama_3b.py        # memory and speed on 8 x A100 80GB
+    python train.py --config configs/gpu/llama_3b.py --workdir runs/llama_3b
+    python scripts/plan.py --config configs/gpu/llama_3b.py        # memory and speed on 8 x A100 80GB
 
 3.43B parameters (d_model 3200, 26 layers, 32 heads x 100, no GQA, SwiGLU 8640, vocab 32000),
 bfloat16 compute, float32 parameters and AdamW state, every block rematerialised. Mesh data 1 x
 seq 8: each GPU holds 8,192 tokens of each sequence. Tokens per step: global_batch_size 4 x
-seq_len 65,536 = 262,144. Data and tokenizer as in configs/llama_7b.py.
+seq_len 65,536 = 262,144. Data and tokenizer as in configs/gpu/llama_7b.py.
 
 Memory (scripts/plan.py): about 34 GB per 80 GB GPU (weights and AdamW state sharded over the
 8 GPUs); about 59 GB even if XLA kept every layer's gathered weights alive. Fits.
 """
 
-from configs import default, llama_7b
+from configs import default
+from configs.gpu import llama_7b
 
 DEVICE = "a100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
 

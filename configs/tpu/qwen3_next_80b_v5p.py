@@ -2,8 +2,8 @@
 v5p-256 (128 chips): the sequence over 32 chips (8,192 tokens a chip), 4 sequences a step, the
 512 experts over the 4 data-parallel groups' chips, for the TPU compiler and the planner.
 
-    python scripts/plan.py --config configs/qwen3_next_80b_v5p.py --compile tpu --topology v5p-256
-    python train.py --config configs/qwen3_next_80b_v5p.py --workdir gs://my-bucket/qwen3_next \\
+    python scripts/plan.py --config configs/tpu/qwen3_next_80b_v5p.py --compile tpu --topology v5p-256
+    python train.py --config configs/tpu/qwen3_next_80b_v5p.py --workdir gs://my-bucket/qwen3_next \\
         --config.init_from=hf:/models/Qwen3-Next-80B-A3B-Instruct      # from the weights
 
 Qwen3-Next-80B-A3B's shapes (its config.json): d_model 2048, 48 layers, three Gated DeltaNet
@@ -19,8 +19,9 @@ blocks rematerialised and scanned a period at a time (each of the period's 4 pos
 temporaries a chip), the loss in chunks.
 """
 
-from configs import default, llama_7b
-from configs.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
+from configs import default
+from configs.gpu import llama_7b
+from configs.tpu.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 

@@ -1,12 +1,12 @@
 """Llama-3-8B from its Hugging Face checkpoint to 131,072 tokens on one node of 8 x H100 80 GB,
-by SLURM: the job of configs/llama3_8b_128k_v5p.py (its weights, RoPE rule, 64k then 128k,
+by SLURM: the job of configs/tpu/llama3_8b_128k_v5p.py (its weights, RoPE rule, 64k then 128k,
 about 4.2M tokens a step, the same optimizer) on 8 GPUs instead of 64 TPU chips.
 
-    python scripts/plan.py --config configs/llama3_8b_128k_h100.py        # memory and speed
-    python scripts/launch.py slurm --config configs/llama3_8b_128k_h100.py \\
+    python scripts/plan.py --config configs/gpu/llama3_8b_128k_h100.py        # memory and speed
+    python scripts/launch.py slurm --config configs/gpu/llama3_8b_128k_h100.py \\
         --nodes 1 --tasks-per-node 8 --gpus-per-task 1 --print            # the check, the script
     WANDB_MODE=online WANDB_PROJECT=llama3-128k python scripts/launch.py slurm \\
-        --config configs/llama3_8b_128k_h100.py --workdir /shared/runs/l8b-128k \\
+        --config configs/gpu/llama3_8b_128k_h100.py --workdir /shared/runs/l8b-128k \\
         --nodes 1 --tasks-per-node 8 --gpus-per-task 1 --partition gpu --time 2-00:00:00 \\
         --config.init_from=hf:/shared/models/Meta-Llama-3-8B \\
         --config.data.source='/shared/data/long/*.txt'
@@ -25,7 +25,7 @@ check memory_analysis() on the node).
 """
 
 from configs import default
-from configs.llama3_8b_128k_v5p import length_stages, set_llama3_8b
+from configs.tpu.llama3_8b_128k_v5p import length_stages, set_llama3_8b
 
 DEVICE = "h100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
 

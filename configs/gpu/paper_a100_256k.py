@@ -1,12 +1,12 @@
 """Striped Attention paper, GPU setting: 8 x A100 80GB, one 262,144-token sequence per step.
 
-    python train.py --config configs/paper_a100_256k.py --workdir runs/paper_a100_256k
-    python train.py --config configs/paper_a100_256k.py --workdir runs/paper_a100_256k_ring \\
+    python train.py --config configs/gpu/paper_a100_256k.py --workdir runs/paper_a100_256k
+    python train.py --config configs/gpu/paper_a100_256k.py --workdir runs/paper_a100_256k_ring \\
         --config.parallel.layout=ring          # or zigzag; same tokens, same loss curve
-    python scripts/plan.py --config configs/paper_a100_256k.py   # memory and speed on 8 x A100
+    python scripts/plan.py --config configs/gpu/paper_a100_256k.py   # memory and speed on 8 x A100
 
 Brandon et al. 2023 (arXiv 2311.09431) report 1.45x end-to-end over Ring Attention here. The
-LLaMA-7B shapes (configs/llama_7b.py), bfloat16 compute, float32 weights and AdamW state, remat.
+LLaMA-7B shapes (configs/gpu/llama_7b.py), bfloat16 compute, float32 weights and AdamW state, remat.
 Mesh data 1 x seq 8: each GPU holds 32,768 tokens of the sequence (striped: every 8th token).
 Tiles 2048 x 2048: 16 tiles per block side (8 per zigzag chunk), so the causal mask's skipped
 tiles are most of the saving. Tokens per step: global_batch_size 1 x seq_len 262,144 = 262,144.
@@ -17,14 +17,15 @@ keeps the 7B. If XLA kept every layer's gathered weights alive (as its CPU compi
 need about 98 GB; check `memory_analysis()` on the GPUs, and if so fall back to the 3B shapes
 (about 59 GB in that worst case) or the 1.1B shapes (about 36 GB):
 
-    python train.py --config configs/paper_a100_256k.py --workdir runs/paper_a100_256k_3b \
+    python train.py --config configs/gpu/paper_a100_256k.py --workdir runs/paper_a100_256k_3b \
         --config.model.d_model=3200 --config.model.num_layers=26 --config.model.head_dim=100 \
         --config.model.mlp_dim=8640
     #   1.1B: --config.model.d_model=2048 --config.model.num_layers=22 \
     #         --config.model.num_kv_heads=4 --config.model.head_dim=64 --config.model.mlp_dim=5632
 """
 
-from configs import default, llama_7b
+from configs import default
+from configs.gpu import llama_7b
 
 DEVICE = "a100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
 
