@@ -26,9 +26,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 
-from launch.preflight import PREEMPTED_EXIT_CODE, LaunchError, TrainRun
-from launch.run_env import public
+from launch.engine import Engine
+from launch.preflight import (PREEMPTED_EXIT_CODE, Check, CommandFailed, LaunchError, TrainRun,
+                              run_check)
+from launch.run_env import forwarded, public
 from launch.tpu import vms_of
 from launch.tpu_inputs import check_accelerator_type
 from planner.topology import slice_for  # no JAX: planner/__init__ imports lazily
@@ -165,3 +171,62 @@ def _scalar(value) -> str:
     if isinstance(value, (dict, list)):
         return "{}" if isinstance(value, dict) else "[]"
     return json.dumps(str(value))
+
+
+class JobSets(Engine):
+    name = "gke"
+    help = "a JobSet on a GKE cluster's TPU node pools, applied with kubectl (or --print)"
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--name", required=True, help="the JobSet's name")
+        parser.add_argument("--image", required=True,
+                            help="container image with this repository and its environment")
+        parser.add_argument("--repo", default="/ringstripe",
+                            help="the repository's path in the image")
+        parser.add_argument("--python", default="python", help="the interpreter in the image")
+        parser.add_argument("--accelerator-type", default="v5p-8")
+        parser.add_argument("--num-slices", type=int, default=1)
+        parser.add_argument("--spot", action="store_true", help="schedule on spot TPU node pools")
+        parser.add_argument("--max-restarts", type=int, default=3,
+                            help="restarts after failures (preemptions do not count; default: "
+                                 "%(default)s)")
+        parser.add_argument("--grace-seconds", type=int, default=300,
+                            help="from SIGTERM to SIGKILL: the save's time (default: "
+                                 "%(default)s)")
+        parser.add_argument("--namespace", default="default")
+        parser.add_argument("--wandb-secret", metavar="NAME",
+                            help="the Kubernetes secret whose WANDB_API_KEY the pods get "
+                                 "(kubectl create secret generic NAME "
+                                 "--from-literal=WANDB_API_KEY=...)")
+        parser.add_argument("--print", action="store_true",
+                            help="print the manifest; apply nothing")
+
+    def launch(self, args, run: TrainRun) -> None:
+        job = GkeJob(run, args.name, args.image, args.accelerator_type, args.num_slices,
+                     args.spot, args.max_restarts, args.grace_seconds, args.repo, args.python,
+                     args.namespace, env=forwarded(), wandb_secret=args.wandb_secret)
+        if job.env.get("WANDB_API_KEY") and not job.wandb_secret:
+            print("note: WANDB_API_KEY is set here but the pods do not get it (a manifest would "
+                  "show it): put it in a secret and give --wandb-secret NAME", file=sys.stderr)
+        text = to_yaml(manifest(job)) + "\n"
+        if args.print:
+            print(text, end="")
+            return
+        if shutil.which("kubectl") is None:
+            raise LaunchError("kubectl is not on PATH: install it and point it at the cluster, "
+                              "or use --print and apply the manifest yourself")
+        if not args.skip_check:
+            run_check(Check(run, compile="tpu", topology=args.accelerator_type,
+                            num_slices=args.num_slices),
+                      f"the compile check for {args.accelerator_type}", dry_run=False)
+        cmd = ["kubectl", "apply", "-f", "-"]
+        print(f"+ {shlex.join(cmd)}", flush=True)
+        done = subprocess.run(cmd, input=text, text=True)
+        if done.returncode:
+            raise CommandFailed(f"kubectl apply exited with code {done.returncode}")
+        print(f"applied JobSet {job.name}: watch: kubectl get jobset {job.name}; kubectl logs "
+              f"-f -l jobset.sigs.k8s.io/jobset-name={job.name}; stop: kubectl delete jobset "
+              f"{job.name}")
+
+
+ENGINE = JobSets()

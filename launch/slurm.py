@@ -31,9 +31,12 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 
-from launch.preflight import PREEMPTED_EXIT_CODE, REPO, CommandFailed, LaunchError, TrainRun
-from launch.run_env import public
+from launch.engine import Engine
+from launch.preflight import (PREEMPTED_EXIT_CODE, REPO, Check, CommandFailed, LaunchError,
+                              TrainRun, project_python, run_check)
+from launch.run_env import forwarded, public
 from storage.run_dir import RunDir
 
 # SLURM's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
@@ -178,3 +181,57 @@ def submit(job: SlurmJob) -> str:
         raise CommandFailed(f"sbatch refused the job: {reason} (the script is "
                             f"{job.script_path})")
     return done.stdout.strip().split(";")[0]
+
+
+class Slurm(Engine):
+    name = "slurm"
+    help = "write a batch script into WORKDIR/launch and sbatch it"
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--nodes", type=int, default=1)
+        parser.add_argument("--tasks-per-node", type=int, default=1,
+                            help="processes a node: one a GPU (with --gpus-per-task 1)")
+        parser.add_argument("--gpus-per-task", type=int, default=0, help="0: CPU nodes")
+        parser.add_argument("--partition")
+        parser.add_argument("--time", help="time limit (SLURM's formats: minutes, HH:MM:SS, "
+                                           "D-HH:MM:SS)")
+        parser.add_argument("--signal-seconds", type=int, default=300,
+                            help="the preemption notice this many seconds before --time ends "
+                                 "(--signal=TERM@N; default: %(default)s)")
+        parser.add_argument("--job-name")
+        parser.add_argument("--log-dir", help="where the script and the job's log go (default: "
+                                              "WORKDIR/launch; needed with a gs:// workdir)")
+        parser.add_argument("--python", default=project_python(),
+                            help="the interpreter on the nodes (default: %(default)s)")
+        parser.add_argument("--sbatch", action="append", default=[], metavar="ARG",
+                            help="one more #SBATCH option, e.g. --sbatch=--account=proj "
+                                 "(repeatable)")
+        parser.add_argument("--print", action="store_true",
+                            help="print the batch script; write and submit nothing")
+
+    def launch(self, args, run: TrainRun) -> None:
+        job = SlurmJob(run, nodes=args.nodes, tasks_per_node=args.tasks_per_node,
+                       gpus_per_task=args.gpus_per_task, partition=args.partition,
+                       time=args.time, signal_seconds=args.signal_seconds,
+                       job_name=args.job_name, log_dir=args.log_dir, python=args.python,
+                       sbatch_args=tuple(args.sbatch), env=forwarded())
+        if not args.skip_check:  # with --print too: its lines on stderr, the script alone on stdout
+            run_check(Check(run, device=args.device, devices=job.devices), "the memory check",
+                      dry_run=False, stream=sys.stderr if args.print else None)
+        if args.print:
+            print(batch_script(job), end="")
+            return
+        job_id = submit(job)
+        log = os.path.join(job.directory, f"slurm-{job_id}.log")
+        print(f"submitted job {job_id}: log {log}\n"
+              f"  watch: squeue -j {job_id}; tail -f {log}\n"
+              f"  preempt (saves, requeues, resumes): scancel --signal=TERM {job_id}\n"
+              f"  stop for good (saves within the grace time): scancel {job_id}")
+
+    def default_workdir(self, args) -> str:
+        """runs/CONFIG beside the code: the nodes run the repository from a shared filesystem,
+        so they share it too."""
+        return os.path.join(REPO, "runs", os.path.splitext(os.path.basename(args.config))[0])
+
+
+ENGINE = Slurm()

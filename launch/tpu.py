@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import shutil
 import subprocess
+import sys
 import time
 
-from launch.preflight import PREEMPTED_EXIT_CODE, CommandFailed, LaunchError, TrainRun
+from launch.engine import Engine
+from launch.preflight import (PREEMPTED_EXIT_CODE, Check, CommandFailed, LaunchError, TrainRun,
+                              run_check)
 from launch.run_env import forwarded, hide_secrets
-from launch.tpu_inputs import check_accelerator_type, check_name
+from launch.tpu_inputs import check_accelerator_type, check_name, check_workdir
 from launch.tpu_worker import (EXIT_FILE, REMOTE_TARBALL, bootstrap_script, local_tarball,
                                logs_script, run_script, tar_command)
 from planner.topology import slice_for  # no JAX: planner/__init__ imports lazily
@@ -247,3 +251,62 @@ class Watcher:
 
     def _log_command(self) -> list[str]:
         return self.slice_.ssh(self.slice_.nodes[0], "0", logs_script())
+
+
+class QueuedResources(Engine):
+    name = "tpu"
+    help = "a Cloud TPU queued resource, watched: re-created when preempted, the run resumed"
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--name", required=True, help="the queued resource's and TPU's name")
+        parser.add_argument("--zone", required=True)
+        parser.add_argument("--project")
+        parser.add_argument("--accelerator-type", default="v4-8",
+                            help="v4-32, v5litepod-16, v5p-64, v6e-16, ... (default: %(default)s)")
+        parser.add_argument("--runtime-version", default="tpu-ubuntu2204-base")
+        capacity = parser.add_mutually_exclusive_group()
+        capacity.add_argument("--spot", action="store_true", help="spot capacity (preemptible)")
+        capacity.add_argument("--reserved", action="store_true",
+                              help="the project's reservation")
+        parser.add_argument("--num-slices", type=int, default=1,
+                            help="multi-slice: slices of the type")
+        parser.add_argument("--python", default="python3.11",
+                            help="the workers' venv's interpreter")
+        parser.add_argument("--max-preemptions", type=int, default=100,
+                            help="re-creations after the slice was taken back (default: "
+                                 "%(default)s)")
+        parser.add_argument("--max-failures", type=int, default=3,
+                            help="restarts after train.py failed by itself (default: "
+                                 "%(default)s)")
+        parser.add_argument("--poll-seconds", type=float, default=60.0)
+        parser.add_argument("--keep", action="store_true",
+                            help="keep the slice once the run finished")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="print every gcloud command, as it would run; run nothing")
+
+    def launch(self, args, run: TrainRun) -> None:
+        slice_ = QueuedSlice(args.name, args.zone, args.accelerator_type, args.runtime_version,
+                             args.project, args.spot, args.reserved, args.num_slices,
+                             args.python)
+        notes = []
+        check_workdir(run.workdir, notes)
+        for note in notes:
+            print(note, file=sys.stderr)
+        if not args.dry_run and shutil.which("gcloud") is None:
+            raise LaunchError("gcloud is not on PATH: install the Google Cloud SDK, or use "
+                              "--dry-run to print the commands")
+        if not args.skip_check:
+            run_check(Check(run, compile="tpu", topology=args.accelerator_type,
+                            num_slices=args.num_slices),
+                      f"the compile check for {args.accelerator_type}", dry_run=args.dry_run)
+        watcher = Watcher(slice_, run, Gcloud(args.dry_run), args.max_preemptions,
+                          args.max_failures, args.poll_seconds, args.keep)
+        try:
+            watcher.launch()
+        except KeyboardInterrupt:
+            print(f"\nstopped watching; the slice and the run go on (delete: "
+                  f"{shlex.join(slice_.delete())})", file=sys.stderr)
+            sys.exit(130)
+
+
+ENGINE = QueuedResources()
