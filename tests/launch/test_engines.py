@@ -1,5 +1,5 @@
 """A new launcher is one file and one registry line: a toy engine, defined here as its own file
-would define it (launch/NAME.py) and registered with one line in launch/engines.py, becomes a
+would define it (a file in launch/) and registered with one line in launch/engines.py, becomes a
 subcommand of scripts/launch.py with the options every engine has, and gets the run train.py
 would be started with: the config relative to the repository, the workdir, the overrides."""
 

@@ -1,5 +1,5 @@
 """A new layout is one file and one registry line: a toy one, defined here as its own file would
-define it (parallel/layouts/NAME.py) and registered with one line, lays rows out and back, runs
+define it (a file in parallel/layouts/) and registered with one line, lays rows out and back, runs
 exactly against float64, passes the config checks, and the planner prices it and `layout='auto'`
 weighs it, with no other edit."""
 
