@@ -9,7 +9,8 @@ import jax.numpy as jnp
 from model.rope import RopeScaling
 from model.sections import (FUNCTION, ROUTERS, SHAPE, TRAINING, LinearAttentionConfig, MambaConfig,  # noqa: F401
                             MLAConfig, MoEConfig, fixed, weight_fields)
-from parallel.choice import AUTO, AttentionChoice
+from parallel.choice import AUTO, MLA_BASELINE, AttentionChoice
+from parallel.recurrent import BASELINE as RECURRENT_BASELINE
 from parallel.strategies import BASELINE
 
 
@@ -191,6 +192,19 @@ class ModelConfig:
     def layout(self) -> str:
         """Where the tokens sit on the 'seq' devices (parallel.LAYOUTS)."""
         return self.attention.layout if self.attention else "striped"
+
+    @property
+    def mla_exchange(self) -> str:
+        """What latent attention passes between the devices: the run's choice ('latent' or
+        'full'); a model built without a run's attention passes the expanded keys ('full')."""
+        return self.attention.mla_exchange if self.attention else MLA_BASELINE
+
+    @property
+    def recurrent_strategy(self) -> str:
+        """How the recurrent layers cross the 'seq' devices (parallel.recurrent): the run's
+        choice; a model built without a run's attention (decoding, a checkpoint's conversion)
+        takes the baseline."""
+        return self.attention.linear_strategy if self.attention else RECURRENT_BASELINE
 
     def attention_kwargs(self) -> dict:
         """parallel.attention's layout, strategy (its degree), kernel and tiles; a tile of 0:

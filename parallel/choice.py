@@ -26,6 +26,10 @@ from parallel.strategies import configured, get_strategy
 from parallel.recurrent import BASELINE as RECURRENT_BASELINE, get_recurrent_strategy
 
 
+# What latent attention passes where nothing chose otherwise: the expanded keys and values.
+MLA_BASELINE = "full"
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionChoice:
     layout: str  # parallel.LAYOUTS
@@ -37,10 +41,10 @@ class AttentionChoice:
     why: str = dataclasses.field(default="configured", compare=False)  # how the strategy was picked
     # latent attention: what the devices pass, 'latent' (parallel.latent_attention) or 'full'
     # (the expanded keys and values: parallel.attention); 'full' for any other model
-    mla_exchange: str = "full"
+    mla_exchange: str = MLA_BASELINE
     # recurrent layers over the 'seq' devices: parallel.recurrent.RECURRENT_STRATEGIES ('state':
     # passed states, or 'heads': all-to-alls to whole rows of a few groups)
-    linear_strategy: str = "state"
+    linear_strategy: str = RECURRENT_BASELINE
 
     @property
     def balance_unit(self) -> int:
@@ -156,8 +160,8 @@ def resolve_tiles(layout, kernel, block: int, tile_q, tile_k) -> tuple[int, int]
 
 def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int, seq_len: int,
            num_shards: int, platform: str, q_heads: int, ulysses_degree: int | None = None,
-           why: str = "configured", mla_exchange: str = "full",
-           linear_strategy: str = "state") -> AttentionChoice:
+           why: str = "configured", mla_exchange: str = MLA_BASELINE,
+           linear_strategy: str = RECURRENT_BASELINE) -> AttentionChoice:
     """The resolved attention of a run on `num_shards` 'seq' devices of `platform` (a tile of 0
     or None: the default); ValueError, one line, for any choice that cannot run (unknown names,
     tiles, the Ulysses degree, an mla_exchange other than 'latent' or 'full', a

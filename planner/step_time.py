@@ -136,7 +136,7 @@ def linear_layers_seconds(m, run: Run, layout: str, device: Device) -> float:
     if not recurrent_layers(m):
         return 0.0
     prices = linear_strategy.price(m, layout, run.seq_len, run.seq, device, run.rows)
-    chosen = getattr(getattr(m, "attention", None), "linear_strategy", "state")
+    chosen = m.recurrent_strategy
     pieced = PIECE_RECOMPUTE if _chunk(m.linear_chunk, run.block) else 1.0
     if run.seq == 1:
         return prices["heads"] * pieced  # the whole row, every head: no exchange, no widening

@@ -213,7 +213,7 @@ class Latent(Mixer):
         return m.num_heads, max(self.head_widths(m))
 
     def exchanged_width(self, m) -> int:
-        latent = getattr(m.attention, "mla_exchange", "full") == "latent"
+        latent = m.mla_exchange == "latent"
         return MLAConfig.from_config(m.mla).latent_width if latent else 0
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import parallel
 from model.mixers.cache import LinearCache
 from model.rules.short_conv import causal_conv, last_inputs
-from parallel.recurrent import BASELINE, Recurrence, get_recurrent_strategy
+from parallel.recurrent import Recurrence, get_recurrent_strategy
 from parallel.recurrent.pieces import by_pieces, in_pieces
 
 
@@ -31,9 +31,7 @@ def run(w, x, rec: Recurrence, conv, bias, cfg, segment_ids=None, order=None, me
     prompt, the rest padding after it. cache: tokens in natural order from where it ends."""
     b, s, _ = x.shape
     seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-    # a model built without a run's attention (decoding, a checkpoint's conversion) has none
-    strategy = get_recurrent_strategy(cfg.attention.linear_strategy if cfg.attention else
-                                      BASELINE)
+    strategy = get_recurrent_strategy(cfg.recurrent_strategy)
     if cache is None and not collect and in_pieces(cfg.linear_chunk, strategy, x, mesh):
         return by_pieces(w, x, seg, order, conv, bias, rec, cfg.linear_chunk, cfg.layout, mesh)
     mixed, g, beta, z = rec.project(w, x)

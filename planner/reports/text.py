@@ -205,7 +205,7 @@ def _heads(m) -> str:
     if not mla.enabled:
         return f"{m.num_heads} heads ({m.num_kv_heads} KV) x {m.head_dim}"
     query = f"query latent {mla.q_lora_rank}, " if mla.q_lora_rank else ""
-    passes = "latents" if getattr(m.attention, "mla_exchange", "") == "latent" else "keys"
+    passes = "latents" if m.mla_exchange == "latent" else "keys"
     return (f"{m.num_heads} heads of latent attention ({query}latent {mla.kv_lora_rank} + RoPE "
             f"key {mla.qk_rope_head_dim}; qk {mla.qk_nope_head_dim} + {mla.qk_rope_head_dim}, "
             f"v {mla.v_head_dim}; the devices pass {passes})")
