@@ -1,12 +1,13 @@
 """Run configs: one get_config() per file, returning an ml_collections.ConfigDict.
-configs/default.py is the embedded default and the one home of every field's default
-(run_config.build fills a config's missing fields from it); the other files start from it.
+configs/default.py is the embedded default: every field at the default run_config/schema.py
+declares (with its type and comment); the other files start from it.
 Here, the runs of this machine (CPU, fake devices); configs/tpu/ and configs/gpu/ hold the real
 model sizes on TPU slices and GPU nodes.
 
     config = load_file("configs/tiny.py")      # ConfigError, one line, for a file that fails
 
-ConfigError is the one-line error of any bad config, flag or config-dependent input.
+ConfigError (run_config.errors') is the one-line error of any bad config, flag or
+config-dependent input.
 """
 
 import importlib.util
@@ -14,12 +15,10 @@ import os
 
 import ml_collections
 
+from run_config.errors import ConfigError
+
 
 SUBFOLDERS = ("", "tpu", "gpu")  # where config files live, as package suffixes
-
-
-class ConfigError(ValueError):
-    """A user error in the config or flags; train.py prints it as one line and exits 2."""
 
 
 def load_file(path: str, argument: str = "") -> ml_collections.ConfigDict:

@@ -35,27 +35,41 @@ BLOCK_INPUT = "block_input"  # the checkpoint name of a block's input (what 'off
 
 @dataclasses.dataclass(frozen=True)
 class MemorySwitches:
-    """How the model trades compute for memory: the five `model.*` switches of a run config,
-    each 'auto' there by default and resolved once by the planner (planner/switches.py) to the
-    fastest setting it predicts to fit; a value given in the config always wins. The defaults
-    here are all switches off: what a model built in code, or read only for its shapes, runs
-    with."""
+    """How the model trades compute for memory: the six `model.*` switches of a run config
+    (ModelConfig holds them: it is a MemorySwitches with an architecture on top). A run config
+    leaves each 'auto' (run_config.schema.RUN_MODEL) and the planner resolves it once
+    (planner/switches.py) to the fastest setting it predicts to fit; a value given in the config
+    always wins. The defaults here, every switch off, are what a model built in code, or read
+    only for its shapes, runs with."""
 
-    remat: bool = False  # recompute each block in the backward pass
-    remat_policy: str = "nothing"  # with remat, what a block keeps: REMAT_POLICIES
-    scan_layers: bool = False  # the blocks stacked under one lax.scan
-    loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
-    mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
-    # a recurrent layer (Gated DeltaNet, Mamba2) this many tokens per device at a time, its
-    # state carried between pieces (parallel/recurrent/pieces.py); 0 = the whole block at once
+    remat: bool = False  # recompute each block in the backward pass (True | False)
+    # With remat, what a block keeps: 'nothing' | 'attention' (its attention's output: the
+    # backward does not rerun the attention forward) | 'dots' (matmuls) | 'offload' (its input,
+    # in host memory): REMAT_POLICIES
+    remat_policy: str = "nothing"
+    # The blocks stacked under one lax.scan: compile time flat in depth, one tree of parameters
+    scan_layers: bool = fixed(SHAPE, False)
+    # Per-token work a chunk of each device's tokens at a time (0 = all at once; a divisor of
+    # seq_len / mesh.seq): the output projection + loss never makes [B, S, vocab] logits, the
+    # MLP never [B, S, mlp_dim]
+    loss_chunk: int = 0
+    mlp_chunk: int = 0
+    # Gated DeltaNet and Mamba2 layers a piece of each device's tokens at a time, the state
+    # carried between pieces (parallel/recurrent/pieces.py); 0 = the whole block at once
     linear_chunk: int = 0
 
-    @classmethod
-    def fields(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+    @staticmethod
+    def fields() -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(MemorySwitches))
 
     def record(self) -> dict:
-        return dataclasses.asdict(self)
+        """The switches alone (of a MemorySwitches or a ModelConfig), by name."""
+        return {name: getattr(self, name) for name in MemorySwitches.fields()}
+
+    @property
+    def switches(self) -> "MemorySwitches":
+        """The memory switches alone (a ModelConfig's, apart from its architecture)."""
+        return MemorySwitches(**self.record())
 
     def label(self) -> str:
         """'remat (nothing), scanned layers, loss in chunks of 4,096, MLP in chunks of 8,192';
@@ -68,7 +82,6 @@ class MemorySwitches:
         return ", ".join(parts) or "no memory switches"
 
 
-
 # Softmax attention's layer types (Hugging Face's names), the ones this config reads: a sliding
 # layer's window and RoPE. Which kind runs each layer type, and the others: model/mixers/.
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -76,37 +89,38 @@ MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int = fixed(SHAPE)
-    d_model: int = fixed(SHAPE)
-    num_layers: int = fixed(SHAPE)
-    num_heads: int = fixed(SHAPE)  # query heads
-    num_kv_heads: int = fixed(SHAPE)  # key/value heads (GQA when fewer than num_heads; 1 = MQA)
-    head_dim: int = fixed(SHAPE)
-    mlp_dim: int = fixed(SHAPE)  # gated MLP hidden width
-    rope_theta: float = 10_000.0
-    rope_scaling: RopeScaling = RopeScaling()  # model/rope.py: none, linear, llama3, yarn
-    norm_eps: float = 1e-5
+class ModelConfig(MemorySwitches):
+    """The model's hyper-parameters (a run config's `model` section), each declared here once
+    with its default: the embedded default's small Llama-style model. Beside the architecture,
+    the memory switches (MemorySwitches, inherited) and the run's resolved attention."""
+
+    vocab_size: int = fixed(SHAPE, 2048)  # tokenizer pieces = embedding rows
+    d_model: int = fixed(SHAPE, 128)  # residual width
+    num_layers: int = fixed(SHAPE, 4)  # transformer blocks
+    num_heads: int = fixed(SHAPE, 4)  # query heads
+    num_kv_heads: int = fixed(SHAPE, 2)  # key/value heads (GQA when fewer than num_heads; 1 = MQA)
+    head_dim: int = fixed(SHAPE, 32)  # per-head width
+    mlp_dim: int = fixed(SHAPE, 384)  # gated MLP (SwiGLU) hidden width
+    rope_theta: float = 10_000.0  # RoPE base
+    # RoPE scaling, to extend a (pretrained) model's context: Hugging Face's rope_type and its
+    # parameters (model/rope.py): none, linear, llama3, yarn
+    rope_scaling: RopeScaling = RopeScaling()
+    norm_eps: float = 1e-5  # RMSNorm epsilon
     tie_embeddings: bool = fixed(SHAPE, False)  # output projection = embedding transposed
-    remat: bool = False  # recompute each block in the backward pass (saves activations)
-    remat_policy: str = "nothing"  # with remat, what a block keeps: REMAT_POLICIES
-    # blocks stacked and run by one lax.scan (compile time flat in L): one tree of parameters
-    scan_layers: bool = fixed(SHAPE, False)
-    loss_chunk: int = 0  # output projection + loss this many tokens per device at a time; 0 = all
-    mlp_chunk: int = 0  # the MLP this many tokens per device at a time; 0 = all at once
-    linear_chunk: int = 0  # recurrent layers this many tokens per device at a time; 0 = all
-    dtype: str = "float32"  # compute dtype (e.g. 'bfloat16'); parameters stay param_dtype
-    param_dtype: str = "float32"
+    dtype: str = "float32"  # compute dtype ('bfloat16' on accelerators); parameters: param_dtype
+    param_dtype: str = "float32"  # parameter and optimizer-state dtype
     # The run's resolved sequence-parallel attention (layout, strategy and its degree, kernel,
-    # tiles; planner.resolve_run), held whole, as every other reader holds it. None: a model
-    # built by hand, which attends striped, by ring, with the backend's kernel and tiles.
+    # tiles; planner.resolve_run), held whole, as every other reader holds it; not a config
+    # field. None: a model built by hand, which attends striped, by ring, with the backend's
+    # kernel and tiles.
     attention: AttentionChoice | None = None
-    # Attention per layer (Hugging Face's names and meanings). The defaults leave a Llama model
-    # as it was: every layer full causal attention, no caps, no sinks, no norms on q and k.
-    # per block, a layer type of model/mixers (model.mixers.layer_types()); () = all 'full_attention'
+    # Attention per layer, as Hugging Face names it (Mistral, Qwen3, Gemma 2/3, GPT-OSS): per
+    # block a layer type of model/mixers ('full_attention' | 'sliding_attention' |
+    # 'linear_attention' (model.linear_attention) | 'mamba' (model.mamba)); () = all full, a
+    # Llama model: no caps, no sinks, no norms on q and k.
     layer_types: tuple[str, ...] = fixed(FUNCTION, ())
     sliding_window: int = 0  # keys a sliding layer's query sees, itself included
-    rope_local_theta: float = 0.0  # RoPE base of sliding layers (no scaling); 0 = as full ones
+    rope_local_theta: float = 0.0  # RoPE base of sliding layers (unscaled); 0 = rope_theta
     # RMSNorm over head_dim of each query and key head (Qwen3, Gemma 3)
     qk_norm: bool = fixed(SHAPE, False)
     attn_logit_soft_cap: float = fixed(FUNCTION, 0.0)  # scores c tanh(s / c) (Gemma 2); 0 = none
@@ -125,8 +139,9 @@ class ModelConfig:
     mlp_activation: str = fixed(FUNCTION, "silu")  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU)
     sandwich_norms: bool = fixed(SHAPE, False)
     embed_scale: bool = fixed(FUNCTION, False)
-    moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (none by default)
-    mla: MLAConfig = fixed(SHAPE, MLAConfig())  # latent attention (none by default)
+    moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (model/moe.py; none by default)
+    # multi-head latent attention (model/mixers/latent.py; none by default)
+    mla: MLAConfig = fixed(SHAPE, MLAConfig())
     # Qwen3-Next's softmax layers: the query projection twice as wide, each head's second half
     # a gate, the attention's output times sigmoid(gate) before the output projection
     attention_output_gate: bool = fixed(SHAPE, False)

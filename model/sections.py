@@ -164,11 +164,11 @@ class MLAConfig:
     model.head_dim and num_kv_heads do not apply (each head: qk_nope + qk_rope wide keys,
     v_head_dim wide values)."""
 
-    kv_lora_rank: int = 0
-    q_lora_rank: int = 0  # the queries' latent width; 0: queries straight from x (V2-Lite)
+    kv_lora_rank: int = 0  # the latent's width (DeepSeek-V3: 512); 0 = ordinary attention
+    q_lora_rank: int = 0  # the queries' latent (DeepSeek-V3: 1536); 0: straight from x (V2-Lite)
     qk_nope_head_dim: int = 128  # a head's key/query part without RoPE
     qk_rope_head_dim: int = 64  # the rotated part, the key's shared by every head
-    v_head_dim: int = 128
+    v_head_dim: int = 128  # a head's value width
     rope_interleave: bool = True  # RoPE pairs (2i, 2i+1), DeepSeek's layout (else halves)
 
     def __post_init__(self):
@@ -212,10 +212,11 @@ class LinearAttentionConfig:
     no such layers. Each key head (its q and k) serves num_value_heads / num_key_heads value
     heads."""
 
-    num_key_heads: int = fixed(SHAPE, 0)
+    num_key_heads: int = fixed(SHAPE, 0)  # heads of q and k (Qwen3-Next-80B: 16); 0 = no layers
+    # heads of v, a multiple of num_key_heads (Qwen3-Next-80B: 32)
     num_value_heads: int = fixed(SHAPE, 0)
-    key_head_dim: int = fixed(SHAPE, 128)
-    value_head_dim: int = fixed(SHAPE, 128)
+    key_head_dim: int = fixed(SHAPE, 128)  # a key head's (and its query's) width: the state's rows
+    value_head_dim: int = fixed(SHAPE, 128)  # a value head's width: the state's columns
     conv_kernel: int = fixed(SHAPE, 4)  # the causal depthwise convolution's width, in tokens
     # tokens the rule takes at once (a triangular solve each): numerics only, any value resumes
     chunk_size: int = 64
@@ -260,12 +261,12 @@ class MambaConfig:
     state of state_size x head_dim numbers per head whatever the length. num_heads 0 (the
     default): no such layers. The heads share their B and C projections in num_groups groups."""
 
-    num_heads: int = fixed(SHAPE, 0)
+    num_heads: int = fixed(SHAPE, 0)  # 0 = no such layers (Granite-4.0-H-Small: 128)
     head_dim: int = fixed(SHAPE, 64)  # P: each head's width (the layer is num_heads P wide)
     state_size: int = fixed(SHAPE, 128)  # N
     num_groups: int = fixed(SHAPE, 1)  # groups of heads sharing B and C
     conv_kernel: int = fixed(SHAPE, 4)  # the causal depthwise convolution's width, in tokens
-    conv_bias: bool = fixed(SHAPE, True)
+    conv_bias: bool = fixed(SHAPE, True)  # a bias on that convolution
     # tokens the rule takes at once: numerics only, any value resumes
     chunk_size: int = 64
 

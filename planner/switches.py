@@ -1,5 +1,5 @@
 """The memory switches a run leaves 'auto' (model.remat, remat_policy, scan_layers, loss_chunk,
-mlp_chunk, linear_chunk; configs/default.py), resolved once before anything is built: every
+mlp_chunk, linear_chunk; run_config.schema.RUN_MODEL), resolved once before anything is built: every
 combination of the values they may take, each priced by the planner (time:
 planner/step_time.py; memory: the analytic total of planner/memory.py), and the fastest whose
 memory fits. A value the config gives is never searched.

@@ -1,12 +1,12 @@
 """A RunConfig from a config's values: the config file's ConfigDict (or any nested mapping, such
-as a checkpoint's record), every field it lacks filled from configs/default.py.
+as a checkpoint's record), every field it lacks at its default (run_config/schema.py).
 
     config = build(tiny.get_config())                  # RunConfig, frozen
     config.model.d_model, config.tokens_per_step       # 64, 512
     longer = replace(config, {"seq_len": 1024, "model.rope_theta": 1e5})
     to_dict(config)                                    # what a checkpoint records
 
-A field configs/default.py does not have is an error (a typo would otherwise be ignored), as is a
+A field the schema does not declare is an error (a typo would otherwise be ignored), as is a
 renamed or moved one (run_config/errors.py); a record read back (strict=False) keeps what this
 version knows and drops the rest.
 """
@@ -18,7 +18,6 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from configs import default as default_config
 from model.config import LinearAttentionConfig, MambaConfig, MLAConfig, ModelConfig, MoEConfig
 from model.rope import RopeScaling
 from run_config.errors import ConfigError, check_renamed
@@ -34,11 +33,12 @@ MODEL_GROUPS = {"rope_scaling": RopeScaling, "moe": MoEConfig, "mla": MLAConfig,
 
 @functools.cache
 def _defaults() -> dict:
-    return plain(default_config.get_config())  # the one home of every default
+    return to_dict(RunConfig())  # run_config/schema.py: the one home of every default
 
 
 def defaults() -> dict:
-    """configs/default.py's values, as nested dicts (a fresh copy)."""
+    """Every field at its default (configs/default.py's values), as nested dicts (a fresh
+    copy)."""
     return copy.deepcopy(_defaults())
 
 
@@ -79,7 +79,8 @@ def _merge(base: dict, values: Mapping, strict: bool, prefix: str) -> dict:
         if key not in base:
             if strict:
                 raise ConfigError(f"config field {name} does not exist: remove it, or give a "
-                                  f"field of configs/default.py (every field is listed there)")
+                                  f"field of run_config/schema.py or model/config.py (every field is "
+                                  f"declared there)")
             continue
         if isinstance(base[key], dict) and isinstance(value, Mapping):
             base[key] = _merge(base[key], value, strict, f"{name}.")
@@ -98,7 +99,7 @@ def _typed(values: dict) -> RunConfig:
 
 
 def to_dict(config: RunConfig) -> dict:
-    """The config's fields as nested dicts, as configs/default.py names them: what a
+    """The config's fields as nested dicts, as a config file names them: what a
     checkpoint records and wandb shows (build(to_dict(c)) == c)."""
     out = dataclasses.asdict(config)
     out["model"].pop("attention")  # the resolved run's, recorded beside the config
@@ -111,8 +112,9 @@ def replace(config, updates: Mapping[str, object]):
     """`config` (a RunConfig or one of its sections) with the fields named in `updates` (dotted:
     'seq_len', 'model.rope_theta', 'model.moe.top_k') set, each section replaced once; a
     section given a mapping ('model.rope_scaling': {...}) keeps the fields it does not name.
-    model.vocab_size carries data.vocab_size with it (one value: configs/default.py shares
-    them). ConfigError for a name that is no field, or a section its new values break."""
+    model.vocab_size carries data.vocab_size with it (one value in a config file:
+    run_config/config_dict.py). ConfigError for a name that is no field, or a section its new
+    values break."""
     tree: dict = {}
     for name, value in updates.items():
         *sections, field = name.split(".")

@@ -1,9 +1,12 @@
 """The fields that were renamed or moved (an old config file, command line or checkpoint record
-names them), and their one-line errors (configs.ConfigError)."""
+names them), and their one-line errors (ConfigError, the one-line error of any bad config, flag or
+config-dependent input)."""
 
 from __future__ import annotations
 
-from configs import ConfigError
+
+class ConfigError(ValueError):
+    """A user error in the config or flags; train.py prints it as one line and exits 2."""
 
 
 # Fields that were renamed: an old config file or command line gets the new name in its error.

@@ -1,31 +1,61 @@
-"""The run config's types: one frozen dataclass a section, named and nested as the config file
-names its fields (config.seq_len, config.data.source, config.model.moe.top_k), so that a
-reader writes the same `config.x.y` it always did. Every field is documented, with its
-default, in configs/default.py, the one home of the defaults; run_config.build fills a config
-from it. The model section is model.ModelConfig itself, its memory switches possibly 'auto'
-until planner.resolve_run resolves them (ModelConfig.from_config).
+"""Every field of a run config, declared once: its type, its default and what it means. One frozen
+dataclass a section, named and nested as a config file names its fields (config.seq_len,
+config.data.source, config.model.moe.top_k). The defaults are the embedded default run
+(`make train`: a small Llama-style model learns Python from the standard library on 4 fake CPU
+devices); configs/default.py is a ConfigDict made of them (run_config/config_dict.py), and every
+other config file starts from it. The model section is model.ModelConfig, declared in model/
+with its groups; in a run config its memory switches are 'auto' (RUN_MODEL).
 
 The values derived from the fields are computed here, once: tokens_per_step, block (a
-device's tokens of one sequence), parallel.tiles (the one spelling of "no tile given").
+device's tokens of one sequence), parallel.tiles (the one reading of parallel.tile).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from model.config import ModelConfig
+from model.config import AUTO, MemorySwitches, ModelConfig
 from parallel.choice import parse_tile
+
+# A run config leaves every memory switch to the planner: 'auto' turns on what the run needs to
+# fit its devices and no more, the fastest setting it predicts to fit (planner/switches.py; the
+# run's first lines say what it chose). A value set in a config or on the command line wins.
+# (A model built in code, or read only for its shapes, takes MemorySwitches' own: all off.)
+RUN_MODEL = ModelConfig(**dict.fromkeys(MemorySwitches.fields(), AUTO))
 
 
 @dataclasses.dataclass(frozen=True)
 class ParallelConfig:
-    layout: str
-    strategy: str
-    ulysses_degree: int
-    kernel: str
-    tile: object  # 'auto', a size, 'QxK' or (q, k), 0: as the config gives it; read `tiles`
-    mla_exchange: str  # 'auto' | 'latent' | 'full' (latent attention only)
-    linear_strategy: str  # 'auto' | 'state' | 'heads' (Gated DeltaNet layers only)
+    """Three separate choices (parallel/README.md): where tokens sit on the seq shards (layout),
+    how keys and values reach the queries (strategy), and what computes one (query block, key
+    block) pair (kernel, tile). 'auto' is the planner's pick, the fastest it predicts for this
+    mesh and device (scripts/plan.py prints the table; the run's first lines say which)."""
+
+    # 'ring' | 'striped' | 'zigzag' | 'balanced' | 'auto' (with the strategy and tile it runs
+    # fastest with)
+    layout: str = AUTO
+    # 'ring' (K/V hop device to device) | 'allgather' (one all-gather of K/V) | 'ulysses'
+    # (all-to-all to head shards) | 'usp' (ulysses in groups x ring) | 'auto'
+    strategy: str = AUTO
+    ulysses_degree: int = 0  # usp only: devices per all-to-all group (divides mesh.seq)
+    # 'auto' (the backend's fused one: pallas_tpu on TPUs, pallas_gpu on GPUs; else 'xla') |
+    # 'xla' (runs everywhere) | 'pallas_tpu' | 'pallas_gpu' (both interpreted, slowly, on CPUs;
+    # pallas_tpu wants tiles that are multiples of 128 on a TPU)
+    kernel: str = AUTO
+    # The kernel's (query x key) tile: 'auto' (the planner's: small tiles balance the devices,
+    # each tile has a fixed cost) | 512 | '256x128' | (256, 128) | 0 (the kernel's largest
+    # default that divides the block). Read it as `tiles`.
+    tile: object = AUTO
+    # Latent attention (model.mla): what the devices pass of a token's keys and values:
+    # 'latent' (its latent and RoPE key: 576 values for DeepSeek-V3; each device expands the
+    # blocks it receives) | 'full' (the expanded keys and values: 40,960) | 'auto' (the planner
+    # prices both: scripts/plan.py --explain)
+    mla_exchange: str = AUTO
+    # Recurrent layers (model.linear_attention, model.mamba): how their recurrence crosses the
+    # 'seq' devices: 'state' (each device scans its block, the devices pass states: bytes
+    # independent of the length) | 'heads' (all-to-alls give each device whole rows of some of
+    # the heads: bytes grow with the length) | 'auto' (the planner prices both)
+    linear_strategy: str = AUTO
 
     @property
     def tiles(self) -> tuple[int, int] | None:
@@ -36,51 +66,67 @@ class ParallelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
-    data: int  # -1: the devices left
-    seq: int  # -1: the devices left
-    expert: int
+    data: int = 1  # data-parallel shards (-1: the remaining devices)
+    seq: int = -1  # sequence shards, the attention ring (-1: the remaining devices)
+    # Devices the experts of model.moe are split over (expert parallelism), folded into the
+    # data x seq devices: 1, mesh.seq (the ring's devices), mesh.data, all of them, or groups of
+    # neighbours (a divisor of mesh.seq; whole mesh rows). Tokens go to their experts' devices
+    # and back with all-to-alls (model/moe.py).
+    expert: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    source: str
-    tfds_data_dir: str
-    tfds_text_field: str
-    tokenizer_path: str
-    vocab_size: int
-    tokenizer_model_type: str
-    cache_dir: str
-    max_bytes: int
-    eval_fraction: float
-    mask_documents: bool
-    reset_positions: bool
-    loader: str
-    grain_workers: int
-    passkey_fraction: float
-    passkey_min_len: int
-    passkey_weight: float
-    passkey_repeats: float
+    # 'stdlib' | a text file | a directory | a glob | 'tfds:NAME[/CONFIG][:VERSION][:SPLIT]'
+    source: str = "stdlib"
+    tfds_data_dir: str = ""  # prepared TFDS data (local path or gs://); '' = TFDS default
+    tfds_text_field: str = "text"  # TFDS feature holding each example's text
+    tokenizer_path: str = ""  # a sentencepiece .model; '' = train one on the source
+    # Pieces when training the tokenizer: always model.vocab_size (one value in a config file)
+    vocab_size: int = RUN_MODEL.vocab_size
+    tokenizer_model_type: str = "bpe"  # sentencepiece model type when training
+    cache_dir: str = ""  # tokenizer and token cache; '' = WORKDIR/cache
+    max_bytes: int = 0  # tokenize at most this many bytes of the source; 0 = all
+    eval_fraction: float = 0.005  # held-out tail of the token stream for evaluation
+    mask_documents: bool = True  # attention stays within documents (EOS boundaries)
+    reset_positions: bool = True  # RoPE positions restart at each document
+    loader: str = "thread"  # 'thread' (a prefetch thread) | 'grain' (grain pipeline)
+    grain_workers: int = 0  # with loader='grain': 0 = threads, N = worker processes
+    # Share of training rows made passkey examples (a key hidden in the row's text, asked for at
+    # its end: the retrieval probes' task, scripts/eval_long.py); 0 = plain text only
+    passkey_fraction: float = 0.0
+    # With passkey examples: 0 = one example fills a row; else rows are cut into examples of
+    # this many tokens or more (several per row, of many lengths, each its own document)
+    passkey_min_len: int = 0
+    passkey_weight: float = 1.0  # loss weight of the answer's digits (1 = like any token)
+    # Share of the training keys that repeat a digit in a row (30039), the copy's hard case;
+    # 0 = as drawn uniformly (about a third)
+    passkey_repeats: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    learning_rate: float
-    warmup_steps: int
-    min_lr_ratio: float
-    b1: float
-    b2: float
-    eps: float
-    weight_decay: float
-    grad_clip: float
-    grad_accum_steps: int
-    skip_nonfinite: bool
-    max_skipped_steps: int
+    learning_rate: float = 3e-3  # peak learning rate
+    warmup_steps: int = 20  # linear warmup steps
+    min_lr_ratio: float = 0.1  # final learning rate / peak (cosine decay)
+    b1: float = 0.9  # AdamW beta1
+    b2: float = 0.95  # AdamW beta2
+    eps: float = 1e-8  # AdamW epsilon
+    weight_decay: float = 0.1  # AdamW decoupled weight decay (matrices only)
+    grad_clip: float = 1.0  # clip gradients to this global norm
+    grad_accum_steps: int = 1  # micro-batches per step
+    skip_nonfinite: bool = False  # skip a batch with NaN/Inf loss (else stop with an error)
+    max_skipped_steps: int = 10  # with skip_nonfinite: stop (exit 3) after this many in a row
 
 
 @dataclasses.dataclass(frozen=True)
 class ProfileConfig:
-    start_step: int
-    num_steps: int  # 0: no trace
+    """A jax.profiler trace of num_steps steps from start_step into WORKDIR/profile/
+    (TensorBoard's profile plugin, XProf, Perfetto), and one line at the end: where their time
+    went (training/analysis/profile.py)."""
+
+    start_step: int = 5  # the first step traced (after the compiling first step)
+    num_steps: int = 0  # steps traced; 0 = no trace
 
     @property
     def steps(self) -> range:
@@ -90,34 +136,50 @@ class ProfileConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """A whole run, as train.py, scripts/plan.py and the launchers read it (run_config.build)."""
+    """A whole run, as train.py, scripts/plan.py and the launchers read it (run_config.build).
+    Tokens per step: global_batch_size x seq_len (the defaults: 8 x 1024 = 8,192)."""
 
-    seed: int
-    seq_len: int
-    global_batch_size: int
-    num_train_steps: int
-    eval_every_steps: int
-    eval_batches: int
-    eval_position_buckets: int
-    log_every_steps: int
-    checkpoint_every_steps: int
-    checkpoint_keep: int
-    stop_at_step: int
-    resume_accepts: str
-    init_from: str
-    stages: tuple  # of dicts, each a stage's steps, name and fields (training/stages.py)
-    cpu_devices: int
-    tracker: str
-    wandb_project: str
-    wandb_group: str
-    wandb_mode: str
-    peak_tflops_per_device: float
-    parallel: ParallelConfig
-    mesh: MeshConfig
-    model: ModelConfig
-    data: DataConfig
-    optim: OptimConfig
-    profile: ProfileConfig
+    seed: int = 0  # model init and data order
+    seq_len: int = 1024  # tokens per sequence
+    global_batch_size: int = 8  # sequences per step, all devices together
+    num_train_steps: int = 200  # optimizer steps
+    eval_every_steps: int = 50  # evaluate every this many steps (and at the end)
+    eval_batches: int = 4  # batches in one evaluation
+    # With each eval, the loss at this many equal ranges of original positions, on held-out
+    # documents longer than seq_len read alone (eval/loss_by_position; 0 = off)
+    eval_position_buckets: int = 8
+    log_every_steps: int = 10  # metrics every this many steps
+    checkpoint_every_steps: int = 50  # asynchronous checkpoint every this many steps (and at end)
+    checkpoint_keep: int = 3  # keep the latest this many checkpoints
+    stop_at_step: int = 0  # save and exit 0 after this step, as on preemption (0 = never)
+    # A resume refuses a checkpoint whose run was defined otherwise (tokenizer, data, seq_len,
+    # global_batch_size, seed, eval_fraction); name here, comma-separated, what you change on
+    # purpose, e.g. 'seq_len' to continue the weights at a new length. Read as resume_accepted.
+    resume_accepts: str = ""
+    # Where the first weights come from (a start only; a resume restores the run's own):
+    # '' = random from seed; 'hf:PATH' = a Hugging Face directory (its config.json sets the
+    # model's shape, attention and RoPE, its tokenizer the data's; --config.model.rope_* given on
+    # the command line win); 'run:WORKDIR[@STEP]' = another run's weights, fresh optimizer (a new
+    # stage: how seq_len, RoPE, mesh or batch change on purpose)
+    init_from: str = ""
+    # Length stages: trainings in a row from one another's weights, e.g. 1k then 8k tokens with a
+    # larger RoPE base (training/stages.py; configs/extend_8k.py); each a dict of its steps, name
+    # and fields. () = one stage, this config.
+    stages: tuple = ()
+    cpu_devices: int = 4  # fake devices when the platform is CPU (set before JAX starts)
+    tracker: str = "jsonl"  # 'wandb' | 'jsonl' | 'none' (wandb implies jsonl)
+    wandb_project: str = "ringstripe"  # wandb project
+    # wandb group: '' = S{seq_len}-{strategy}-{kernel}-{mesh}-{docs|nodocs}, so that runs
+    # differing only in parallel.layout sit side by side (each named by its layout)
+    wandb_group: str = ""
+    wandb_mode: str = "offline"  # wandb mode unless WANDB_MODE is set: offline | online
+    peak_tflops_per_device: float = 0.0  # MFU denominator; 0 = from the device table
+    parallel: ParallelConfig = ParallelConfig()
+    mesh: MeshConfig = MeshConfig()
+    model: ModelConfig = RUN_MODEL
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    profile: ProfileConfig = ProfileConfig()
 
     @property
     def tokens_per_step(self) -> int:

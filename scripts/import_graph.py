@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Lowest first; a package imports only from its own layer or below (packages of one layer do not
 # import each other).
-LAYERS = (("storage", "configs"), ("parallel",), ("model",), ("run_config",),
+LAYERS = (("storage",), ("parallel",), ("model",), ("run_config",), ("configs",),
           ("checkpoints", "data"), ("planner",), ("training",), ("launch",))
 PACKAGES = tuple(p for layer in LAYERS for p in layer)
 

@@ -45,7 +45,7 @@ SHAPE_FIELDS = tuple(name for name in weight_fields(ModelConfig, SHAPE, FUNCTION
                      if name != "scan_layers")
 # The source's unless set explicitly: what a context extension changes.
 CHOSEN_FIELDS = ("rope_theta", "rope_scaling", "norm_eps", "rope_local_theta", "sliding_window")
-# A source from before a field existed was made with its default (configs/default.py's).
+# A source from before a field existed was made with its default (run_config/schema.py's).
 _DEFAULTS = {name: getattr(run_config.build({}).model, name)
              for name in SHAPE_FIELDS + CHOSEN_FIELDS}
 
