@@ -1,7 +1,8 @@
 """Run configs: one get_config() per file, returning an ml_collections.ConfigDict.
 configs/default.py is the embedded default: every field at the default run_config/schema.py
 declares (with its type and comment); the other files start from it.
-Here, the runs of this machine (CPU, fake devices); configs/tpu/ and configs/gpu/ hold the real
+accelerator_run and accelerator_precision are what the real-hardware configs share; their
+model shapes are model/presets.py's. Here, the runs of this machine (CPU, fake devices); configs/tpu/ and configs/gpu/ hold the real
 model sizes on TPU slices and GPU nodes.
 
     config = load_file("configs/tiny.py")      # ConfigError, one line, for a file that fails
@@ -15,10 +16,37 @@ import os
 
 import ml_collections
 
+from model import presets
 from run_config.errors import ConfigError
 
 
 SUBFOLDERS = ("", "tpu", "gpu")  # where config files live, as package suffixes
+
+
+def accelerator_run(config) -> None:
+    """Run-level settings the real-hardware configs share (configs/tpu/, configs/gpu/)."""
+    config.cpu_devices = 8  # fake devices if this ever runs on a CPU (irrelevant on GPU/TPU)
+    config.tracker = "wandb"  # wandb (offline unless WANDB_MODE=online) plus metrics.jsonl
+    config.num_train_steps = 1000  # optimizer steps
+    config.eval_every_steps = 200  # evaluate every this many steps (and at the end)
+    config.eval_batches = 2  # batches in one evaluation
+    config.log_every_steps = 10  # metrics every this many steps
+    config.checkpoint_every_steps = 100  # asynchronous checkpoint every this many steps
+    config.optim.learning_rate = 3e-4  # peak learning rate (LLaMA-7B's)
+    config.optim.warmup_steps = 100  # linear warmup steps
+
+
+def accelerator_precision(model) -> None:
+    """bf16 compute, fp32 master weights, remat: how every real-hardware config trains; `model`
+    is a config's `model` section."""
+    model.update(presets.ACCELERATOR_PRECISION)
+    model.remat = True  # recompute each block in the backward pass: keep only block inputs
+    # The other memory switches as these configs were measured with them (BENCHMARKS.md),
+    # where a config has not set them: not yet left to the planner's 'auto' on a pod.
+    for switch, value in (("remat_policy", "nothing"), ("scan_layers", False),
+                          ("loss_chunk", 0), ("mlp_chunk", 0)):
+        if model[switch] == "auto":
+            model[switch] = value
 
 
 def load_file(path: str, argument: str = "") -> ml_collections.ConfigDict:

@@ -5,7 +5,7 @@ Nominal vendor figures; where a figure is assumed, its note says so.
 Calibration (`Calibration`): the share of peak the matmuls and the attention kernel reach, a
 ring step's fixed cost, the share of its transfer that does not hide behind compute and an
 attention tile's fixed cost (paid as the platform's kernel declares: parallel/strategy_cost.py).
-Fitted to published step times (configs/*.py MEASURED, with their sources) by
+Fitted to published step times (planner/calibration/step_times/*.toml, with their sources) by
 scripts/calibrate.py, whose output the constants below are copied from, or measured on the
 machine at hand by scripts/calibrate.py --measure, which writes
 planner/calibration/tables/<device>.json (read here, at import); a device with neither keeps the
@@ -83,7 +83,7 @@ class Device:
 V5P_CALIBRATION = Calibration(matmul_efficiency=1.0, attention_efficiency=0.5, ring_step_s=74e-6,
                               hop_exposed=0.35, tile_overhead_s=0.26e-6,
                               source="MaxText llama3-8b, 64 v5p chips, "
-                              "configs/tpu/llama3_8b_v5p.py MEASURED")
+                              "planner/calibration/step_times/llama3_8b_v5p.toml")
 
 DEVICES = {
     "a100-80gb": Device("A100 80GB", "a100", 80 * GB, 2.0e12, 300 * GB,

@@ -12,32 +12,21 @@ Memory (scripts/plan.py): about 22 GB per 80 GB GPU (weights and AdamW state sha
 8 GPUs); about 30 GB even if XLA kept every layer's gathered weights alive. Fits.
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, accelerator_run, default
+from model import presets
 
 DEVICE = "a100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
 
 
-def set_model(model):
-    """TinyLlama-1.1B shapes on accelerator precision; `model` is a config's `model` section."""
-    model.vocab_size = 32000  # tokenizer pieces = embedding rows (shared with data.vocab_size)
-    model.d_model = 2048  # residual width
-    model.num_layers = 22  # transformer blocks
-    model.num_heads = 32  # query heads
-    model.num_kv_heads = 4  # key/value heads (GQA: 8 query heads share each)
-    model.head_dim = 64  # per-head width
-    model.mlp_dim = 5632  # SwiGLU hidden width
-    llama_7b.set_accelerator_precision(model)
-
-
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 131072  # tokens per sequence
     config.global_batch_size = 2  # sequences per step, all devices together
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring's length (one 8-GPU node)
-    set_model(config.model)
+    config.model.update(presets.LLAMA_1B)  # model/presets.py
+    accelerator_precision(config.model)
     config.parallel.tile = 2048  # attention tiles (block 16384 -> 8 tiles per side)
     config.optim.learning_rate = 4e-4  # peak learning rate (TinyLlama's)
     return config

@@ -12,31 +12,20 @@ Memory (scripts/plan.py): about 34 GB per 80 GB GPU (weights and AdamW state sha
 8 GPUs); about 59 GB even if XLA kept every layer's gathered weights alive. Fits.
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, accelerator_run, default
+from model import presets
 
 DEVICE = "a100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
 
 
-def set_model(model):
-    """OpenLLaMA-3B shapes on accelerator precision; `model` is a config's `model` section."""
-    model.vocab_size = 32000  # tokenizer pieces = embedding rows (shared with data.vocab_size)
-    model.d_model = 3200  # residual width
-    model.num_layers = 26  # transformer blocks
-    model.num_heads = 32  # query heads
-    model.num_kv_heads = 32  # key/value heads (no GQA in OpenLLaMA-3B)
-    model.head_dim = 100  # per-head width
-    model.mlp_dim = 8640  # SwiGLU hidden width
-    llama_7b.set_accelerator_precision(model)
-
-
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 65536  # tokens per sequence
     config.global_batch_size = 4  # sequences per step, all devices together
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring's length (one 8-GPU node)
-    set_model(config.model)
+    config.model.update(presets.LLAMA_3B)  # model/presets.py
+    accelerator_precision(config.model)
     config.parallel.tile = 1024  # attention tiles (block 8192 -> 8 tiles per side)
     return config

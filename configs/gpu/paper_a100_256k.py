@@ -24,21 +24,22 @@ need about 98 GB; check `memory_analysis()` on the GPUs, and if so fall back to 
     #         --config.model.num_kv_heads=4 --config.model.head_dim=64 --config.model.mlp_dim=5632
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, accelerator_run, default
+from model import presets
 
 DEVICE = "a100-80gb"  # scripts/plan.py's default --device for this file (not a config field)
 
 
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 262144  # tokens per sequence (256k), the paper's GPU setting
     config.global_batch_size = 1  # sequences per step, all devices together (the paper's)
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 8  # sequence shards: the attention ring over the node's 8 GPUs
     config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
     config.parallel.strategy = "ring"  # as measured (BENCHMARKS.md); 'auto': the planner's
-    llama_7b.set_model(config.model)
+    config.model.update(presets.LLAMA_7B)  # model/presets.py
+    accelerator_precision(config.model)
     config.parallel.tile = 2048  # attention tiles (block 32768 -> 16 tiles per side)
     return config

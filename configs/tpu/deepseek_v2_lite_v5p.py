@@ -17,8 +17,7 @@ sparse ones in one lax.scan (unrolled, the TPU compiler kept every layer's gathe
 94.2 GB a chip, against 14.9 scanned; BENCHMARKS.md), the loss in chunks.
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, default
 from configs.tpu.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
@@ -56,7 +55,7 @@ def get_config():
     m.moe.num_shared_experts = 2  # every token's, beside the routed 6
     m.moe.first_dense_layers = 1  # first_k_dense_replace
     m.moe.aux_loss_coef = 0.001  # aux_loss_alpha
-    llama_7b.set_accelerator_precision(m)
+    accelerator_precision(m)
     m.scan_layers = True  # block 0 (dense) alone, then one scanned program for the 26 sparse
     m.remat = True  # every block recomputed in the backward
     m.remat_policy = "nothing"

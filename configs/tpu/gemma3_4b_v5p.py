@@ -14,8 +14,7 @@ blocks. bf16 compute, float32 weights and AdamW state, blocks rematerialised and
 kinds in one scan: each step switches to its layer's kind).
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, accelerator_run, default
 from configs.gemma3_cpu import set_gemma3_block
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
@@ -23,7 +22,7 @@ DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a co
 
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 32768  # tokens per sequence
     config.global_batch_size = 1  # sequences per step, all devices together
     config.mesh.data = 1  # data-parallel shards
@@ -41,7 +40,7 @@ def get_config():
     set_gemma3_block(m, num_layers=34, window=1024)
     m.rope_scaling.rope_type = "linear"  # global layers' RoPE, as the 4B checkpoint has it
     m.rope_scaling.factor = 8.0
-    llama_7b.set_accelerator_precision(m)
+    accelerator_precision(m)
     m.scan_layers = True  # one scanned program for both kinds of layer
     m.loss_chunk = 1024  # 262k-word logits a chunk of 1,024 tokens at a time
     m.mlp_chunk = 2048  # GeGLU 2,048 tokens at a time

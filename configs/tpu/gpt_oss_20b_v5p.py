@@ -14,8 +14,7 @@ the SwiGLU clamped at 7; vocab 201,088; YaRN x 32 over 4,096 pretrained tokens (
 blocks rematerialised and scanned, the loss in chunks.
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, default
 from configs.tpu.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
@@ -49,7 +48,7 @@ def get_config():
     m.moe.expert_bias = True  # router and expert biases
     m.moe.swiglu_limit = 7.0  # the clamped SwiGLU
     m.moe.aux_loss_coef = 0.001  # router_aux_loss_coef
-    llama_7b.set_accelerator_precision(m)
+    accelerator_precision(m)
     m.scan_layers = True  # one scanned program: each step switches to its layer's kind
     m.loss_chunk = 2048  # 201k-word logits 2,048 tokens at a time
     return config

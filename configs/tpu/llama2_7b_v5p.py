@@ -5,39 +5,27 @@ data-parallel groups, 64 sequences (2M tokens) a step.
     python scripts/calibrate.py --config llama2_7b_v5p     # MaxText's step times, predicted
 
 The setting of MaxText's Ulysses measurements (llama2-7b, context parallelism 16 on 64 v5p
-chips, 2M tokens per step, step times below: MEASURED). None of these points is in the TPU v5p
-calibration's fit (planner/devices.py): they check the planner on a model, a mesh, a batch and a
+chips, 2M tokens per step; the step times: planner/calibration/step_times/llama2_7b_v5p.toml).
+None of these points is in the TPU v5p calibration's fit (planner/devices.py): they check the planner on a model, a mesh, a batch and a
 tuned recipe (block sizes of 1,024 and 2,048, 52% MFU) it was not fitted to. MaxText ran them
 with every block rematerialised except the attention's output (its remat policy 'custom' with
 the attention output kept on the device): here model.remat_policy 'attention', set for the
-measured points by MEASURED_SETUP (scripts/calibrate.py --config llama2_7b_v5p predicts all
+measured points by the table's setup (scripts/calibrate.py --config llama2_7b_v5p predicts all
 three within 0.91-1.24). The config itself keeps remat_policy 'nothing', the least memory.
 
 6.7B parameters: d_model 4096, 32 layers, 32 query and 32 KV heads x 128 (no GQA), SwiGLU 11008,
 vocab 32000; bfloat16 compute, float32 parameters and AdamW state, every block rematerialised.
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, accelerator_run, default
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 
-# MaxText's step times (s) on 64 TPU v5p chips, llama2-7b, 32k tokens, context parallelism 16,
-# 2M tokens per step, bf16, synthetic data, each strategy with its best block sizes. MaxText
-# balances the load by default (two chunks per device, as zigzag). Read by scripts/plan.py and
-# scripts/calibrate.py (not config fields).
-MEASURED_SOURCE = ("MaxText pull request 4687, AI-Hypercomputer/maxtext: llama2-7b, 64 v5p chips, "
-                   "32k tokens, CP 16, 2M tokens per step, bf16, synthetic data")
-MEASURED = {"zigzag": {32768: {"ulysses 16": 8.90, "allgather": 8.83, "ring": 16.38}}}
-# As MaxText ran them: packing off (no documents to mask), the attention's output kept by remat
-MEASURED_SETUP = {"data.mask_documents": False, "model.remat_policy": "attention"}
-MEASURED_FIT = {}  # held out: none of these is fitted
-MEASURED_TILES = {"ulysses 16": 2048, "allgather": 1024, "ring": 1024}  # each one's best blocks
 
 
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 32768  # tokens per sequence (2,048 per chip)
     config.global_batch_size = 64  # sequences per step: 2M tokens
     config.optim.grad_accum_steps = 1  # micro-batches per step
@@ -52,7 +40,7 @@ def get_config():
     config.model.num_kv_heads = 32  # key/value heads (no GQA)
     config.model.head_dim = 128  # per-head width
     config.model.mlp_dim = 11008  # SwiGLU hidden width
-    config.parallel.tile = "auto"  # the planner's (MaxText's measured blocks: MEASURED_TILES)
+    config.parallel.tile = "auto"  # the planner's (MaxText's measured blocks: the table's tiles)
     config.model.scan_layers = True  # one scanned layer: MaxText's default, and its memory
-    llama_7b.set_accelerator_precision(config.model)
+    accelerator_precision(config.model)
     return config

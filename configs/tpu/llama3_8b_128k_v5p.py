@@ -33,8 +33,7 @@ the first command above, 277 s on 2 cores; the planner's analytic figure 19.70 G
 step 83.6 s; BENCHMARKS.md has the output).
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, default
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 
@@ -57,7 +56,7 @@ def set_llama3_8b(config):
     model.norm_eps = 1e-5  # RMSNorm epsilon (Llama 3)
     model.rope_theta = 500_000.0  # RoPE base, kept (the rule below stretches it)
     model.rope_scaling = dict(ROPE_128K)
-    llama_7b.set_accelerator_precision(model)
+    accelerator_precision(model)
     config.init_from = "hf:gs://my-bucket/models/Meta-Llama-3-8B"  # replace: --config.init_from
     config.tracker = "wandb"  # wandb (offline unless WANDB_MODE=online) plus metrics.jsonl
     config.optim.learning_rate = 1e-5  # peak: continued pretraining

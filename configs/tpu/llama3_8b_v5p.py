@@ -9,8 +9,8 @@
         --workdir gs://my-bucket/ringstripe/llama3_8b_v5p -- --config.parallel.strategy=auto
 
 The setting in which MaxText measured its context-parallel strategies (llama3-8b, context
-parallelism 64 on 64 v5p chips, median step times below: MEASURED, which the planner prints
-beside its strategy table and the TPU v5p calibration is fitted to).
+parallelism 64 on 64 v5p chips, median step times in planner/calibration/step_times/llama3_8b_v5p.toml, which the planner
+prints beside its strategy table and the TPU v5p calibration is fitted to).
 
 8.0B parameters: d_model 4096, 32 layers, 32 query heads and 8 KV heads x 128, SwiGLU 14336,
 vocab 128256, RoPE base 500000; bfloat16 compute, float32 parameters and AdamW state, every
@@ -20,49 +20,15 @@ Batch: one sequence a step over the 64 chips (16 hosts of 4), as MaxText measure
 builds only its columns of the row (data/README.md).
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, accelerator_run, default
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 
-# MaxText's median step times (s) for llama3-8b with context parallelism 64 on 64 TPU v5p chips,
-# one sequence per step (global batch 1), bf16, synthetic data (no packing), by layout and
-# sequence length. Labels as the planner's strategy table prints them: "usp 4x16" is 4 Ulysses
-# devices x a ring of 16 groups (MaxText writes it "16x4": ring x Ulysses). MaxText's load
-# balancing (context_parallel_load_balance=True) places two chunks per device as zigzag does;
-# without it the sequence is contiguous, our ring layout. Read by scripts/plan.py and
-# scripts/calibrate.py (not config fields).
-MEASURED_SOURCE = ("MaxText pull request 4893 (load balanced) and 4836 (contiguous), "
-                   "AI-Hypercomputer/maxtext: llama3-8b, 64 v5p chips, CP 64, global batch 1, "
-                   "bf16, synthetic data, median step time")
-MEASURED = {
-    "zigzag": {
-        65536: {"ring": 1.42, "allgather": 1.09, "usp 4x16": 1.04, "usp 8x8": 1.20,
-                "usp 2x32": 1.38},
-        131072: {"ring": 3.71, "allgather": 2.98, "usp 4x16": 2.88, "usp 8x8": 2.93,
-                 "usp 2x32": 3.49},
-        262144: {"ring": 10.78, "allgather": 9.71, "usp 4x16": 9.50, "usp 8x8": 9.34,
-                 "usp 2x32": 10.24},
-    },
-    "ring": {
-        65536: {"ring": 1.68, "allgather": 1.31, "usp 4x16": 1.31, "usp 8x8": 1.44,
-                "usp 2x32": 1.65},
-        131072: {"ring": 4.63, "allgather": 4.03, "usp 4x16": 4.02, "usp 8x8": 4.05,
-                 "usp 2x32": 4.52},
-        262144: {"ring": 15.35, "allgather": 14.33, "usp 4x16": 13.92, "usp 8x8": 13.65,
-                 "usp 2x32": 14.72},
-    },
-}
-# The measured runs had no documents to mask (packing off); the rest is this file's config.
-MEASURED_SETUP = {"data.mask_documents": False}
-# The points the TPU v5p calibration (planner/devices.py) is fitted to; the 128k column and the
-# whole contiguous table are held out: predicted, never fitted.
-MEASURED_FIT = {"zigzag": [65536, 262144]}
 
 
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 65536  # tokens per sequence (1,024 per chip)
     config.global_batch_size = 1  # sequences per step: one, over all 64 chips
     config.optim.grad_accum_steps = 1  # micro-batches per step
@@ -79,5 +45,5 @@ def get_config():
     config.model.mlp_dim = 14336  # SwiGLU hidden width
     config.model.rope_theta = 500_000.0  # RoPE base (Llama 3)
     config.parallel.tile = 512  # attention tiles: the zigzag chunk of 512 tokens at 64k
-    llama_7b.set_accelerator_precision(config.model)
+    accelerator_precision(config.model)
     return config

@@ -31,22 +31,23 @@ chips hold (196,608 of them; data/README.md), so the batch need not divide the p
 per step: global_batch_size 1 x seq_len 786,432 = 786,432.
 """
 
-from configs import default
-from configs.gpu import llama_1b, llama_7b
+from configs import accelerator_precision, accelerator_run, default
+from model import presets
 
 DEVICE = "tpu-v4"  # scripts/plan.py's default --device for this file (not a config field)
 
 
 def get_config():
     config = default.get_config()
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 786432  # tokens per sequence (768k = 49,152 per chip), the paper's TPU setting
     config.global_batch_size = 1  # sequences per step: one, split over the 4 hosts' chips
     config.mesh.data = 1  # data-parallel shards
     config.mesh.seq = 16  # sequence shards: the attention ring over all 16 chips
     config.parallel.layout = "striped"  # layout: ring | striped | zigzag | balanced
     config.parallel.strategy = "ring"  # as measured (BENCHMARKS.md); 'auto': the planner's
-    llama_1b.set_model(config.model)
+    config.model.update(presets.LLAMA_1B)  # model/presets.py
+    accelerator_precision(config.model)
     # Attention tiles (block 49152 -> 48 tiles per side; 1024, not 2048: 1.2 GB less scratch)
     config.parallel.tile = 1024
     config.model.loss_chunk = 2048  # output projection + loss 2,048 tokens at a time: no logits

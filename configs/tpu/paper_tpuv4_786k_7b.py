@@ -14,14 +14,16 @@ step at 40 GB of a v4 chip's 32. remat_policy 'offload' keeps them in the host's
 (12.9 GB per chip, 52 GB of a v4 host's 4 chips) and copies each back for its block's backward.
 """
 
-from configs.gpu import llama_7b
+from configs import accelerator_precision
 from configs.tpu import paper_tpuv4_786k
+from model import presets
 
 DEVICE = "tpu-v4"  # scripts/plan.py's default --device for this file (not a config field)
 
 
 def get_config():
     config = paper_tpuv4_786k.get_config()
-    llama_7b.set_model(config.model)
+    config.model.update(presets.LLAMA_7B)  # model/presets.py
+    accelerator_precision(config.model)
     config.model.remat_policy = "offload"  # block inputs in host memory (pinned_host)
     return config

@@ -13,8 +13,7 @@ it to 131,072). 30.5B parameters, 3.3B active a token. bf16 compute, float32 wei
 state, blocks rematerialised and scanned, the loss in chunks.
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, accelerator_run, default
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
 
@@ -22,7 +21,7 @@ DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a co
 def set_moe_run_on_v5p_128(config):
     """The run both mixture-of-experts pod configs make (this one, gpt_oss_20b_v5p.py): 4
     sequences of 131,072 tokens, each over 16 chips, the experts over the 4 groups' chips."""
-    llama_7b.set_accelerator_run(config)
+    accelerator_run(config)
     config.seq_len = 131_072  # tokens per sequence
     config.global_batch_size = 4  # sequences per step: one per data-parallel group
     config.mesh.data = 4  # data-parallel groups
@@ -55,7 +54,7 @@ def get_config():
     m.moe.expert_mlp_dim = 768  # each expert's width (moe_intermediate_size)
     m.moe.norm_topk_prob = True  # the 8 weights renormalised
     m.moe.aux_loss_coef = 0.001  # router_aux_loss_coef
-    llama_7b.set_accelerator_precision(m)
+    accelerator_precision(m)
     m.scan_layers = True  # one scanned program for the 48 blocks
     m.loss_chunk = 2048  # 152k-word logits 2,048 tokens at a time
     return config

@@ -19,8 +19,7 @@ blocks rematerialised and scanned a period at a time (each of the period's 4 pos
 temporaries a chip), the loss in chunks.
 """
 
-from configs import default
-from configs.gpu import llama_7b
+from configs import accelerator_precision, default
 from configs.tpu.qwen3_30b_a3b_v5p import set_moe_run_on_v5p_128
 
 DEVICE = "tpu-v5p"  # scripts/plan.py's default --device for this file (not a config field)
@@ -62,7 +61,7 @@ def get_config():
     m.moe.shared_expert_mlp_dim = 512  # shared_expert_intermediate_size
     m.moe.shared_expert_gate = True  # the shared expert times sigmoid(x w)
     m.moe.aux_loss_coef = 0.001  # router_aux_loss_coef
-    llama_7b.set_accelerator_precision(m)  # bf16 compute, float32 state, remat
+    accelerator_precision(m)  # bf16 compute, float32 state, remat
     m.scan_layers = True  # 12 scan steps of one period: 3 Gated DeltaNet blocks, a softmax one
     m.loss_chunk = 2048  # 152k-word logits 2,048 tokens at a time
     return config

@@ -1,19 +1,9 @@
 """Published step times beside the planner's predictions, and the fit of a device's calibration
 (planner/devices.py: `Calibration`) to them.
 
-A config file that carries measurements (configs/tpu/llama3_8b_v5p.py) holds, at module level:
-
-    DEVICE = "tpu-v5p"                         the device they were measured on
-    MEASURED = {layout: {seq_len: {label: seconds}}}
-                                               labels as the strategy table prints them:
-                                               'ring', 'allgather', 'usp 4x16' (u Ulysses x
-                                               N / u ring), 'ulysses 64'
-    MEASURED_SETUP = {"field": value}          config overrides that match the measured runs
-    MEASURED_SOURCE = "..."                    where the figures come from
-    MEASURED_FIT = {layout: [seq_len, ...]}    the points the calibration is fitted to; every
-                                               other point is held out, predicted, not fitted
-    MEASURED_TILES = {label: tile}             a strategy measured with its own attention tile
-                                               (the config's parallel.tile otherwise)
+The step times are data: one table a measured setting, planner/calibration/step_times/NAME.toml
+(its run config, device, source, the config overrides that match the measured runs, the points
+fitted and any strategy's own tile: planner/calibration/step_times/__init__.py).
 
 `compare` predicts every point with a calibration; `fit` finds the calibration (the matmul and
 attention shares of peak, a ring step's fixed cost, the exposed share of a hop's transfer, an
@@ -31,10 +21,11 @@ import math
 import numpy as np
 
 import run_config
-from configs import ConfigError, load_file, module_named
+from configs import load_file
 from parallel.strategies import parse_label
 from planner import recommend, step_time
 from planner.attention import choice_from_config
+from planner.calibration import step_times
 from planner.devices import DEVICES, Calibration, Device
 from planner.flops import flops_per_token
 from planner.run import make_run
@@ -54,7 +45,7 @@ START = {"matmul_efficiency": 0.5, "attention_efficiency": 0.5, "ring_step_s": 2
 class Measurement:
     """One published step time and the setup it was measured in."""
 
-    config: str  # configs.<module>
+    config: str  # the config file's path
     device: str  # a key of planner.DEVICES
     layout: str
     seq_len: int
@@ -63,7 +54,7 @@ class Measurement:
     fitted: bool  # in the fit, or held out
     source: str
     tile: object = None  # parallel.tile of the run (None: the config's)
-    setup: tuple = ()  # (field, value) pairs of the run beside the config's MEASURED_SETUP
+    setup: tuple = ()  # (field, value) pairs of the measured run beside its config's
 
     @property
     def strategy(self) -> tuple[str, int]:
@@ -71,26 +62,17 @@ class Measurement:
         return parse_label(self.label)
 
 
-def measurements(module: str) -> list[Measurement]:
-    """Every point of configs.<module>'s MEASURED; ValueError, one line, if there are none."""
-    try:
-        mod = module_named(module)
-    except ConfigError as e:
-        raise ValueError(str(e)) from None
-    where = mod.__name__.replace(".", "/") + ".py"  # configs/tpu/llama3_8b_v5p.py
-    if not getattr(mod, "MEASURED", None):
-        raise ValueError(f"{where} has no MEASURED step times: choose a config "
-                         f"that carries them (llama3_8b_v5p, llama2_7b_v5p)")
-    fit_at, tiles = getattr(mod, "MEASURED_FIT", {}), getattr(mod, "MEASURED_TILES", {})
-    labels = {label for by_length in mod.MEASURED.values() for by_label in by_length.values()
-              for label in by_label}
-    if stray := sorted(set(tiles) - labels):
-        raise ValueError(f"{where}: MEASURED_TILES names {', '.join(stray)}, which "
-                         f"MEASURED does not measure: use its labels ({', '.join(sorted(labels))})")
-    return [Measurement(module, mod.DEVICE, layout, seq_len, label, seconds,
-                        seq_len in fit_at.get(layout, ()), mod.MEASURED_SOURCE,
-                        tile=tiles.get(label))
-            for layout, by_length in mod.MEASURED.items()
+def measurements(name: str) -> list[Measurement]:
+    """Every point of table `name` (planner/calibration/step_times/NAME.toml); ValueError, one
+    line, for no table or one whose tiles name a label it does not measure."""
+    table = step_times.table(name)
+    if stray := sorted(set(table.tiles) - table.labels):
+        raise ValueError(f"{table.path}: tiles names {', '.join(stray)}, which measured does "
+                         f"not measure: use its labels ({', '.join(sorted(table.labels))})")
+    return [Measurement(table.config_file, table.device, layout, seq_len, label, seconds,
+                        seq_len in table.fit.get(layout, ()), table.source,
+                        tile=table.tiles.get(label), setup=tuple(table.setup.items()))
+            for layout, by_length in table.measured.items()
             for seq_len, by_label in by_length.items()
             for label, seconds in by_label.items()]
 
@@ -124,15 +106,10 @@ def bench_measurements(path: str) -> list[Measurement]:
 
 
 def point_config(point: Measurement) -> run_config.RunConfig:
-    """The run config of one measured point: the file's config (configs.<module>, or a file's
-    path: configs.ConfigError for one that does not load), its MEASURED_SETUP, the point's
-    setup, layout, length and tile."""
-    if point.config.endswith(".py"):
-        config, setup = load_file(point.config), {}
-    else:
-        mod = module_named(point.config)
-        config, setup = mod.get_config(), getattr(mod, "MEASURED_SETUP", {})
-    updates = {**setup, **dict(point.setup), "parallel.layout": point.layout,
+    """The run config of one measured point: its config file's (configs.ConfigError for one
+    that does not load), the point's setup, layout, length and tile."""
+    config = load_file(point.config)
+    updates = {**dict(point.setup), "parallel.layout": point.layout,
                "seq_len": point.seq_len}
     if point.tile is not None:
         updates["parallel.tile"] = point.tile

@@ -9,6 +9,7 @@ import dataclasses
 
 import parallel
 from planner import memory, recommend, step_time
+from planner.calibration import step_times
 from planner.devices import DEVICES, Device, on_host
 from planner.documents import describe_documents, sample_documents
 from planner.flops import flops_per_token, peak_flops
@@ -102,10 +103,10 @@ def make_plan(config, device_name: str, devices: int, efficiency: float = 1.0,
 
 
 def measured_times(filename: str, layout: str, seq_len: int) -> dict | None:
-    """The config file's module-level MEASURED[layout][seq_len] (read, not executed; see
-    planner/calibration/fit.py), else None."""
-    value = module_constant(filename, "MEASURED") or {}
-    return value.get(layout, {}).get(seq_len)
+    """The published step times of config file `filename`'s setting at this layout and length
+    (planner/calibration/step_times/), else None."""
+    table = step_times.for_config(filename)
+    return table.measured.get(layout, {}).get(seq_len) if table else None
 
 
 def module_constant(filename: str, name: str):

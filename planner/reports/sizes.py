@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import model
-from configs import module_named
+from model import presets
 from planner.devices import Device
 from planner.memory import activation_memory, fit, param_counts, state_memory
 from planner.run import Run
@@ -38,25 +38,18 @@ def dominant_lines(plan: dict, m, run: Run) -> list[str]:
     return lines
 
 
-SIZES = ("llama_1b", "llama_3b", "llama_7b")  # configs/gpu/<name>.py, each with set_model(model)
+SIZES = tuple(presets.SIZES)  # llama_1b, llama_3b, llama_7b (configs/gpu/<name>.py trains each)
 
 
 def _shapes(name: str, config, resolved):
-    """A ModelConfig with the shapes and precision of configs/gpu/<name>.py and this run's memory
-    options (tiles, chunks, remat policy, scan)."""
-    section = _Section({f.name: getattr(config.model, f.name)
-                        for f in dataclasses.fields(config.model)})
-    module_named(name).set_model(section)
-    if len(section.layer_types) != section.num_layers:  # the run's per-layer kinds do not fit
-        section.layer_types = ()  # Llama's: every layer full attention
-    section.partial_rotary_factor = 1.0  # Llama's RoPE (a share may not fit its head_dim)
+    """A ModelConfig with the shapes of preset `name` on accelerator precision and this run's
+    memory options (tiles, chunks, remat policy, scan)."""
+    section = {f.name: getattr(config.model, f.name) for f in dataclasses.fields(config.model)}
+    section.update(presets.SIZES[name], **presets.ACCELERATOR_PRECISION)
+    if len(section["layer_types"]) != section["num_layers"]:  # the run's per-layer kinds differ
+        section["layer_types"] = ()  # Llama's: every layer full attention
+    section["partial_rotary_factor"] = 1.0  # Llama's RoPE (a share may not fit its head_dim)
     return model.ModelConfig.from_config(section, resolved.attention, resolved.switches)
-
-
-class _Section(dict):
-    """A model section that a config's set_model(model) writes as it writes a ConfigDict's."""
-
-    __getattr__, __setattr__ = dict.__getitem__, dict.__setitem__
 
 
 def size_rows(config, device: Device, run: Run, resolved) -> list[dict]:

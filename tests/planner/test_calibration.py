@@ -72,8 +72,8 @@ def test_device_kinds_as_jax_reports_them():
         assert peak_flops(device_for_kind(kind).flops_key) == peak
 
 
-@pytest.mark.parametrize("name,words", [("no_such", "no config configs/no_such.py"),
-                                        ("tiny", "configs/tiny.py has no MEASURED")])
+@pytest.mark.parametrize("name,words", [("no_such", "no measured step times for no_such"),
+                                        ("tiny", "no measured step times for tiny")])
 def test_calibrate_names_a_config_without_measurements_in_one_line(name, words):
     import subprocess
     import sys
@@ -86,8 +86,11 @@ def test_calibrate_names_a_config_without_measurements_in_one_line(name, words):
 
 
 def test_a_tile_for_a_label_not_measured_is_a_one_line_error(monkeypatch):
-    import configs.tpu.llama2_7b_v5p as recipe
-    monkeypatch.setattr(recipe, "MEASURED_TILES", {"usp 4x4": 1024})
-    with pytest.raises(ValueError, match=r"MEASURED_TILES names usp 4x4, which MEASURED does "
+    import dataclasses
+
+    from planner.calibration import step_times
+    table = dataclasses.replace(step_times.table("llama2_7b_v5p"), tiles={"usp 4x4": 1024})
+    monkeypatch.setattr(step_times, "table", lambda name: table)
+    with pytest.raises(ValueError, match=r"tiles names usp 4x4, which measured does "
                                          r"not measure: use its labels \(allgather, ring"):
         calibration.measurements("llama2_7b_v5p")
