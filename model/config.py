@@ -58,6 +58,22 @@ class MemorySwitches:
     # carried between pieces (parallel/recurrent/pieces.py); 0 = the whole block at once
     linear_chunk: int = 0
 
+    def __post_init__(self):
+        """Each switch is 'auto' (a run config's, for the planner) or a value of its kind."""
+        for name in ("remat", "scan_layers"):
+            value = getattr(self, name)
+            if value != AUTO and not isinstance(value, bool):
+                raise ValueError(f"model.{name}={value!r}: use True, False or 'auto'")
+        if self.remat_policy != AUTO and self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"model.remat_policy={self.remat_policy!r}: choose one of "
+                             f"{', '.join(REMAT_POLICIES)}, or 'auto'")
+        for name in ("loss_chunk", "mlp_chunk", "linear_chunk"):
+            value = getattr(self, name)
+            # (a negative size, or one that does not divide the block: training/validate.py)
+            if value != AUTO and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"model.{name}={value!r}: use a number of tokens per device "
+                                 f"(0: all at once) or 'auto'")
+
     @staticmethod
     def fields() -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(MemorySwitches))
@@ -86,6 +102,7 @@ class MemorySwitches:
 # layer's window and RoPE. Which kind runs each layer type, and the others: model/mixers/.
 FULL, SLIDING = "full_attention", "sliding_attention"
 MLP_ACTIVATIONS = ("silu", "gelu_tanh")
+DTYPES = ("float32", "bfloat16", "float16")  # compute dtypes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,8 +154,8 @@ class ModelConfig(MemorySwitches):
     # Gemma's block: a GELU (tanh) gated MLP, norms after attention and the MLP as well as
     # before, the embedding multiplied by sqrt(d_model).
     mlp_activation: str = fixed(FUNCTION, "silu")  # 'silu' (SwiGLU) | 'gelu_tanh' (GeGLU)
-    sandwich_norms: bool = fixed(SHAPE, False)
-    embed_scale: bool = fixed(FUNCTION, False)
+    sandwich_norms: bool = fixed(SHAPE, False)  # a norm after attention and the MLP as well
+    embed_scale: bool = fixed(FUNCTION, False)  # the embeddings times sqrt(d_model)
     moe: MoEConfig = MoEConfig()  # mixture-of-experts layers (model/moe.py; none by default)
     # multi-head latent attention (model/mixers/latent.py; none by default)
     mla: MLAConfig = fixed(SHAPE, MLAConfig())
@@ -186,8 +203,29 @@ class ModelConfig(MemorySwitches):
         return cls(**values, attention=attention)
 
     def __post_init__(self):
+        """Its own fields, one line for the first problem (what needs the devices or the layer
+        kinds' registry is training/validate.py's)."""
+        super().__post_init__()
         # JSON gives lists: a tuple keeps the config hashable (static in jit).
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model.num_heads={self.num_heads} is not a multiple of "
+                             f"model.num_kv_heads={self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"model.head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+        if self.rope_scaling.problem():
+            raise ValueError(f"model.rope_scaling: {self.rope_scaling.problem()}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype={self.dtype!r}: choose {', '.join(DTYPES[:-1])} or "
+                             f"{DTYPES[-1]}")
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"model.mlp_activation={self.mlp_activation!r}: choose one of "
+                             f"{', '.join(MLP_ACTIVATIONS)}")
+        for field in ("attn_logit_soft_cap", "final_logit_soft_cap", "query_scale",
+                      "rope_local_theta"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"model.{field}={getattr(self, field)} must be positive, or 0 "
+                                 f"for none")
         if self.scan_layers is True and self.moe.dense_prefix(self.num_layers) is None:
             raise ValueError("model.scan_layers stacks identical blocks (after a dense first "
                              f"few), but model.moe makes layers {list(self.sparse_layers)} "

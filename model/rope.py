@@ -37,7 +37,7 @@ ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 class RopeScaling:
     """config.model.rope_scaling; fields a rule does not read are ignored by it."""
 
-    rope_type: str = "default"
+    rope_type: str = "default"  # 'default' (none) | 'linear' | 'llama3' | 'yarn'
     factor: float = 1.0  # linear, llama3, yarn: how many times longer the context becomes
     original_max_position_embeddings: int = 0  # llama3, yarn: the pretrained context length
     low_freq_factor: float = 1.0  # llama3
@@ -46,7 +46,7 @@ class RopeScaling:
     beta_slow: float = 1.0  # yarn: rotations below which a dimension is interpolated
     attention_factor: float = 0.0  # yarn: cos/sin multiplier; 0 = derived from factor
     mscale: float = 0.0  # yarn (DeepSeek style): with mscale_all_dim, the derived factor's ratio
-    mscale_all_dim: float = 0.0
+    mscale_all_dim: float = 0.0  # yarn (DeepSeek style): the other side of that ratio
     truncate: bool = True  # yarn: round the ramp's ends to whole dimensions
 
     @classmethod

@@ -14,8 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 
+import parallel
 from model.config import AUTO, MemorySwitches, ModelConfig
 from parallel.choice import parse_tile
+
+TRACKERS = ("wandb", "jsonl", "none")
+LOADERS = ("thread", "grain")
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def check(node, prefix: str, checks) -> None:
+    """ValueError, one line, for the first (field, ok, what it must be) that is not ok: each
+    section checks its own fields where it is made (run_config.build makes it a ConfigError);
+    what needs the devices, the platform or the data is training/validate.py's."""
+    for field, ok, want in checks:
+        if not ok:
+            raise ValueError(f"{prefix}{field}={getattr(node, field)!r}: must be {want}")
 
 # A run config leaves every memory switch to the planner: 'auto' turns on what the run needs to
 # fit its devices and no more, the fastest setting it predicts to fit (planner/switches.py; the
@@ -56,6 +70,15 @@ class ParallelConfig:
     # independent of the length) | 'heads' (all-to-alls give each device whole rows of some of
     # the heads: bytes grow with the length) | 'auto' (the planner prices both)
     linear_strategy: str = AUTO
+
+    def __post_init__(self):
+        if self.layout not in parallel.LAYOUTS and self.layout != AUTO:
+            raise ValueError(f"parallel.layout={self.layout!r} is not a known layout: choose one "
+                             f"of {', '.join(parallel.LAYOUTS)} or auto")
+        if self.strategy not in parallel.STRATEGIES and self.strategy != AUTO:
+            raise ValueError(f"parallel.strategy={self.strategy!r} is not a known strategy: "
+                             f"choose one of {', '.join(parallel.STRATEGIES)} or auto")
+        parse_tile(self.tile)  # ValueError, one line, for a value that is no tile
 
     @property
     def tiles(self) -> tuple[int, int] | None:
@@ -103,6 +126,22 @@ class DataConfig:
     # 0 = as drawn uniformly (about a third)
     passkey_repeats: float = 0.0
 
+    def __post_init__(self):
+        if self.loader not in LOADERS:
+            raise ValueError(f"data.loader={self.loader!r}: choose one of {', '.join(LOADERS)}")
+        if self.grain_workers < 0:
+            raise ValueError(f"data.grain_workers={self.grain_workers} must be >= 0 (0 = "
+                             f"threads, N = worker processes)")
+        check(self, "data.", [
+            ("eval_fraction", 0.0 <= self.eval_fraction < 1.0, "a fraction in [0, 1), e.g. 0.005"),
+            ("max_bytes", self.max_bytes >= 0, "0 (all) or a byte count"),
+            ("passkey_fraction", 0.0 <= self.passkey_fraction <= 1.0,
+             "a share of the rows in [0, 1]"),
+            ("passkey_weight", self.passkey_weight > 0,
+             "a positive loss weight (1 = like any token)"),
+            ("passkey_repeats", 0.0 <= self.passkey_repeats <= 1.0,
+             "a share of the keys in [0, 1] (0 = as drawn, about a third)")])
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
@@ -118,6 +157,15 @@ class OptimConfig:
     skip_nonfinite: bool = False  # skip a batch with NaN/Inf loss (else stop with an error)
     max_skipped_steps: int = 10  # with skip_nonfinite: stop (exit 3) after this many in a row
 
+    def __post_init__(self):
+        check(self, "optim.", [
+            ("grad_accum_steps", self.grad_accum_steps >= 1, "at least 1"),
+            ("learning_rate", self.learning_rate > 0, "a positive rate"),
+            ("warmup_steps", self.warmup_steps >= 0, "0 or more")])
+        if self.max_skipped_steps < 1:
+            raise ValueError(f"optim.max_skipped_steps={self.max_skipped_steps} must be at "
+                             f"least 1")
+
 
 @dataclasses.dataclass(frozen=True)
 class ProfileConfig:
@@ -127,6 +175,12 @@ class ProfileConfig:
 
     start_step: int = 5  # the first step traced (after the compiling first step)
     num_steps: int = 0  # steps traced; 0 = no trace
+
+    def __post_init__(self):
+        check(self, "profile.", [
+            ("num_steps", self.num_steps >= 0, "0 (off) or a count of steps"),
+            ("start_step", self.start_step >= 1, "a step from 1 (the first, which compiles: 2 "
+             "or later shows steady steps)")])
 
     @property
     def steps(self) -> range:
@@ -174,12 +228,30 @@ class RunConfig:
     wandb_group: str = ""
     wandb_mode: str = "offline"  # wandb mode unless WANDB_MODE is set: offline | online
     peak_tflops_per_device: float = 0.0  # MFU denominator; 0 = from the device table
-    parallel: ParallelConfig = ParallelConfig()
-    mesh: MeshConfig = MeshConfig()
-    model: ModelConfig = RUN_MODEL
-    data: DataConfig = DataConfig()
-    optim: OptimConfig = OptimConfig()
-    profile: ProfileConfig = ProfileConfig()
+    parallel: ParallelConfig = ParallelConfig()  # the sequence-parallel attention
+    mesh: MeshConfig = MeshConfig()  # the devices' axes
+    model: ModelConfig = RUN_MODEL  # the model (model/config.py), its memory switches 'auto'
+    data: DataConfig = DataConfig()  # corpus, tokenizer, documents, passkey examples
+    optim: OptimConfig = OptimConfig()  # AdamW and its schedule
+    profile: ProfileConfig = ProfileConfig()  # a profiler trace of some steps
+
+    def __post_init__(self):
+        if self.tracker not in TRACKERS:
+            raise ValueError(f"tracker={self.tracker!r}: choose one of {', '.join(TRACKERS)}")
+        for name in ("seq_len", "global_batch_size", "num_train_steps", "eval_every_steps",
+                     "log_every_steps", "eval_batches", "checkpoint_every_steps",
+                     "checkpoint_keep"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        check(self, "", [
+            ("stop_at_step", self.stop_at_step >= 0, "0 (never) or a step"),
+            ("eval_position_buckets", 0 <= self.eval_position_buckets <= self.seq_len,
+             "0 (off) or a count of position ranges up to seq_len"),
+            ("cpu_devices", self.cpu_devices >= 1, "at least 1"),
+            ("wandb_mode", self.wandb_mode in WANDB_MODES, "online, offline or disabled")])
+        check(self.data, "data.", [("passkey_min_len", 0 <= self.data.passkey_min_len
+                                    <= self.seq_len, "0 (one example a row) or a length up "
+                                    "to seq_len")])
 
     @property
     def tokens_per_step(self) -> int:

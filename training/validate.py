@@ -10,16 +10,12 @@ import run_config
 from data import DataError
 from data.sources import most_tokens
 from model import mixers
-from model.config import AUTO, FULL, MLP_ACTIVATIONS, REMAT_POLICIES, SLIDING
+from model.config import AUTO, FULL, SLIDING
 from model.moe import expert_split
 from planner.attention import choice_from_config
 from planner.run import configured_layout
 from run_config import ConfigError
 from training.resume import RUN_FIELDS
-
-TRACKERS = ("wandb", "jsonl", "none")
-LOADERS = ("thread", "grain")
-
 
 def _mesh_shape(config, device_count):
     try:
@@ -45,20 +41,13 @@ def _validate_experts(config, data: int, seq: int):
         raise ConfigError(str(e)) from None
 
 
-def _validate_parallel(p, platform):
-    """parallel.layout, parallel.strategy and parallel.kernel name things that
-    exist, and the kernel runs on this backend."""
-    if p.layout not in parallel.LAYOUTS and p.layout != AUTO:
-        raise ConfigError(f"parallel.layout={p.layout!r} is not a known layout: choose one "
-                          f"of {', '.join(parallel.LAYOUTS)} or auto")
-    strategy, kernel = p.strategy, p.kernel
-    if strategy not in parallel.STRATEGIES and strategy != AUTO:
-        raise ConfigError(f"parallel.strategy={strategy!r} is not a known strategy: choose one "
-                          f"of {', '.join(parallel.STRATEGIES)} or auto")
+def _validate_kernel(p, platform):
+    """parallel.kernel runs on this backend (the names of layout, strategy and tile are
+    ParallelConfig's own to check)."""
     try:
-        parallel.resolve_kernel(kernel, platform)
+        parallel.resolve_kernel(p.kernel, platform)
     except ValueError as e:
-        raise ConfigError(f"parallel.kernel={kernel!r}: {e}") from None
+        raise ConfigError(f"parallel.kernel={p.kernel!r}: {e}") from None
 
 
 def validate_config(config, device_count: int, process_count: int, platform: str = "cpu") -> None:
@@ -68,24 +57,8 @@ def validate_config(config, device_count: int, process_count: int, platform: str
     Example: tiny.py with global_batch_size=1 and mesh data 1 x seq 2 on 2 devices validates
     whether they are one process or two (each then builds half of the row).
     """
-    config = run_config.typed(config)  # a config file's ConfigDict, or its RunConfig
-    _validate_parallel(config.parallel, platform)
-    loader = config.data.loader
-    if loader not in LOADERS:
-        raise ConfigError(f"data.loader={loader!r}: choose one of {', '.join(LOADERS)}")
-    if config.data.grain_workers < 0:
-        raise ConfigError(f"data.grain_workers={config.data.grain_workers} must be >= 0 "
-                          f"(0 = threads, N = worker processes)")
-    if config.tracker not in TRACKERS:
-        raise ConfigError(f"tracker={config.tracker!r}: choose one of {', '.join(TRACKERS)}")
-    for name in ("seq_len", "global_batch_size", "num_train_steps", "eval_every_steps",
-                 "log_every_steps", "eval_batches", "checkpoint_every_steps", "checkpoint_keep"):
-        if getattr(config, name) < 1:
-            raise ConfigError(f"{name}={getattr(config, name)} must be at least 1")
-    _validate_ranges(config)
-    if config.optim.max_skipped_steps < 1:
-        raise ConfigError(f"optim.max_skipped_steps={config.optim.max_skipped_steps} must be at "
-                          f"least 1")
+    config = run_config.typed(config)  # each section has checked its own fields
+    _validate_kernel(config.parallel, platform)
     _validate_resume_accepts(config.resume_accepted)
     data, seq = _mesh_shape(config, device_count)
     _validate_experts(config, data, seq)
@@ -113,42 +86,7 @@ def validate_config(config, device_count: int, process_count: int, platform: str
             raise ConfigError(f"global_batch_size={config.global_batch_size} is not divisible "
                               f"by {what} ({count}): use a multiple of {count}")
     _validate_model(config.model, device_count)
-    _validate_switches(config)
     _validate_corpus_size(config)
-
-
-def _validate_ranges(config) -> None:
-    """Fields that would fail later (after tokenizing or compiling) or silently do nothing."""
-    checks = [
-        ("stop_at_step", config.stop_at_step >= 0, "0 (never) or a step"),
-        ("profile.num_steps", config.profile.num_steps >= 0, "0 (off) or a count of steps"),
-        ("profile.start_step", config.profile.start_step >= 1, "a step from 1 (the first, "
-         "which compiles: 2 or later shows steady steps)"),
-        ("eval_position_buckets", 0 <= config.eval_position_buckets <= config.seq_len,
-         "0 (off) or a count of position ranges up to seq_len"),
-        ("data.eval_fraction", 0.0 <= config.data.eval_fraction < 1.0,
-         "a fraction in [0, 1), e.g. 0.005"),
-        ("data.max_bytes", config.data.max_bytes >= 0, "0 (all) or a byte count"),
-        ("data.passkey_fraction", 0.0 <= config.data.passkey_fraction <= 1.0,
-         "a share of the rows in [0, 1]"),
-        ("data.passkey_min_len", 0 <= config.data.passkey_min_len <= config.seq_len,
-         "0 (one example a row) or a length up to seq_len"),
-        ("data.passkey_weight", config.data.passkey_weight > 0,
-         "a positive loss weight (1 = like any token)"),
-        ("data.passkey_repeats", 0.0 <= config.data.passkey_repeats <= 1.0,
-         "a share of the keys in [0, 1] (0 = as drawn, about a third)"),
-        ("optim.grad_accum_steps", config.optim.grad_accum_steps >= 1, "at least 1"),
-        ("optim.learning_rate", config.optim.learning_rate > 0, "a positive rate"),
-        ("optim.warmup_steps", config.optim.warmup_steps >= 0, "0 or more"),
-        ("cpu_devices", config.cpu_devices >= 1, "at least 1"),
-        ("wandb_mode", config.wandb_mode in ("online", "offline", "disabled"),
-         "online, offline or disabled"),
-    ]
-    for field, ok, want in checks:
-        if not ok:
-            section, _, name = field.rpartition(".")
-            value = getattr(getattr(config, section) if section else config, name)
-            raise ConfigError(f"{field}={value!r}: must be {want}")
 
 
 def _validate_resume_accepts(accepted) -> None:
@@ -175,12 +113,8 @@ def _validate_corpus_size(config):
 
 
 def _validate_tile(config, block: int) -> None:
-    """parallel.tile is 'auto', 0 or tiles that divide the per-device block."""
-    try:
-        tiles = config.parallel.tiles
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    for tile in tiles or ():
+    """parallel.tile's tiles divide the per-device block ('auto' and 0 give none)."""
+    for tile in config.parallel.tiles or ():
         if tile and block % tile:
             raise ConfigError(f"parallel.tile={config.parallel.tile!r}: {tile} does not divide "
                               f"the per-device block of {block} tokens (seq_len / mesh.seq): "
@@ -203,11 +137,6 @@ def _validate_attention(config, seq, platform):
 
 
 def _validate_model(m, device_count):
-    if m.num_heads % m.num_kv_heads:
-        raise ConfigError(f"model.num_heads={m.num_heads} is not a multiple of "
-                          f"model.num_kv_heads={m.num_kv_heads}")
-    if m.head_dim % 2:
-        raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates pairs)")
     # Parameters are sharded on their first axis over every device (FSDP).
     for name, size in (("d_model", m.d_model), ("mlp_dim", m.mlp_dim),
                        ("vocab_size", m.vocab_size), ("num_heads x head_dim",
@@ -216,29 +145,7 @@ def _validate_model(m, device_count):
             raise ConfigError(f"model.{name}={size} is not divisible by the {device_count} "
                               f"devices its parameters are sharded over: use a multiple of "
                               f"{device_count}")
-    if m.rope_scaling.problem():
-        raise ConfigError(f"model.rope_scaling: {m.rope_scaling.problem()}")
-    if m.dtype not in ("float32", "bfloat16", "float16"):
-        raise ConfigError(f"model.dtype={m.dtype!r}: choose float32, bfloat16 or float16")
     _validate_attention_kinds(m)
-
-
-def _validate_switches(config):
-    """The memory switches: 'auto' (the planner's choice) or a value of their kind."""
-    for name in ("remat", "scan_layers"):
-        value = getattr(config.model, name)
-        if value != AUTO and not isinstance(value, bool):
-            raise ConfigError(f"model.{name}={value!r}: use True, False or 'auto'")
-    policy = config.model.remat_policy
-    if policy != AUTO and policy not in REMAT_POLICIES:
-        raise ConfigError(f"model.remat_policy={policy!r}: choose one of "
-                          f"{', '.join(REMAT_POLICIES)}, or 'auto'")
-    for name in ("loss_chunk", "mlp_chunk", "linear_chunk"):
-        value = getattr(config.model, name)
-        if value != AUTO and (isinstance(value, bool) or not isinstance(value, int)
-                              or value < 0):
-            raise ConfigError(f"model.{name}={value!r}: use a number of tokens per device (0: "
-                              f"all at once) or 'auto'")
 
 
 def _validate_attention_kinds(m):
@@ -260,12 +167,3 @@ def _validate_attention_kinds(m):
     if window < 0 or (SLIDING in types and not window):
         raise ConfigError(f"model.sliding_window={window}: sliding layers need a window of at "
                           f"least 1 token (keys a query sees, itself included)")
-    activation = m.mlp_activation
-    if activation not in MLP_ACTIVATIONS:
-        raise ConfigError(f"model.mlp_activation={activation!r}: choose one of "
-                          f"{', '.join(MLP_ACTIVATIONS)}")
-    for field in ("attn_logit_soft_cap", "final_logit_soft_cap", "query_scale",
-                  "rope_local_theta"):
-        if getattr(m, field) < 0:
-            raise ConfigError(f"model.{field}={getattr(m, field)} must be positive, or 0 for "
-                              f"none")

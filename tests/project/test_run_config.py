@@ -57,3 +57,40 @@ def test_the_import_graph_has_no_circle_and_no_upward_import():
     assert "run_config.build" in edges and "training.loop" in edges["train"] | set().union(
         *(edges[m] for m in edges["train"]))
     assert circles(edges) == [] and upward(edges) == []
+
+
+def test_every_field_is_declared_once_with_a_comment():
+    """Each field's type, default and comment are in one place, its section's dataclass: every
+    field has a comment on its line, above its group of lines, or in the class's docstring;
+    configs/default.py is that declaration's ConfigDict (every field at its default, nothing
+    else) and builds back to RunConfig()."""
+    import inspect
+    import tokenize
+
+    from model.config import MemorySwitches, ModelConfig
+    from model.rope import RopeScaling
+    from model.sections import LinearAttentionConfig, MambaConfig, MLAConfig, MoEConfig
+    from run_config import schema
+    classes = (schema.RunConfig, schema.ParallelConfig, schema.MeshConfig, schema.DataConfig,
+               schema.OptimConfig, schema.ProfileConfig, ModelConfig, MemorySwitches, MoEConfig,
+               MLAConfig, LinearAttentionConfig, MambaConfig, RopeScaling)
+    bare = []
+    for cls in classes:
+        lines, _ = inspect.getsourcelines(cls)
+        comments = {tok.start[0] - 1 for tok in tokenize.generate_tokens(iter(lines).__next__)
+                    if tok.type == tokenize.COMMENT}
+        own = {f.name for f in dataclasses.fields(cls)} - (
+            {f.name for f in dataclasses.fields(MemorySwitches)} if cls is ModelConfig else set())
+        for name in own:
+            at = next(i for i, line in enumerate(lines)
+                      if line.strip().startswith(f"{name}:"))
+            above = at  # up over a group of fields that share the comment above them
+            while above > 0 and (above - 1) not in comments and ": " in lines[above - 1] \
+                    and " = " in lines[above - 1]:
+                above -= 1
+            block = lines[above - 1].strip().startswith("#")
+            if not (at in comments or block or f"{name}" in (cls.__doc__ or "")):
+                bare.append(f"{cls.__name__}.{name}")
+    assert not bare, " ".join(bare)
+    assert run_config.build(default.get_config()) == schema.RunConfig()
+    assert run_config.plain(default.get_config()) == run_config.to_dict(schema.RunConfig())
