@@ -71,7 +71,7 @@ class MoEConfig:
     # GPT-OSS's clamped SwiGLU (its limit, 7.0); 0 = act(gate) * up
     swiglu_limit: float = fixed(FUNCTION, 0.0)
     # How the run splits the experts, set by ModelConfig.from_config, not model.moe settings:
-    # the devices they are split over (the run's mesh.expert; model/moe.py expert_split), and
+    # the devices they are split over (the run's mesh.expert; parallel/experts.py expert_split), and
     # whether the tokens travel by ragged all-to-alls (the platform has them: TPU and GPU).
     expert_devices: int = 1
     ragged_exchange: bool = False

@@ -20,7 +20,7 @@ import dataclasses
 import model
 import parallel
 import run_config
-from model.moe import RAGGED_PLATFORMS
+from parallel.experts import RAGGED_PLATFORMS
 from planner import linear_strategy, mla_exchange, recommend
 from planner.attention import choice_from_config
 from planner.devices import Device, device_for_kind, on_host

@@ -111,7 +111,7 @@ def dense_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> dict:
 
 
 def expert_exchange_bytes(m, run: Run) -> float:
-    """Bytes one device sends in a step's all-to-alls of the expert layers (model/moe.py
+    """Bytes one device sends in a step's all-to-alls of the expert layers (parallel/experts.py
     exchange): each of a sparse layer's all-to-alls moves, of a device's T tokens' T k pairs,
     X - 1 padded slots of T k rows (XLA:CPU, no ragged collectives), or with ragged
     all-to-alls (TPU, GPU) the pairs bound for the other X - 1 devices, (X - 1) / X of them

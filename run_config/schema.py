@@ -94,7 +94,7 @@ class MeshConfig:
     # Devices the experts of model.moe are split over (expert parallelism), folded into the
     # data x seq devices: 1, mesh.seq (the ring's devices), mesh.data, all of them, or groups of
     # neighbours (a divisor of mesh.seq; whole mesh rows). Tokens go to their experts' devices
-    # and back with all-to-alls (model/moe.py).
+    # and back with all-to-alls (parallel/experts.py).
     expert: int = 1
 
 

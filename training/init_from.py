@@ -1,10 +1,10 @@
 """Where a run's first weights come from: `config.init_from`.
 
     ''                       random weights, drawn from config.seed
-    'hf:PATH'                a Hugging Face directory, local or gs:// (model/hf/checkpoint.py; the families:
-                             model/hf/families/): config.json fills
-                             the run's config.model, its tokenizer (tokenizer.json, or tokenizer.model)
-                             becomes the run's
+    'hf:PATH'                a Hugging Face directory, local or gs:// (model/hf/config_json.py,
+                             checkpoint.py; the families: model/hf/families/): config.json
+                             fills the run's config.model, its tokenizer (tokenizer.json, or
+                             tokenizer.model) becomes the run's
     'run:WORKDIR[@STEP]'     another run's checkpoint (its latest, or STEP): the weights only, the
                              optimizer starts fresh. A new stage: how seq_len, the RoPE settings,
                              the mesh or the batch change on purpose

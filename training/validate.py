@@ -11,7 +11,7 @@ from data import DataError
 from data.sources import most_tokens
 from model import mixers
 from model.config import AUTO, FULL, SLIDING
-from model.moe import expert_split
+from parallel.experts import expert_split
 from planner.attention import choice_from_config
 from planner.run import configured_layout
 from run_config import ConfigError
@@ -29,7 +29,7 @@ def _mesh_shape(config, device_count):
 
 def _validate_experts(config, data: int, seq: int):
     """model.moe is a valid expert layer, and mesh.expert splits its experts over groups of
-    devices the mesh has (model/moe.py expert_split)."""
+    devices the mesh has (parallel/experts.py expert_split)."""
     expert, moe = config.mesh.expert, config.model.moe
     try:
         if expert != 1 and not moe.num_experts:
