@@ -1,13 +1,13 @@
 """Run configs: one get_config() per file, returning an ml_collections.ConfigDict.
 configs/default.py is the embedded default: every field at the default run_config/schema.py
-declares (with its type and comment); the other files start from it.
-accelerator_run and accelerator_precision are what the real-hardware configs share; their
-model shapes are model/presets.py's. Here, the runs of this machine (CPU, fake devices); configs/tpu/ and configs/gpu/ hold the real
-model sizes on TPU slices and GPU nodes.
+declares (with its type and comment); the other files start from it. Here, the runs of this
+machine (CPU, fake devices); configs/tpu/ and configs/gpu/ hold the real model sizes on TPU
+slices and GPU nodes. accelerator_run and accelerator_precision are what those share; their
+model shapes are model/presets.py's.
 
     config = load_file("configs/tiny.py")      # ConfigError, one line, for a file that fails
 
-ConfigError (run_config.errors') is the one-line error of any bad config, flag or
+ConfigError (run_config.errors's) is the one-line error of any bad config, flag or
 config-dependent input.
 """
 
