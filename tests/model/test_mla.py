@@ -16,7 +16,7 @@ from tests.support import FIXTURES
 
 FIXTURE = os.path.join(FIXTURES, "hf", "mla_attention.npz")
 SHAPES = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
-CASES = {  # the fixture's cases as our config reads them (scripts/hf/make_fixtures.py, MLA_ATTENTION)
+CASES = {  # the fixture's cases as our config reads them (scripts/hf/fixture_cases.py, MLA_ATTENTION)
     "v3": (dict(q_lora_rank=24, rope_interleave=True),
            RopeScaling("yarn", factor=4.0, original_max_position_embeddings=64, mscale=1.0,
                        mscale_all_dim=1.0)),
