@@ -9,9 +9,7 @@ import jax.numpy as jnp
 from model.rope import RopeScaling
 from model.sections import (FUNCTION, ROUTERS, SHAPE, TRAINING, LinearAttentionConfig, MambaConfig,  # noqa: F401
                             MLAConfig, MoEConfig, fixed, weight_fields)
-from parallel.choice import AUTO, MLA_BASELINE, AttentionChoice
-from parallel.recurrent import BASELINE as RECURRENT_BASELINE
-from parallel.strategies import BASELINE
+from parallel.choice import AUTO
 
 
 # What a rematerialised block saves for its backward (jax.checkpoint policies): 'nothing' (all of
@@ -108,8 +106,9 @@ DTYPES = ("float32", "bfloat16", "float16")  # compute dtypes
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(MemorySwitches):
     """The model's hyper-parameters (a run config's `model` section), each declared here once
-    with its default: the embedded default's small Llama-style model. Beside the architecture,
-    the memory switches (MemorySwitches, inherited) and the run's resolved attention."""
+    with its default: the embedded default's small Llama-style model. The architecture, on top
+    of the memory switches (MemorySwitches); how a run splits it over devices is not here but in
+    its plan (planner.ResolvedRun: the AttentionChoice the model is built with, model.create)."""
 
     vocab_size: int = fixed(SHAPE, 2048)  # tokenizer pieces = embedding rows
     d_model: int = fixed(SHAPE, 128)  # residual width
@@ -126,11 +125,6 @@ class ModelConfig(MemorySwitches):
     tie_embeddings: bool = fixed(SHAPE, False)  # output projection = embedding transposed
     dtype: str = "float32"  # compute dtype ('bfloat16' on accelerators); parameters: param_dtype
     param_dtype: str = "float32"  # parameter and optimizer-state dtype
-    # The run's resolved sequence-parallel attention (layout, strategy and its degree, kernel,
-    # tiles; planner.resolve_run), held whole, as every other reader holds it; not a config
-    # field. None: a model built by hand, which attends striped, by ring, with the backend's
-    # kernel and tiles.
-    attention: AttentionChoice | None = None
     # Attention per layer, as Hugging Face names it (Mistral, Qwen3, Gemma 2/3, GPT-OSS): per
     # block a layer type of model/mixers ('full_attention' | 'sliding_attention' |
     # 'linear_attention' (model.linear_attention) | 'mamba' (model.mamba)); () = all full, a
@@ -174,15 +168,14 @@ class ModelConfig(MemorySwitches):
     logits_scaling: float = fixed(FUNCTION, 1.0)
 
     @classmethod
-    def from_config(cls, model_cfg, attention=None, switches=None, expert_devices: int = 1,
+    def from_config(cls, model_cfg, switches=None, expert_devices: int = 1,
                     ragged_exchange: bool = False) -> "ModelConfig":
         """Builds from a run config's `model` section (a ModelConfig whose switches may be
         'auto', or a mapping: a record, config.json's fields; unknown fields are ignored), the
-        run's resolved attention (a parallel.AttentionChoice: layout, strategy, kernel, tiles), its
-        resolved memory switches (a MemorySwitches, which replaces the section's: they may be
+        run's resolved memory switches (a MemorySwitches, which replaces the section's: they may be
         'auto' there), its mesh.expert and whether its platform has ragged all-to-alls.
         ValueError, one line, for a switch left 'auto' without them."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"attention"}
+        names = {f.name for f in dataclasses.fields(cls)}
         if isinstance(model_cfg, ModelConfig):
             model_cfg = {name: getattr(model_cfg, name) for name in names}
         values = {k: v for k, v in dict(model_cfg).items() if k in names}
@@ -200,7 +193,7 @@ class ModelConfig(MemorySwitches):
         values["moe"] = dataclasses.replace(MoEConfig.from_config(values.get("moe")),
                                             expert_devices=expert_devices,
                                             ragged_exchange=ragged_exchange)
-        return cls(**values, attention=attention)
+        return cls(**values)
 
     def __post_init__(self):
         """Its own fields, one line for the first problem (what needs the devices or the layer
@@ -240,32 +233,6 @@ class ModelConfig(MemorySwitches):
             raise ValueError("model.mla: latent attention has no biases, q/k norms, sinks or "
                              "output gate: set attention_bias, qkv_bias, qk_norm, "
                              "attention_sinks and attention_output_gate False")
-
-    @property
-    def layout(self) -> str:
-        """Where the tokens sit on the 'seq' devices (parallel.LAYOUTS)."""
-        return self.attention.layout if self.attention else "striped"
-
-    @property
-    def mla_exchange(self) -> str:
-        """What latent attention passes between the devices: the run's choice ('latent' or
-        'full'); a model built without a run's attention passes the expanded keys ('full')."""
-        return self.attention.mla_exchange if self.attention else MLA_BASELINE
-
-    @property
-    def recurrent_strategy(self) -> str:
-        """How the recurrent layers cross the 'seq' devices (parallel.recurrent): the run's
-        choice; a model built without a run's attention (decoding, a checkpoint's conversion)
-        takes the baseline."""
-        return self.attention.linear_strategy if self.attention else RECURRENT_BASELINE
-
-    def attention_kwargs(self) -> dict:
-        """parallel.attention's layout, strategy (its degree), kernel and tiles; a tile of 0:
-        the kernel's default for each call's length (a saved run read at any length)."""
-        if self.attention is None:
-            return {"layout": "striped", "strategy": BASELINE, "kernel": "auto"}
-        kwargs = self.attention.attention_kwargs()
-        return dict(kwargs, tile_q=kwargs["tile_q"] or None, tile_k=kwargs["tile_k"] or None)
 
     @property
     def first_stacked(self) -> int:

@@ -143,8 +143,8 @@ def generate_sharded(graphdef, params, prompts, max_new_tokens: int, mesh, *,
     the prompts prefilled sequence-parallel over mesh's 'seq' axis in the model's layout and
     decoded against the sharded cache. report(prefill_caches): called once after the prefill
     (sample.py prints the cache size per device)."""
-    cfg = nnx.merge(graphdef, params).cfg
-    fields = lay_out_prompts(prompts, cfg.layout, mesh.shape[parallel.SEQ])
+    layout = nnx.merge(graphdef, params).choice.layout
+    fields = lay_out_prompts(prompts, layout, mesh.shape[parallel.SEQ])
     lengths = fields.pop("lengths")
     sharding = jax.NamedSharding(mesh, jax.P(parallel.DATA, parallel.SEQ))
     laid = {k: jax.device_put(v, sharding) for k, v in fields.items()}

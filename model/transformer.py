@@ -13,20 +13,22 @@ from model.embedding import sharded_lookup
 from model.layers import ACTIVATIONS, FSDP, GatedMLP, RMSNorm, dense
 from model.moe import Experts
 from parallel import SAVED_BY_NAME
+from parallel.choice import UNPLANNED, AttentionChoice
 
 
 class Block(nnx.Module):
     """x + attention(norm(x)), then + mlp(norm(x)); with cfg.sandwich_norms (Gemma) each
     sub-block's output is normalised too before it is added: x + norm(attention(norm(x)))."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, sparse: bool = False,
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, choice: AttentionChoice,
+                 sparse: bool = False,
                  kind: str = FULL):
         self.activations = jax.NamedSharding(mesh, ACTIVATIONS)
         self.attention_norm = RMSNorm(cfg, rngs)
         self.residual_multiplier = cfg.residual_multiplier
         # the layer type's token mixer (model/mixers): named attention whatever its kind, as
         # checkpoints name it
-        self.attention = mixers.mixer_of(cfg, kind).build(cfg, mesh, rngs)
+        self.attention = mixers.mixer_of(cfg, kind).build(cfg, mesh, rngs, choice)
         self.mlp_norm = RMSNorm(cfg, rngs)
         # sparse: the mixture-of-experts layer in place of the dense MLP (model/moe.py)
         self.mlp = Experts(cfg, mesh, rngs) if sparse else GatedMLP(cfg, mesh, rngs)
@@ -68,9 +70,9 @@ class Block(nnx.Module):
         return h * jnp.asarray(self.residual_multiplier, h.dtype)
 
 
-def _block(cfg: ModelConfig, mesh, rngs: nnx.Rngs, i: int) -> Block:
+def _block(cfg: ModelConfig, mesh, rngs: nnx.Rngs, choice: AttentionChoice, i: int) -> Block:
     """Block i as the config makes it: sparse or dense MLP, its layer type's mixer."""
-    return Block(cfg, mesh, rngs, sparse=cfg.moe.sparse(i), kind=cfg.layer_type(i))
+    return Block(cfg, mesh, rngs, choice, sparse=cfg.moe.sparse(i), kind=cfg.layer_type(i))
 
 
 def _remat_policy(name: str):
@@ -83,14 +85,15 @@ def _remat_policy(name: str):
     return policy
 
 
-def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+def _stacked_blocks(cfg: ModelConfig, mesh, rngs: nnx.Rngs, choice: AttentionChoice):
     """One Block whose parameters carry a leading [layers] axis for blocks cfg.first_stacked ..
     num_layers - 1 (unsharded: each device holds its FSDP shard of every layer); for a hybrid
     (scan_period(cfg) P > 1) a list of P such Blocks, position p holding blocks first + p,
     first + p + P, ... The blocks are drawn exactly as the unrolled model draws them and then
     stacked, so a run starts from the same weights whether or not it scans (the dense blocks
     before the stack are drawn first)."""
-    layers = [_block(cfg, mesh, rngs, i) for i in range(cfg.first_stacked, cfg.num_layers)]
+    layers = [_block(cfg, mesh, rngs, choice, i)
+              for i in range(cfg.first_stacked, cfg.num_layers)]
     period = scan_period(cfg)
     stacks = [_stack(layers[p::period]) for p in range(period)]
     return stacks[0] if period == 1 else nnx.List(stacks)
@@ -120,11 +123,17 @@ class Transformer(nnx.Module):
     `hidden` is everything before the output projection ([B, S, d_model], what the chunked loss
     takes with `head_weight`); `layers()` yields the blocks one by one whether or not they are
     stacked (cfg.scan_layers). Given a `cache`, the same modules decode (see __call__).
+
+    `choice` is how the run splits the sequence over the mesh (its resolved AttentionChoice:
+    layout, strategy, kernel, tiles, the latent and recurrent exchanges), held apart from the
+    architecture `cfg`; a model built by hand takes UNPLANNED (striped, by ring, the backend's
+    kernel and tiles).
     """
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs,
+                 choice: AttentionChoice = UNPLANNED):
         mixers.check(cfg)
-        self.cfg, self.mesh = cfg, mesh
+        self.cfg, self.mesh, self.choice = cfg, mesh, choice
         # Rows of unit variance; with Gemma's embedding scale (x sqrt(d_model) on the way in)
         # of variance 1 / d_model, so that the block inputs are of unit variance and the tied
         # output logits of about 1, as Gemma draws them
@@ -135,11 +144,12 @@ class Transformer(nnx.Module):
                                rngs=rngs)
         if cfg.scan_layers:
             if cfg.first_stacked:  # DeepSeek's dense first blocks, one by one before the stack
-                self.first_blocks = nnx.List([_block(cfg, mesh, rngs, i)
+                self.first_blocks = nnx.List([_block(cfg, mesh, rngs, choice, i)
                                               for i in range(cfg.first_stacked)])
-            self.blocks = _stacked_blocks(cfg, mesh, rngs)  # a hybrid: one per period position
+            self.blocks = _stacked_blocks(cfg, mesh, rngs, choice)  # hybrids: one per position
         else:
-            self.blocks = nnx.List([_block(cfg, mesh, rngs, i) for i in range(cfg.num_layers)])
+            self.blocks = nnx.List([_block(cfg, mesh, rngs, choice, i)
+                                    for i in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg, rngs)
         if not cfg.tie_embeddings:
             self.lm_head = dense(cfg, cfg.d_model, cfg.vocab_size, rngs)
@@ -330,12 +340,12 @@ def soft_cap(x, cap: float):
     return x if not cap else cap * jnp.tanh(x / cap)
 
 
-def create(cfg: ModelConfig, mesh, seed: int) -> Transformer:
+def create(cfg: ModelConfig, mesh, seed: int, choice: AttentionChoice = UNPLANNED) -> Transformer:
     """Initialises a sharded model: parameters are created directly in their FSDP shards."""
 
     @nnx.jit
     def init():
-        return Transformer(cfg, mesh, nnx.Rngs(seed))
+        return Transformer(cfg, mesh, nnx.Rngs(seed), choice)
 
     with jax.set_mesh(mesh):
         return init()

@@ -22,7 +22,7 @@ import math
 from parallel.kernels import resolve_kernel
 from parallel.layouts import get_layout, permutation
 from parallel.layouts.base import largest_divisor
-from parallel.strategies import configured, get_strategy
+from parallel.strategies import BASELINE, configured, get_strategy
 from parallel.recurrent import BASELINE as RECURRENT_BASELINE, get_recurrent_strategy
 
 
@@ -57,10 +57,17 @@ class AttentionChoice:
         return self.tile_q, self.tile_k
 
     def attention_kwargs(self) -> dict:
-        """The keyword arguments of `parallel.attention` that this choice fixes."""
+        """The keyword arguments of `parallel.attention` that this choice fixes; a tile of 0 (no
+        tile given: a saved run read at any length, a model built by hand) is the op's own
+        default for each call's length (None there)."""
         return dict(layout=self.layout, strategy=self.strategy, kernel=self.kernel,
-                    tile_q=self.tile_q, tile_k=self.tile_k,
+                    tile_q=self.tile_q or None, tile_k=self.tile_k or None,
                     **get_strategy(self.strategy).option_values(self.ulysses_degree))
+
+    def exchanges(self) -> dict:
+        """What its latent and recurrent layers pass between the devices, as the planner's
+        pricing takes it (planner/step_time.py, planner/memory.py)."""
+        return {"mla_exchange": self.mla_exchange, "linear_strategy": self.linear_strategy}
 
     def permutation(self, seq_len: int, num_shards: int, segment_ids=None):
         """The layout's permutation; for 'balanced', placed on this choice's unit."""
@@ -83,6 +90,13 @@ class AttentionChoice:
                 "tile_q": self.tile_q, "tile_k": self.tile_k, "mla_exchange": self.mla_exchange,
                 "linear_strategy": self.linear_strategy}
 
+
+# What a model built without a run's plan attends with (in code, decoding, a checkpoint's
+# conversion): striped, by the baseline strategy, with the backend's kernel ('auto') and its
+# default tiles for each call (0), passing expanded keys and recurrent states. The one choice
+# whose kernel is 'auto': nothing resolved it.
+UNPLANNED = AttentionChoice(layout="striped", strategy=BASELINE, ulysses_degree=1,
+                            kernel="auto", tile_q=0, tile_k=0, why="no run's plan")
 
 MLA_EXCHANGES = ("latent", "full")  # parallel.mla_exchange, resolved
 AUTO = "auto"  # a setting left to the planner: parallel.layout/strategy/tile, memory switches

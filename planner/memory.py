@@ -7,6 +7,7 @@ import dataclasses
 
 from model import mixers
 from parallel import chunks
+from parallel.choice import MLA_BASELINE
 from model.embedding import splits
 from model.config import FULL
 from model.mixers import recurrent_layers
@@ -79,15 +80,17 @@ def gather_all_bytes(m) -> float:
     return 2 * weights * dtype_bytes(m.param_dtype)
 
 
-def activation_memory(m, run: Run, tiles: tuple[int, int]) -> dict:
-    """Bytes per device of activations; the formulas are in plan.py's docstring table."""
+def activation_memory(m, run: Run, tiles: tuple[int, int],
+                      mla_exchange: str = MLA_BASELINE) -> dict:
+    """Bytes per device of activations; the formulas are in plan.py's docstring table;
+    mla_exchange: what latent attention passes (the run's choice's)."""
     b, n, c, f32 = run.rows, run.block, dtype_bytes(m.dtype), 4
     d, heads, kv, dh, v = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size
     attending = mixers.mixer_of(m, FULL)
     kv, dh = attending.kernel_heads(m)  # latent attention: every head, the kernel's width
     # what travels of a token: its keys and values, or its latent and RoPE key (then a block's
     # expansion to keys and values is alive while its tiles run)
-    latent = attending.exchanged_width(m)
+    latent = attending.exchanged_width(m, mla_exchange)
     travels = latent or 2 * kv * dh
     kept = 1 if m.remat else m.num_layers  # layers whose saved values are alive at once
     tokens = b * n

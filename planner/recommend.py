@@ -29,14 +29,16 @@ from planner.flops import flops_per_token
 from planner.run import Run, make_run
 
 
-def strategy_rows(m, run: Run, tiles, device: Device, efficiency: float, mask_documents: bool,
+def strategy_rows(m, run: Run, choice, device: Device, efficiency: float, mask_documents: bool,
                   model_flops: float, documents, memory_total: float, ring_buffers: float):
     """step_time for every (strategy, degree) of parallel.strategies.options on the run's
-    layout, each with its memory verdict (None where the device's memory is unknown)."""
+    layout and the choice's tiles and exchanges, each with its memory verdict (None where the
+    device's memory is unknown)."""
     rows = []
     for strategy, degree in strategies.options(run.seq, m.num_heads):
-        t = step_time.step_time(m, run, tiles, run.layout, device, efficiency, mask_documents,
-                           model_flops, documents, strategy, degree)
+        t = step_time.step_time(m, run, choice.tiles, run.layout, device, efficiency,
+                                mask_documents, model_flops, documents, strategy, degree,
+                                **choice.exchanges())
         total = memory_total - ring_buffers + t["attention_layer"]["buffer_bytes"]
         rows.append(dict(t, memory=memory.fit(total, device) if device.memory_bytes else None))
     return rows
@@ -55,10 +57,11 @@ def recommend(rows: list[dict]) -> dict:
     return {"strategy": best["strategy"], "degree": best["degree"]}
 
 
-def run_model(config, choice: parallel.AttentionChoice, switches=None):
-    """The ModelConfig the planner prices: the config's model with the resolved attention and
-    memory switches (model.MemorySwitches; needed where the config leaves them 'auto')."""
-    return model.ModelConfig.from_config(config.model, choice, switches)
+def run_model(config, switches=None):
+    """The ModelConfig the planner prices: the config's model with the resolved memory
+    switches (model.MemorySwitches; needed where the config leaves them 'auto'); what the
+    devices pass is the AttentionChoice's, priced beside it."""
+    return model.ModelConfig.from_config(config.model, switches)
 
 
 def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: Device,
@@ -66,12 +69,12 @@ def strategy_table(config, run: Run, choice: parallel.AttentionChoice, device: D
     """{'rows', 'choice'}: every strategy priced for this run on the choice's layout and
     tiles, and the recommendation."""
     run = dataclasses.replace(run, layout=choice.layout)
-    m = run_model(config, choice, switches)
-    acts = memory.activation_memory(m, run, choice.tiles)
+    m = run_model(config, switches)
+    acts = memory.activation_memory(m, run, choice.tiles, choice.mla_exchange)
     total = sum(memory.state_memory(m, run).values()) + sum(acts.values())
     model_flops = (flops_per_token(m, run.seq_len, segment_ids=documents)
                    * run.tokens_per_step)
-    rows = strategy_rows(m, run, choice.tiles, device, efficiency,
+    rows = strategy_rows(m, run, choice, device, efficiency,
                          bool(config.data.mask_documents), model_flops, documents, total,
                          acts["kv_ring_buffers"])
     return {"rows": rows, "choice": recommend(rows)}

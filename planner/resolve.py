@@ -137,7 +137,7 @@ def resolve_run(config, mesh_shape, platform: str, device_kind: str,
     return ResolvedRun(
         mesh_shape=tuple(mesh_shape), attention=attention, switches=switches,
         model=model.ModelConfig.from_config(
-            config.model, attention, switches, expert_devices=config.mesh.expert,
+            config.model, switches, expert_devices=config.mesh.expert,
             ragged_exchange=platform in RAGGED_PLATFORMS),
         device=device.title, step_s=best["step_s"], bytes_per_device=best["total_bytes"],
         device_bytes=device.memory_bytes,

@@ -12,9 +12,11 @@ from model import mixers
 from model.config import FULL
 from model.mixers import recurrent_layers
 from parallel import cost, strategies, strategy_cost
+from parallel.choice import MLA_BASELINE
 from parallel.kernels import resolve_kernel
+from parallel.recurrent import BASELINE as RECURRENT_BASELINE
 from planner.devices import Device
-from planner import linear_strategy
+from planner import linear_strategy as recurrent_prices
 from planner.flops import experts_of, layer_windows, matmul_params, peak_flops
 from planner.memory import dtype_bytes, param_counts, _chunk
 from planner.run import Run
@@ -36,16 +38,17 @@ def network(device: Device, efficiency: float = 1.0) -> strategy_cost.Network:
         tile_overhead_s=cal.tile_overhead_s, grid=kernel.grid)
 
 
-def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool, window=None):
+def layer_shape(m, run: Run, layout: str, tiles, with_segments: bool, window=None,
+                mla_exchange: str = MLA_BASELINE):
     """One attention layer on one device, as parallel.strategy_cost takes it (window: a
-    sliding layer's)."""
+    sliding layer's; mla_exchange: what latent attention passes, the run's choice's)."""
     attending = mixers.mixer_of(m, FULL)
     kv_heads, head_dim = attending.kernel_heads(m)  # latent attention: every head, the width
     return strategy_cost.LayerShape(
         rows=run.rows, seq_len=run.seq_len, num_shards=run.seq, q_heads=m.num_heads,
         kv_heads=kv_heads, head_dim=head_dim, itemsize=dtype_bytes(m.dtype),
         layout=layout, tiles=tuple(tiles), with_segments=with_segments, window=window,
-        latent_width=attending.exchanged_width(m))
+        latent_width=attending.exchanged_width(m, mla_exchange))
 
 
 def ring_step_tiles(layout: str, num_shards: int, block: int, tiles, documents=None) -> list:
@@ -64,11 +67,12 @@ def document_efficiency(counts, documents, tiles) -> float:
 
 def attention_layer_seconds(m, run: Run, layout: str, tiles, net: strategy_cost.Network,
                             with_segments: bool, documents=None, strategy: str = "ring",
-                            degree: int = 1, window=None) -> dict:
+                            degree: int = 1, window=None,
+                            mla_exchange: str = MLA_BASELINE) -> dict:
     """One layer's attention, forward (twice when remat reruns it) and backward, on the
     critical path; with documents [R, S] (segment ids of sample rows), the mean row's; window:
     a sliding layer's."""
-    shape = layer_shape(m, run, layout, tiles, with_segments, window)
+    shape = layer_shape(m, run, layout, tiles, with_segments, window, mla_exchange)
     counts = cost.step_tile_counts(layout, run.seq, run.block, tiles, documents, shape.mask)
     est = strategies.estimate(shape, net, strategy, degree, documents, step_counts=counts)
     critical = counts.max(axis=1).mean(axis=0)
@@ -127,7 +131,8 @@ def expert_exchange_bytes(m, run: Run) -> float:
     return sparse * passes * rows * m.d_model * dtype_bytes(m.dtype)  # a micro-step's
 
 
-def linear_layers_seconds(m, run: Run, layout: str, device: Device) -> float:
+def linear_layers_seconds(m, run: Run, layout: str, device: Device,
+                          linear_strategy: str = RECURRENT_BASELINE) -> float:
     """A micro-step's recurrent layers (Gated DeltaNet, Mamba2), forward and backward: their
     rules and exchanges as planner/linear_strategy.py prices them, by the run's linear_strategy
     (the cheaper that runs while it is still 'auto'); on one 'seq' device the rule alone. In
@@ -135,15 +140,14 @@ def linear_layers_seconds(m, run: Run, layout: str, device: Device) -> float:
     backward, and 'state' runs the block twice (parallel/recurrent/pieces.py: a summarising pass)."""
     if not recurrent_layers(m):
         return 0.0
-    prices = linear_strategy.price(m, layout, run.seq_len, run.seq, device, run.rows)
-    chosen = m.recurrent_strategy
+    prices = recurrent_prices.price(m, layout, run.seq_len, run.seq, device, run.rows)
     pieced = PIECE_RECOMPUTE if _chunk(m.linear_chunk, run.block) else 1.0
     if run.seq == 1:
         return prices["heads"] * pieced  # the whole row, every head: no exchange, no widening
     state = prices["state"] * (2 * pieced if pieced > 1 else 1.0)
     if prices["heads"] is None:
         return state
-    return prices["heads"] if chosen == "heads" else min(state, prices["heads"])
+    return prices["heads"] if linear_strategy == "heads" else min(state, prices["heads"])
 
 
 def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> float:
@@ -154,16 +158,19 @@ def optimizer_seconds(m, run: Run, device: Device, efficiency: float = 1.0) -> f
 
 def step_time(m, run: Run, choice_tiles, layout: str, device: Device, efficiency: float,
               mask_documents: bool, model_flops: float, documents=None, strategy: str = "ring",
-              degree: int = 1) -> dict:
+              degree: int = 1, mla_exchange: str = MLA_BASELINE,
+              linear_strategy: str = RECURRENT_BASELINE) -> dict:
     """Predicted step time, tokens/s and MFU for one layout and strategy on tiles
-    `choice_tiles`."""
+    `choice_tiles`, the latent and recurrent layers passing what the choice says
+    (AttentionChoice.exchanges())."""
     net = network(device, efficiency)
     # a model of Gated DeltaNet layers alone still reports a full layer's figures (0 of them)
     kinds = {window: (layers, attention_layer_seconds(
         m, run, layout, choice_tiles, net, mask_documents, documents, strategy=strategy,
-        degree=degree, window=window)) for window, layers in (layer_windows(m) or {None: 0}).items()}
+        degree=degree, window=window, mla_exchange=mla_exchange))
+        for window, layers in (layer_windows(m) or {None: 0}).items()}
     attention_s = sum(layers * attn["seconds"] for layers, attn in kinds.values())
-    attention_s += linear_layers_seconds(m, run, layout, device) / efficiency
+    attention_s += linear_layers_seconds(m, run, layout, device, linear_strategy) / efficiency
     # The report's layer: a full-attention one where the model has them, else a sliding one.
     attn = kinds[None][1] if None in kinds else next(iter(kinds.values()))[1]
     dense = dense_seconds(m, run, device, efficiency)

@@ -90,12 +90,13 @@ def candidates(model_cfg, block: int, platform: str) -> list[MemorySwitches]:
 def price(config, run: Run, choice, device: Device, switches: MemorySwitches,
           model_flops: float, documents=None) -> dict:
     """One candidate: predicted step seconds and analytic bytes per device."""
-    m = ModelConfig.from_config(config.model, choice, switches)
+    m = ModelConfig.from_config(config.model, switches)
     total = (sum(memory.state_memory(m, run).values())
-             + sum(memory.activation_memory(m, run, choice.tiles).values()))
+             + sum(memory.activation_memory(m, run, choice.tiles, choice.mla_exchange).values()))
     step = step_time.step_time(m, run, choice.tiles, choice.layout, device, 1.0,
                           bool(config.data.mask_documents), model_flops, documents,
-                          choice.strategy, choice.ulysses_degree)["step_s"]
+                          choice.strategy, choice.ulysses_degree,
+                          **choice.exchanges())["step_s"]
     budget = AUTO_SHARE * device.memory_bytes
     return {"switches": switches, "step_s": step, "total_bytes": total,
             "fits": not device.memory_bytes or total <= budget}
@@ -105,7 +106,7 @@ def resolve_switches(config, run: Run, choice, device: Device, documents=None):
     """(MemorySwitches, ranked): the fastest candidate that fits (module docstring), and every
     candidate priced, best first (what plan.py --explain prints)."""
     switches = candidates(config.model, run.block, device.platform)
-    plain = ModelConfig.from_config(config.model, choice, switches[0])
+    plain = ModelConfig.from_config(config.model, switches[0])
     model_flops = flops_per_token(plain, run.seq_len, segment_ids=documents) * run.tokens_per_step
     rows = [price(config, run, choice, device, s, model_flops, documents) for s in switches]
     on = lambda s: sum(bool(v) for k, v in dataclasses.asdict(s).items() if k != "remat_policy")

@@ -102,7 +102,6 @@ def to_dict(config: RunConfig) -> dict:
     """The config's fields as nested dicts, as a config file names them: what a
     checkpoint records and wandb shows (build(to_dict(c)) == c)."""
     out = dataclasses.asdict(config)
-    out["model"].pop("attention")  # the resolved run's, recorded beside the config
     for name in MoEConfig.DERIVED:
         out["model"]["moe"].pop(name)
     return out

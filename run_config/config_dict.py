@@ -22,7 +22,7 @@ from run_config.schema import RunConfig
 # its value; parallel.tile's 'auto', size or pair): not type-safe, as a copy of the config (a
 # stage's, a plan's) must still take either (training/validate.py checks the kinds).
 ANY_TYPE = {"parallel": ("tile",), "model": MemorySwitches.fields()}
-NOT_FIELDS = {"model": ("attention",), "model.moe": MoEConfig.DERIVED}  # set by the run, not a file
+NOT_FIELDS = {"model.moe": MoEConfig.DERIVED}  # set by the run, not a file
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -132,8 +132,7 @@ def _abstract_model(config, devices: int):
                            mesh.devices.flat[0].device_kind)
     if config.parallel.tiles == (0, 0):  # the kernel's default for each call's length
         attention = dataclasses.replace(resolved.attention, tile_q=0, tile_k=0)
-        resolved = dataclasses.replace(resolved, attention=attention, model=dataclasses.replace(
-            resolved.model, attention=attention))
+        resolved = dataclasses.replace(resolved, attention=attention)
     arrays, program = create_train_state(config, mesh, resolved, abstract=True)
     return arrays, program.graphdef
 

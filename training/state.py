@@ -29,7 +29,7 @@ from training import optim
 class TrainProgram:
     """What builds, steps and restores a run's arrays: the model's graph (the arrays' params
     merge into it), the optimizer and its learning-rate schedule, and the resolved model config
-    (attention and memory switches applied) they were built from."""
+    (memory switches applied) they were built from (the graph holds the attention choice)."""
 
     graphdef: nnx.GraphDef
     tx: optax.GradientTransformation
@@ -73,17 +73,17 @@ class TrainState:
 
 def create_train_state(config, mesh, resolved, *, abstract: bool = False, initial_params=None):
     """(arrays, TrainProgram): the arrays every step reads and writes, and what builds and
-    steps them; resolved: the run's planner.ResolvedRun, whose model config (attention and
-    memory switches applied) builds the model.
+    steps them; resolved: the run's planner.ResolvedRun, whose model config (memory switches
+    applied) and attention choice build the model.
     initial_params(model_cfg, abstract_params) -> params: where the weights come from instead
     of a random draw (config.init_from: training/init_from.py); the model is never drawn."""
     model_cfg = resolved.model
     if abstract or initial_params is not None:
         with jax.set_mesh(mesh):
-            net = nnx.eval_shape(lambda: model.Transformer(model_cfg, mesh,
-                                                           nnx.Rngs(config.seed)))
+            net = nnx.eval_shape(lambda: model.Transformer(
+                model_cfg, mesh, nnx.Rngs(config.seed), resolved.attention))
     else:
-        net = model.create(model_cfg, mesh, config.seed)
+        net = model.create(model_cfg, mesh, config.seed, resolved.attention)
     graphdef, params = nnx.split(net, nnx.Param)
     if abstract or initial_params is not None:
         params = jax.tree.map(lambda x: _abstract(x, jax.NamedSharding(mesh, x.sharding.spec)),

@@ -48,6 +48,7 @@ from model.hf.config_json import DTYPES, HFError, config_json, family_for, read_
 from model.hf.families.base import Stored, stored
 from model.hf.safetensors_dir import SafetensorsDir, write
 from model.rope import RopeScaling
+from parallel.choice import UNPLANNED, AttentionChoice
 from model.transformer import Transformer, scan_period
 
 _TOP = {("embed", "embedding"): "model.embed_tokens.weight",
@@ -191,16 +192,16 @@ def _read_part(weights: SafetensorsDir, name: str, index: tuple, how: Stored) ->
     return weights.read(name, (*index[:-1], span))[..., how.part::n]
 
 
-def abstract_model(cfg: ModelConfig, mesh):
+def abstract_model(cfg: ModelConfig, mesh, choice: AttentionChoice = UNPLANNED):
     """(graphdef, parameters as ShapeDtypeStructs with their shardings, the other state)."""
     with jax.set_mesh(mesh):
-        net = nnx.eval_shape(lambda: Transformer(cfg, mesh, nnx.Rngs(0)))
+        net = nnx.eval_shape(lambda: Transformer(cfg, mesh, nnx.Rngs(0), choice))
     return nnx.split(net, nnx.Param, ...)
 
 
 def model_config(path: str, **overrides) -> ModelConfig:
     """ModelConfig from PATH/config.json; `overrides` set fields config.json does not hold
-    (dtype, remat, attention layout, ...) or replace those it does."""
+    (dtype, remat, scan_layers, ...) or replace those it does."""
     fields, stored = read_config(path)
     fields.update(param_dtype=stored, dtype=stored)
     fields.update(overrides)
@@ -208,16 +209,18 @@ def model_config(path: str, **overrides) -> ModelConfig:
     return ModelConfig(**fields)
 
 
-def load(path: str, *, mesh=None, **overrides) -> Transformer:
+def load(path: str, *, mesh=None, choice: AttentionChoice = UNPLANNED,
+         **overrides) -> Transformer:
     """A Transformer with the checkpoint's weights, on `mesh` (default: one device, so that
-    `m(tokens)` just works). Parameters and compute keep the stored dtype unless
+    `m(tokens)` just works), attending as `choice` says (parallel.AttentionChoice; default:
+    striped, by ring, the backend's kernel). Parameters and compute keep the stored dtype unless
     `param_dtype=` / `dtype=` say otherwise; other ModelConfig fields may be given too."""
     if "param_dtype" in overrides and "dtype" not in overrides:
         overrides["dtype"] = overrides["param_dtype"]
     cfg = model_config(path, **overrides)
     if mesh is None:
         mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    graphdef, abstract, rest = abstract_model(cfg, mesh)
+    graphdef, abstract, rest = abstract_model(cfg, mesh, choice)
     params = load_params(open_weights(path, cfg), cfg, abstract, mesh)
     return nnx.merge(graphdef, params, rest)
 

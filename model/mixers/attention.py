@@ -10,6 +10,7 @@ from flax import nnx
 
 import parallel
 from model.config import FULL, SLIDING, ModelConfig
+from parallel.choice import AttentionChoice
 from model.layers import RMSNorm, dense, rope
 from model.mixers.base import Mixer
 from model.mixers.cache import KVCache, ShardedCache, attend_cached, attend_sharded
@@ -23,8 +24,8 @@ class Attention(nnx.Module):
     blocks of mixed kinds scan. Optional: RMSNorm of each query and key head (qk_norm), learned
     sinks, a soft cap on the scores, Gemma's query scale, biases on the projections."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
-        self.cfg, self.mesh = cfg, mesh
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, choice: AttentionChoice):
+        self.cfg, self.mesh, self.choice = cfg, mesh, choice
         bias = cfg.attention_bias or cfg.qkv_bias
         # with the output gate (Qwen3-Next) each head's query is followed by its gate
         gates = 2 if cfg.attention_output_gate else 1
@@ -64,7 +65,7 @@ class Attention(nnx.Module):
         options = self.options(kind)
         if cache is None:
             out = parallel.attention(q, k, v, mesh=self.mesh, segment_ids=segment_ids,
-                                     order=order, **self.cfg.attention_kwargs(), **options)
+                                     order=order, **self.choice.attention_kwargs(), **options)
         elif isinstance(cache, ShardedCache):
             out, cache = attend_sharded(q, k, v, positions, cache, self.mesh, **options)
         else:

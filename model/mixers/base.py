@@ -18,7 +18,7 @@ class Mixer:
 
     name: str = ""  # its key in MIXERS
     layer_types: tuple[str, ...] = ()  # the model.layer_types entries it can run
-    module: type | None = None  # the nnx.Module: module(cfg, mesh, rngs)
+    module: type | None = None  # the nnx.Module: module(cfg, mesh, rngs, choice)
 
     def serves(self, m) -> bool:
         """Whether this kind runs its layer types in model `m` (where two kinds share a layer
@@ -29,9 +29,10 @@ class Mixer:
     def check(self, m) -> None:
         """ValueError, one line, for a model that has layers of this kind it cannot build."""
 
-    def build(self, cfg, mesh, rngs):
-        """The layer's module, its parameters created sharded over the mesh."""
-        return self.module(cfg, mesh, rngs)
+    def build(self, cfg, mesh, rngs, choice):
+        """The layer's module, its parameters created sharded over the mesh; `choice` (the run's
+        parallel.AttentionChoice) says how it crosses the 'seq' devices."""
+        return self.module(cfg, mesh, rngs, choice)
 
     def init_cache(self, cfg, batch: int, max_len: int):
         """Its decoding cache for `batch` rows of up to `max_len` tokens, zeros
@@ -61,7 +62,7 @@ class Mixer:
         them."""
         raise NotImplementedError(self.name)
 
-    def exchanged_width(self, m) -> int:
+    def exchanged_width(self, m, mla_exchange: str) -> int:
         """Numbers a token passes between devices in place of its keys and values (latent
         attention's latent and RoPE key, under parallel.mla_exchange 'latent'); 0: its keys
         and values travel."""

@@ -33,6 +33,7 @@ from model.layers import dense, rms_norm
 from model.mixers.base import Mixer
 from model.mixers.cache import LinearCache
 from model.rules.short_conv import causal_conv
+from parallel.choice import UNPLANNED, AttentionChoice
 from parallel.recurrent import Recurrence, RecurrentShape
 
 LINEAR = "linear_attention"  # its layer type (Hugging Face's name, though it is not softmax)
@@ -59,8 +60,8 @@ class GatedDeltaNet(nnx.Module):
     """A Gated DeltaNet layer with Block's attention interface: (x, positions, segment_ids,
     order, cache=, collect=, kind=) -> out [B, S, D] (positions unused: no RoPE)."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
-        self.cfg, self.mesh = cfg, mesh
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, choice: AttentionChoice):
+        self.cfg, self.mesh, self.choice = cfg, mesh, choice
         la = cfg.linear_attention
         hv, dv, kernel = la.num_value_heads, la.value_head_dim, la.conv_kernel
         self.qkvz = dense(cfg, cfg.d_model, la.conv_channels + hv * dv, rngs)
@@ -93,21 +94,21 @@ class GatedDeltaNet(nnx.Module):
         cfg = self.cfg
         if cache is not None:
             return layer(self.weights(), x, cfg, cache=cache)
-        return layer(self.weights(), x, cfg, segment_ids=segment_ids, order=order,
+        return layer(self.weights(), x, cfg, self.choice, segment_ids=segment_ids, order=order,
                      mesh=self.mesh, collect=collect)
 
 
-def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=None, cache=None,
-          collect: bool = False):
+def layer(w: Weights, x, cfg: ModelConfig, choice: AttentionChoice = UNPLANNED,
+          segment_ids=None, order=None, mesh=None, cache=None, collect: bool = False):
     """The layer as a function of its weights: x [B, S, D] -> [B, S, D] in the compute dtype
     (with `cache`: (out, new cache)). With a mesh of more than one 'seq' device the sequence is
-    split over them in cfg.layout's order (order: the batch's original indices, required by
+    split over them in the choice's layout's order (order: the batch's original indices, required by
     'balanced'). collect: the tokens of segment 0 are each row's prompt, the rest padding
     after it; returns (out, the LinearCache a decoder continues the prompts from). With
     cfg.linear_chunk, training runs each device's tokens a piece at a time
     (model/mixers/recurrent.py says which way a call runs)."""
-    return recurrent.run(w, x, recurrence(cfg), w.conv.astype(F32), None, cfg,
-                               segment_ids, order, mesh, cache, collect)
+    return recurrent.run(w, x, recurrence(cfg), w.conv.astype(F32), None, cfg, choice,
+                         segment_ids, order, mesh, cache, collect)
 
 
 def recurrence(cfg: ModelConfig) -> Recurrence:

@@ -36,6 +36,7 @@ from model.mixers.attention import Attention
 from model.mixers.base import Mixer
 from model.mixers.cache import KVCache
 from model.rope import RopeScaling
+from parallel.choice import AttentionChoice
 
 LATENT_NORM_EPS = 1e-6
 
@@ -107,8 +108,8 @@ class LatentAttention(Attention):
     the keys and values its latent expands to; parameters as the module docstring lists them
     (q or q_a, q_a_norm, q_b; kv_a, kv_a_norm, kv_b; o), sharded as every dense kernel is."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
-        self.cfg, self.mesh = cfg, mesh
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, choice: AttentionChoice):
+        self.cfg, self.mesh, self.choice = cfg, mesh, choice
         mla, heads, d = cfg.mla, cfg.num_heads, cfg.d_model
         if mla.q_lora_rank:
             self.q_a = dense(cfg, d, mla.q_lora_rank, rngs)
@@ -139,13 +140,11 @@ class LatentAttention(Attention):
         """Attention's, but for training with the latent exchange (the run's attention says
         mla_exchange 'latent'): the devices pass each token's latent and RoPE key
         (parallel.latent_attention), not the keys and values the other paths expand here."""
-        cfg = self.cfg
-        if cache is not None or collect or cfg.attention is None \
-                or cfg.attention.mla_exchange != "latent":
+        if cache is not None or collect or self.choice.mla_exchange != "latent":
             return super().__call__(x, positions, segment_ids, order, cache, collect, kind)
         b, s, _ = x.shape
         q, c, k_rope, w = self._latent(x, positions, kind)
-        kwargs = cfg.attention_kwargs()
+        kwargs = self.choice.attention_kwargs()
         out = parallel.latent_attention(q, c, k_rope[:, :, 0], w["kv_b"], mesh=self.mesh,
                                         segment_ids=segment_ids, order=order,
                                         scale=self.options(kind)["scale"], **kwargs)
@@ -212,8 +211,8 @@ class Latent(Mixer):
         """Every head its own keys and values, as wide as the wider of the two."""
         return m.num_heads, max(self.head_widths(m))
 
-    def exchanged_width(self, m) -> int:
-        latent = m.mla_exchange == "latent"
+    def exchanged_width(self, m, mla_exchange: str) -> int:
+        latent = mla_exchange == "latent"
         return MLAConfig.from_config(m.mla).latent_width if latent else 0
 
 

@@ -30,6 +30,7 @@ from model.mixers.base import Mixer
 from model.mixers.cache import LinearCache
 from model.rules.short_conv import causal_conv
 from model.rules.ssd import ssd_rule
+from parallel.choice import UNPLANNED, AttentionChoice
 from parallel.recurrent import Recurrence, RecurrentShape
 
 UNIT = "Mamba2 layers' groups"  # what the 'heads' strategy splits, for its errors
@@ -59,8 +60,8 @@ class Mamba2(nnx.Module):
     """A Mamba2 layer with Block's attention interface: (x, positions, segment_ids, order,
     cache=, collect=, kind=) -> out [B, S, D] (positions unused)."""
 
-    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs):
-        self.cfg, self.mesh = cfg, mesh
+    def __init__(self, cfg: ModelConfig, mesh, rngs: nnx.Rngs, choice: AttentionChoice):
+        self.cfg, self.mesh, self.choice = cfg, mesh, choice
         mc = cfg.mamba
         self.in_proj = dense(cfg, cfg.d_model, mc.inner + mc.conv_channels + mc.num_heads, rngs)
         bound = mc.conv_kernel ** -0.5  # a depthwise conv's fan-in is its kernel
@@ -92,20 +93,20 @@ class Mamba2(nnx.Module):
         del positions, kind
         if cache is not None:
             return layer(self.weights(), x, self.cfg, cache=cache)
-        return layer(self.weights(), x, self.cfg, segment_ids=segment_ids, order=order,
-                     mesh=self.mesh, collect=collect)
+        return layer(self.weights(), x, self.cfg, self.choice, segment_ids=segment_ids,
+                     order=order, mesh=self.mesh, collect=collect)
 
 
-def layer(w: Weights, x, cfg: ModelConfig, segment_ids=None, order=None, mesh=None, cache=None,
-          collect: bool = False):
+def layer(w: Weights, x, cfg: ModelConfig, choice: AttentionChoice = UNPLANNED,
+          segment_ids=None, order=None, mesh=None, cache=None, collect: bool = False):
     """The layer as a function of its weights: x [B, S, D] -> [B, S, D] in the compute dtype
     (with `cache`: (out, new cache); with `collect`: (out, the cache after each row's prompt,
-    segment 0)), split over the mesh's 'seq' devices in cfg.layout's order (order: the batch's
+    segment 0)), split over the mesh's 'seq' devices in the choice's layout's order (order: the batch's
     original indices, required by 'balanced'); with cfg.linear_chunk, training a piece of each
     device's tokens at a time (model/mixers/recurrent.py says which way a call runs)."""
     bias = None if w.conv_bias is None else w.conv_bias.astype(F32)
-    return recurrent.run(w, x, recurrence(cfg, w.d), w.conv.astype(F32), bias, cfg,
-                               segment_ids, order, mesh, cache, collect)
+    return recurrent.run(w, x, recurrence(cfg, w.d), w.conv.astype(F32), bias, cfg, choice,
+                         segment_ids, order, mesh, cache, collect)
 
 
 def recurrence(cfg: ModelConfig, d) -> Recurrence:

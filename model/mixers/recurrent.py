@@ -22,18 +22,19 @@ from parallel.recurrent import Recurrence, get_recurrent_strategy
 from parallel.recurrent.pieces import by_pieces, in_pieces
 
 
-def run(w, x, rec: Recurrence, conv, bias, cfg, segment_ids=None, order=None, mesh=None,
-        cache=None, collect: bool = False):
+def run(w, x, rec: Recurrence, conv, bias, cfg, choice, segment_ids=None, order=None,
+        mesh=None, cache=None, collect: bool = False):
     """x [B, S, D] -> [B, S, D] in the compute dtype (with `cache` or `collect`: (out, the
     LinearCache after it)); conv [K, C] and bias [C] (or None) the convolution's, float32.
-    Training splits the sequence over the mesh's 'seq' devices in cfg.layout's order (order:
-    the batch's original indices, required by 'balanced'). collect: segment 0 is each row's
+    Training splits the sequence over the mesh's 'seq' devices in the run's layout's order by its
+    recurrent strategy (choice: its parallel.AttentionChoice; order: the batch's original
+    indices, required by 'balanced'). collect: segment 0 is each row's
     prompt, the rest padding after it. cache: tokens in natural order from where it ends."""
     b, s, _ = x.shape
     seg = jnp.zeros((b, s), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-    strategy = get_recurrent_strategy(cfg.recurrent_strategy)
+    strategy = get_recurrent_strategy(choice.linear_strategy)
     if cache is None and not collect and in_pieces(cfg.linear_chunk, strategy, x, mesh):
-        return by_pieces(w, x, seg, order, conv, bias, rec, cfg.linear_chunk, cfg.layout, mesh)
+        return by_pieces(w, x, seg, order, conv, bias, rec, cfg.linear_chunk, choice.layout, mesh)
     mixed, g, beta, z = rec.project(w, x)
     if collect:
         g, beta, seg, history = for_prefill(mixed, g, beta, seg, order, conv.shape[0] - 1)
@@ -44,7 +45,7 @@ def run(w, x, rec: Recurrence, conv, bias, cfg, segment_ids=None, order=None, me
         o, state = rec.rule(q, k, v, g, beta, rec.chunk, segment_ids=seg)
         o = o if skip is None else o + skip
     else:
-        o, state = strategy.run(mixed, g, beta, seg, order, conv, bias, rec, cfg.layout, mesh)
+        o, state = strategy.run(mixed, g, beta, seg, order, conv, bias, rec, choice.layout, mesh)
     if collect:
         cache = LinearCache(state, history)
     out = rec.finish(w, o, z)

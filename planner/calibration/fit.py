@@ -123,11 +123,12 @@ def predict(point: Measurement, device: Device) -> float:
     strategy, degree = point.strategy
     choice = choice_from_config(config, run.seq, device.platform, strategy, degree)
     switches = _switches(point, config, run, choice)
-    m = recommend.run_model(config, choice, switches)
+    m = recommend.run_model(config, switches)
     model_flops = flops_per_token(m, run.seq_len) * run.tokens_per_step
     return step_time.step_time(m, run, choice.tiles, point.layout, device, 1.0,
                           bool(config.data.mask_documents), model_flops, None,
-                          choice.strategy, choice.ulysses_degree)["step_s"]
+                          choice.strategy, choice.ulysses_degree,
+                          **choice.exchanges())["step_s"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,14 +46,15 @@ def analytic_plan(config, device: Device, run: Run, resolved, efficiency: float 
     resolved: the run's planner.ResolvedRun."""
     choice, m = resolved.attention, resolved.model
     state = memory.state_memory(m, run)
-    acts = memory.activation_memory(m, run, choice.tiles)
+    acts = memory.activation_memory(m, run, choice.tiles, choice.mla_exchange)
     total = sum(state.values()) + sum(acts.values())
     model_flops = (flops_per_token(m, run.seq_len, segment_ids=documents)
                    * run.tokens_per_step)  # as the loop's MFU counts them
     masked = bool(config.data.mask_documents)
     times = {layout: step_time.step_time(m, run, layout_tiles(config, choice, layout, run.block,
                                                          device.platform),
-                                    layout, device, efficiency, masked, model_flops, documents)
+                                    layout, device, efficiency, masked, model_flops, documents,
+                                    **choice.exchanges())
              for layout in _layouts_for(run)}
     return {"params": memory.param_counts(m), "state_bytes": state, "activation_bytes": acts,
             "fit": memory.fit(total, device), "tiles": list(choice.tiles),

@@ -49,7 +49,7 @@ def _shapes(name: str, config, resolved):
     if len(section["layer_types"]) != section["num_layers"]:  # the run's per-layer kinds differ
         section["layer_types"] = ()  # Llama's: every layer full attention
     section["partial_rotary_factor"] = 1.0  # Llama's RoPE (a share may not fit its head_dim)
-    return model.ModelConfig.from_config(section, resolved.attention, resolved.switches)
+    return model.ModelConfig.from_config(section, resolved.switches)
 
 
 def size_rows(config, device: Device, run: Run, resolved) -> list[dict]:
@@ -61,7 +61,8 @@ def size_rows(config, device: Device, run: Run, resolved) -> list[dict]:
         plain = dataclasses.replace(m, loss_chunk=0, mlp_chunk=0)
         totals = {}
         for label, shape in (("configured", m), ("unchunked", plain)):
-            terms = {**state_memory(shape, run), **activation_memory(shape, run, tiles)}
+            terms = {**state_memory(shape, run), **activation_memory(
+                shape, run, tiles, resolved.attention.mla_exchange)}
             totals[label] = (fit(sum(terms.values()), device), dominant_terms(terms, 1)[0])
         rows.append({"name": name, "params": param_counts(m)["total"],
                      "configured": totals["configured"], "unchunked": totals["unchunked"]})

@@ -170,7 +170,7 @@ def format_plan(plan: dict, config, resolved, device, run: Run) -> str:
     head = [f"ringstripe plan: {plan['config_file']} on {run.devices} x {device.title} "
             f"({plan['device']}, {plan['processes']} process(es))",
             f"  model  {_count(pc['total'])} parameters: d_model {m.d_model}, {m.num_layers} "
-            f"layers, {_heads(m)}, mlp {m.mlp_dim}, "
+            f"layers, {_heads(m, choice.mla_exchange)}, mlp {m.mlp_dim}, "
             + (f"{len(m.sparse_layers)} expert layers of {m.moe.num_experts} x "
                f"{m.expert_mlp_dim}, {m.moe.top_k} a token ({_count(pc['active'])} active), "
                f"over {m.moe.expert_devices} device(s), " if m.sparse_layers else "")
@@ -198,14 +198,14 @@ def format_plan(plan: dict, config, resolved, device, run: Run) -> str:
     return "\n".join(head + body)
 
 
-def _heads(m) -> str:
+def _heads(m, mla_exchange: str) -> str:
     """'32 heads (4 KV) x 128', or latent attention's '16 heads of latent attention (latent 512
     + RoPE key 64; qk 128 + 64, v 128; the ring passes latents)'."""
     mla = m.mla
     if not mla.enabled:
         return f"{m.num_heads} heads ({m.num_kv_heads} KV) x {m.head_dim}"
     query = f"query latent {mla.q_lora_rank}, " if mla.q_lora_rank else ""
-    passes = "latents" if m.mla_exchange == "latent" else "keys"
+    passes = "latents" if mla_exchange == "latent" else "keys"
     return (f"{m.num_heads} heads of latent attention ({query}latent {mla.kv_lora_rank} + RoPE "
             f"key {mla.qk_rope_head_dim}; qk {mla.qk_nope_head_dim} + {mla.qk_rope_head_dim}, "
             f"v {mla.v_head_dim}; the devices pass {passes})")

@@ -80,7 +80,7 @@ def test_onto_a_sharded_mesh_with_stacked_layers(reference):
     """Tensor by tensor onto 4 devices' FSDP shards, layers stacked for lax.scan."""
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
     m = hf.load(os.path.join(FIXTURES, "yarn_tied"), mesh=mesh, scan_layers=True,
-                attention=attention("ring", tile=0))  # contiguous chunks: the natural order
+                choice=attention("ring", tile=0))  # contiguous chunks: the natural order
     q = m.blocks.attention.q.kernel[...]
     assert q.shape == (2, 48, 48) and len(q.addressable_shards) == 4
     assert q.addressable_shards[0].data.shape == (2, 12, 48)

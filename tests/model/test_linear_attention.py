@@ -48,7 +48,7 @@ def test_the_layer_over_the_sequence_devices_is_the_one_device_layer(one_device,
     if layout == "zigzag" and strategy == "state":
         block = S // mesh_shape[1]
         in_place = pieces_in_place(layout, block, mesh_shape[1],
-                                   *numbers(recurrence(layer_config(layout))))
+                                   *numbers(recurrence(layer_config(layout)[0])))
         assert (in_place is not None) == (mesh_shape[1] == 2)
     assert_over_devices(layer, layer_config(layout, strategy, piece), weights(), one_device,
                         layout, mesh_shape)
@@ -267,14 +267,14 @@ from model.mixers.gated_deltanet import layer
 from tests.support.recurrent_cases import layer_config, natural, weights
 x, _, seg = natural()
 ring = layer_config("ring")
-want = jax.jit(lambda w, x: layer(w, x, ring, segment_ids=jnp.asarray(seg)))(weights(), x)
+want = jax.jit(lambda w, x: layer(w, x, *ring, segment_ids=jnp.asarray(seg)))(weights(), x)
 mesh = parallel.make_mesh(2, 4, devices=jax.devices()[:8])
 put = lambda a: jax.device_put(jnp.asarray(a), jax.NamedSharding(mesh, jax.P("data", "seq")))
 for layout in ("striped", "balanced"):
     order = layout_order(layout, seg, 2, 64, 4, tile=4)
     cfg = layer_config(layout, "heads")
     with jax.set_mesh(mesh):
-        out = jax.jit(lambda w, x: layer(w, x, cfg, segment_ids=put(take(seg, order)),
+        out = jax.jit(lambda w, x: layer(w, x, *cfg, segment_ids=put(take(seg, order)),
                                          order=put(order), mesh=mesh))(weights(), put(take(x, order)))
     ref = take(np.asarray(want), order)
     print(layout, float(np.abs(np.asarray(out) - ref).max() / np.abs(ref).max()))

@@ -52,11 +52,12 @@ def test_the_ssd_rule_is_its_recurrence():
         assert np.abs(final - want_state).max() / np.abs(want_state).max() < 1e-5, chunk
 
 
-def layer_config(layout: str, strategy: str = "state", piece: int = 0) -> ModelConfig:
-    """piece: model.linear_chunk (parallel/recurrent/pieces.py)."""
-    return ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
-                       head_dim=8, mlp_dim=8, layer_types=("mamba",), mamba=MAMBA,
-                       linear_chunk=piece, attention=attention(layout, linear_strategy=strategy))
+def layer_config(layout: str, strategy: str = "state", piece: int = 0):
+    """(the layer's ModelConfig, its attention choice); piece: model.linear_chunk
+    (parallel/recurrent/pieces.py)."""
+    return (ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
+                        head_dim=8, mlp_dim=8, layer_types=("mamba",), mamba=MAMBA,
+                        linear_chunk=piece), attention(layout, linear_strategy=strategy))
 
 
 def weights(seed=0) -> Weights:

@@ -47,7 +47,7 @@ class Doubled(Mixer):
     name, layer_types = "doubled", ("doubled",)
 
     class Module(nnx.Module):
-        def __init__(self, cfg, mesh, rngs):
+        def __init__(self, cfg, mesh, rngs, choice):
             self.w1 = nnx.Param(jax.random.normal(rngs.params(), (cfg.d_model, cfg.d_model)) * 0.1)
             self.w2 = nnx.Param(jax.random.normal(rngs.params(), (cfg.d_model, cfg.d_model)) * 0.1)
 

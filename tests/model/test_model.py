@@ -65,9 +65,8 @@ def test_rope_uses_original_positions():
 
 def test_bfloat16_compute_keeps_float32_parameters():
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
-    cfg = model.ModelConfig(attention=attention("striped"), dtype="bfloat16", remat=True,
-                            **SIZES)
-    net = model.create(cfg, mesh, seed=0)
+    cfg = model.ModelConfig(dtype="bfloat16", remat=True, **SIZES)
+    net = model.create(cfg, mesh, seed=0, choice=attention("striped"))
     graphdef, params = nnx.split(net, nnx.Param)
     assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype("float32")}
     batch = {k: jnp.asarray(v) for k, v in natural_batch().items()}

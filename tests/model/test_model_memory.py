@@ -42,12 +42,13 @@ def test_chunked_loss_tiled_mlp_and_remat_policies_match_the_plain_model(layout,
     assert_same(loss_and_grads(layout, data, seq, **overrides)[:2], want)
 
 
-def _models(mesh, **overrides):
+def _models(mesh, choice=parallel.choice.UNPLANNED, **overrides):
     """A plain model and a scan_layers one from the same seed: the scanned one's parameters are
     the plain blocks' stacked on a leading layer axis (checked), so a run can switch."""
     cfg = model.ModelConfig(**{**SIZES, **overrides})
-    plain = model.create(cfg, mesh, seed=0)
-    scanned = model.create(dataclasses.replace(cfg, scan_layers=True), mesh, seed=0)
+    plain = model.create(cfg, mesh, seed=0, choice=choice)
+    scanned = model.create(dataclasses.replace(cfg, scan_layers=True), mesh, seed=0,
+                           choice=choice)
     want = nnx.to_pure_dict(nnx.state(plain, nnx.Param))
     layers = [want["blocks"][i] for i in range(cfg.num_layers)]
     want["blocks"] = jax.tree.map(lambda *xs: np.stack(xs), *layers)
@@ -71,7 +72,7 @@ def _unstacked(grads, num_layers):
 @pytest.mark.sweeps
 def test_scan_layers_matches_the_unrolled_blocks(overrides):
     mesh = parallel.make_mesh(1, 4, devices=jax.devices()[:4])
-    plain, scanned = _models(mesh, attention=attention("zigzag"), **overrides)
+    plain, scanned = _models(mesh, choice=attention("zigzag"), **overrides)
     batch = {k: jnp.asarray(v) for k, v in natural_batch().items()}
     batch["order"] = jnp.broadcast_to(parallel.permutation("zigzag", 32, 4), (2, 32))
     batch = {k: v if k == "order" else jnp.take_along_axis(v, batch["order"], axis=1)
@@ -174,12 +175,13 @@ def test_chunked_loss_leaves_the_logits_out_of_the_compiled_step():
     """Vocabulary 4,096 x 2,048 tokens: the logits alone are 32 MB; chunks of 128 tokens make
     2 MB at a time. XLA's temporaries for loss + gradients drop by more than the logits."""
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    sizes = dict(SIZES, vocab_size=4096, num_layers=1, attention=attention("striped", tile=64))
+    sizes = dict(SIZES, vocab_size=4096, num_layers=1)
     batch = {"inputs": jnp.zeros((1, 2048), jnp.int32), "targets": jnp.ones((1, 2048), jnp.int32),
              "positions": jnp.arange(2048)[None], "weights": jnp.ones((1, 2048), jnp.float32)}
 
     def temporaries(loss_chunk):
-        net = model.create(model.ModelConfig(**sizes, loss_chunk=loss_chunk), mesh, seed=0)
+        net = model.create(model.ModelConfig(**sizes, loss_chunk=loss_chunk), mesh, seed=0,
+                           choice=attention("striped", tile=64))
         graphdef, params = nnx.split(net, nnx.Param)
         fn = jax.jit(jax.grad(lambda p: step_lib.token_loss_sums(graphdef, p, batch, False)[0]))
         with jax.set_mesh(mesh):

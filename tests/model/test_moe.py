@@ -257,8 +257,9 @@ def test_the_correction_bias_moves_the_busiest_expert_down_with_no_auxiliary_los
     for speed in (0.0, 0.02):
         moe = MoEConfig(num_experts=4, top_k=1, expert_mlp_dim=16, router="sigmoid_topk",
                         bias_update_speed=speed, num_shared_experts=1)
-        cfg = model.ModelConfig(attention=attention("striped"), moe=moe, **SIZES)
-        graphdef, params = nnx.split(model.create(cfg, mesh, seed=0), nnx.Param)
+        cfg = model.ModelConfig(moe=moe, **SIZES)
+        graphdef, params = nnx.split(model.create(cfg, mesh, seed=0, choice=attention("striped")),
+                                     nnx.Param)
         params = jax.tree_util.tree_map_with_path(
             lambda path, x: x.at[..., 0].add(0.5) if "correction_bias" in str(path) else x,
             params)

@@ -19,9 +19,9 @@ LAYOUTS = ["ring", "striped", "zigzag", "balanced"]
 
 def build(layout: str, shards: int, linear_strategy: str = "state", **options):
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    cfg = model.ModelConfig(attention=attention(layout, tile=0, linear_strategy=linear_strategy),
-                            **{**SIZES, **options})
-    return mesh, *nnx.split(model.create(cfg, mesh, seed=5), nnx.Param)
+    cfg = model.ModelConfig(**{**SIZES, **options})
+    choice = attention(layout, tile=0, linear_strategy=linear_strategy)
+    return mesh, *nnx.split(model.create(cfg, mesh, seed=5, choice=choice), nnx.Param)
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,9 @@ SIZES = dict(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=
 @pytest.fixture(scope="module")
 def tiny_model():
     mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
-    cfg = model.ModelConfig(attention=attention("ring", tile=0), **SIZES)
-    graphdef, params = nnx.split(model.create(cfg, mesh, seed=3), nnx.Param)
+    cfg = model.ModelConfig(**SIZES)
+    graphdef, params = nnx.split(model.create(cfg, mesh, seed=3, choice=attention("ring", tile=0)),
+                                 nnx.Param)
     return mesh, graphdef, params
 
 

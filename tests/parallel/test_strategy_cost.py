@@ -173,8 +173,7 @@ def test_auto_tile_weighs_each_tile_s_fixed_cost_against_balance():
     resolved = resolve_run(config, (1, 2), "cpu", "cpu", device=device)
 
     def step(tiles):
-        m = recommend.run_model(config, dataclasses.replace(chosen, tile_q=tiles[0],
-                                                            tile_k=tiles[1]), resolved.switches)
+        m = recommend.run_model(config, resolved.switches)
         return planner_time.step_time(m, run, tiles, "striped", device, 1.0, True, 1.0)["step_s"]
 
     times = {tiles: step(tiles) for tiles in options}

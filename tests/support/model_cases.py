@@ -43,10 +43,9 @@ def natural_batch():
 def loss_and_grads(layout, data, seq, strategy="ring", mla_exchange="full",
                    linear_strategy="state", **overrides):
     mesh = parallel.make_mesh(data, seq, devices=jax.devices()[: data * seq])
-    cfg = model.ModelConfig(attention=attention(layout, strategy, mla_exchange=mla_exchange,
-                                                linear_strategy=linear_strategy),
-                            **{**SIZES, **overrides})
-    net = model.create(cfg, mesh, seed=0)
+    cfg = model.ModelConfig(**{**SIZES, **overrides})
+    net = model.create(cfg, mesh, seed=0, choice=attention(
+        layout, strategy, mla_exchange=mla_exchange, linear_strategy=linear_strategy))
     graphdef, params = nnx.split(net, nnx.Param)
     fields = natural_batch()
     order = layout_order(layout, fields["segment_ids"], B, S, seq, tile=4)

@@ -27,12 +27,13 @@ LAYOUTS = ("ring", "striped", "zigzag", "balanced")
 MESHES = ((1, 4), (2, 4), (1, 8))
 
 
-def layer_config(layout: str, strategy: str = "state", piece: int = 0) -> ModelConfig:
-    """piece: model.linear_chunk (parallel/recurrent/pieces.py)."""
-    return ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
-                       head_dim=8, mlp_dim=8, layer_types=("linear_attention",),
-                       linear_attention=LINEAR, linear_chunk=piece,
-                       attention=attention(layout, linear_strategy=strategy))
+def layer_config(layout: str, strategy: str = "state", piece: int = 0):
+    """(the layer's ModelConfig, the attention choice it runs under): layer(w, x, *case, ...);
+    piece: model.linear_chunk (parallel/recurrent/pieces.py)."""
+    return (ModelConfig(vocab_size=8, d_model=D, num_layers=1, num_heads=1, num_kv_heads=1,
+                        head_dim=8, mlp_dim=8, layer_types=("linear_attention",),
+                        linear_attention=LINEAR, linear_chunk=piece),
+            attention(layout, linear_strategy=strategy))
 
 
 def weights(seed=0) -> Weights:
@@ -61,8 +62,8 @@ def value_and_grads(fn, w, x, dout):
     return fn(w, x), jax.grad(loss, argnums=(0, 1))(w, x)
 
 
-def assert_over_devices(layer, cfg, w, one_device, layout: str, mesh_shape):
-    """layer(w, x, cfg, segment_ids=, order=, mesh=) on natural()'s rows laid out by `layout`
+def assert_over_devices(layer, case, w, one_device, layout: str, mesh_shape):
+    """layer(w, x, *case, segment_ids=, order=, mesh=) (case: layer_config's) on natural()'s rows laid out by `layout`
     over a (data, seq) mesh: its outputs and the gradients of its input and of every weight
     (a registered dataclass of arrays) within 1e-5 relative of `one_device`'s (value_and_grads
     of the same layer unsplit)."""
@@ -73,7 +74,7 @@ def assert_over_devices(layer, cfg, w, one_device, layout: str, mesh_shape):
     order = layout_order(layout, seg, x.shape[0], x.shape[1], seq, tile=4)
     sharding = jax.NamedSharding(mesh, jax.P("data", "seq"))
     put = lambda a: jax.device_put(jnp.asarray(a), sharding)  # noqa: E731
-    fn = lambda w, x: layer(w, x, cfg, segment_ids=put(take(seg, order)),  # noqa: E731
+    fn = lambda w, x: layer(w, x, *case, segment_ids=put(take(seg, order)),  # noqa: E731
                             order=put(order), mesh=mesh)
     with jax.set_mesh(mesh):
         out, (dw, dx) = jax.jit(lambda w, x: value_and_grads(fn, w, x, put(take(dout, order))))(
@@ -87,12 +88,12 @@ def assert_over_devices(layer, cfg, w, one_device, layout: str, mesh_shape):
         assert close(got, want) < 1e-5, name
 
 
-def on_one_device(layer, cfg, w):
-    """value_and_grads of layer(w, x, cfg, segment_ids=) on natural()'s rows, unsplit: what
+def on_one_device(layer, case, w):
+    """value_and_grads of layer(w, x, *case, segment_ids=) on natural()'s rows, unsplit: what
     assert_over_devices compares with."""
     x, dout, seg = natural()
     return jax.jit(lambda w, x: value_and_grads(
-        lambda w, x: layer(w, x, cfg, segment_ids=jnp.asarray(seg)), w, x, jnp.asarray(dout)))(
+        lambda w, x: layer(w, x, *case, segment_ids=jnp.asarray(seg)), w, x, jnp.asarray(dout)))(
             w, jnp.asarray(x))
 
 

@@ -24,8 +24,9 @@ def rows():
 
 def curve(layout, shards, rows, **model_options):
     mesh = parallel.make_mesh(1, shards, devices=jax.devices()[:shards])
-    cfg = model.ModelConfig(attention=attention(layout, tile=0), **SIZES, **model_options)
-    graphdef, params = nnx.split(model.create(cfg, mesh, seed=2), nnx.Param)
+    cfg = model.ModelConfig(**SIZES, **model_options)
+    graphdef, params = nnx.split(model.create(cfg, mesh, seed=2, choice=attention(layout, tile=0)),
+                                 nnx.Param)
     batch = position_loss.on_mesh(position_loss.position_batch(rows, layout, shards), mesh)
     with jax.set_mesh(mesh):
         return position_loss.curve(position_loss.make_position_eval(graphdef, BUCKETS), params,

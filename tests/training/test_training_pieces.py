@@ -27,8 +27,9 @@ def test_schedule_warms_up_then_decays_to_the_floor():
 
 def test_gradient_accumulation_equals_one_big_batch():
     mesh = parallel.make_mesh(2, 2, devices=jax.devices()[:4])
-    cfg = model.ModelConfig(attention=attention("striped"), **SIZES)
-    graphdef, params = nnx.split(model.create(cfg, mesh, seed=0), nnx.Param)
+    cfg = model.ModelConfig(**SIZES)
+    graphdef, params = nnx.split(model.create(cfg, mesh, seed=0, choice=attention("striped")),
+                                 nnx.Param)
     optim_cfg = tiny.get_config().optim
     tx, schedule = optim.make_optimizer(optim_cfg, 10)
     perm = parallel.permutation("striped", 32, 2)
