@@ -30,6 +30,13 @@ from parallel.recurrent import BASELINE as RECURRENT_BASELINE, get_recurrent_str
 MLA_BASELINE = "full"
 
 
+def op_tile(tile: int) -> int | None:
+    """A run's tile as `parallel.attention` takes it. In a run (parallel.tile, its `tiles`, an
+    AttentionChoice) "no tile given" is 0; the op spells it None (its default for each call's
+    length) and refuses 0. The one place the first becomes the second."""
+    return tile or None
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionChoice:
     layout: str  # parallel.LAYOUTS
@@ -61,7 +68,7 @@ class AttentionChoice:
         tile given: a saved run read at any length, a model built by hand) is the op's own
         default for each call's length (None there)."""
         return dict(layout=self.layout, strategy=self.strategy, kernel=self.kernel,
-                    tile_q=self.tile_q or None, tile_k=self.tile_k or None,
+                    tile_q=op_tile(self.tile_q), tile_k=op_tile(self.tile_k),
                     **get_strategy(self.strategy).option_values(self.ulysses_degree))
 
     def exchanges(self) -> dict:
@@ -188,7 +195,7 @@ def choose(*, layout: str, strategy: str, kernel: str, tile_q: int, tile_k: int,
     kern = resolve_kernel(kernel, platform)
     lay.check_divisible(seq_len, num_shards)
     degree = configured(strat, num_shards, q_heads, ulysses_degree=ulysses_degree or None).degree
-    tq, tk = resolve_tiles(lay, kern, seq_len // num_shards, tile_q or None, tile_k or None)
+    tq, tk = resolve_tiles(lay, kern, seq_len // num_shards, op_tile(tile_q), op_tile(tile_k))
     kern.check_tiles(tq, tk, kern.interpreted_on(platform))
     return AttentionChoice(layout=lay.name, strategy=strat.name, ulysses_degree=degree,
                            kernel=kern.name, tile_q=tq, tile_k=tk, why=why,

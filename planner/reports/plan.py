@@ -36,7 +36,8 @@ def layout_tiles(config, choice, layout: str, block: int, platform: str):
             return choice.tiles
     kernel = parallel.resolve_kernel(choice.kernel, platform)
     tile_q, tile_k = given or (0, 0)
-    return parallel.choice.resolve_tiles(layout, kernel, block, tile_q or None, tile_k or None)
+    return parallel.choice.resolve_tiles(layout, kernel, block, parallel.choice.op_tile(tile_q),
+                                         parallel.choice.op_tile(tile_k))
 
 
 def analytic_plan(config, device: Device, run: Run, resolved, efficiency: float = 1.0,
