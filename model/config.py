@@ -80,11 +80,6 @@ class MemorySwitches:
         """The switches alone (of a MemorySwitches or a ModelConfig), by name."""
         return {name: getattr(self, name) for name in MemorySwitches.fields()}
 
-    @property
-    def switches(self) -> "MemorySwitches":
-        """The memory switches alone (a ModelConfig's, apart from its architecture)."""
-        return MemorySwitches(**self.record())
-
     def label(self) -> str:
         """'remat (nothing), scanned layers, loss in chunks of 4,096, MLP in chunks of 8,192';
         'no memory switches'."""

@@ -79,8 +79,8 @@ def _merge(base: dict, values: Mapping, strict: bool, prefix: str) -> dict:
         if key not in base:
             if strict:
                 raise ConfigError(f"config field {name} does not exist: remove it, or give a "
-                                  f"field of run_config/schema.py or model/config.py (every field is "
-                                  f"declared there)")
+                                  f"field of run_config/schema.py or model/config.py (every "
+                                  f"field is declared there)")
             continue
         if isinstance(base[key], dict) and isinstance(value, Mapping):
             base[key] = _merge(base[key], value, strict, f"{name}.")

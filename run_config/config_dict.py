@@ -20,7 +20,7 @@ from run_config.schema import RunConfig
 
 # Sections that take a value of another type than their default's (a memory switch's 'auto' or
 # its value; parallel.tile's 'auto', size or pair): not type-safe, as a copy of the config (a
-# stage's, a plan's) must still take either (training/validate.py checks the kinds).
+# stage's, a plan's) must still take either (MemorySwitches and ParallelConfig check the kinds).
 ANY_TYPE = {"parallel": ("tile",), "model": MemorySwitches.fields()}
 NOT_FIELDS = {"model.moe": MoEConfig.DERIVED}  # set by the run, not a file
 

@@ -31,6 +31,7 @@ def check(node, prefix: str, checks) -> None:
         if not ok:
             raise ValueError(f"{prefix}{field}={getattr(node, field)!r}: must be {want}")
 
+
 # A run config leaves every memory switch to the planner: 'auto' turns on what the run needs to
 # fit its devices and no more, the fastest setting it predicts to fit (planner/switches.py; the
 # run's first lines say what it chose). A value set in a config or on the command line wins.

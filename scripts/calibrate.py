@@ -9,8 +9,8 @@ calibration fitted to the points its table marks for the fit.
                                           # train.py's steps measured here against the planner
 
 The measurements, their source and which points are fitted are data, one table a measured
-setting (planner/calibration/step_times/NAME.toml, --config NAME); the fit and the predictions in planner/calibration/fit.py; the
-constants in planner/devices.py. This file reads the flags and prints.
+setting (planner/calibration/step_times/NAME.toml, --config NAME); the fit and the predictions
+in planner/calibration/fit.py; the constants in planner/devices.py. This file reads the flags and prints.
 
 --measure times the attention kernel's tiles and the dense matmuls of configs/default.py's
 model on this machine, in this process with one device pinned to one core (as each device of
@@ -32,7 +32,8 @@ import sys
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="llama3_8b_v5p", help="a table of planner/calibration/step_times/ (its name)")
+    p.add_argument("--config", default="llama3_8b_v5p",
+                   help="a table of planner/calibration/step_times/ (its name)")
     p.add_argument("--fit", action="store_true", help="fit the calibration again (minutes)")
     p.add_argument("--json", help="write every point and the calibration to this file")
     p.add_argument("--measure", action="store_true",

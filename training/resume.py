@@ -180,8 +180,8 @@ def check_compatible(directory: str, step: int, meta: dict, model_cfg) -> None:
     """Raises CheckpointError when the checkpoint's parameters were made with another value of
     a field that shapes them (model.parameter_fields: qk_norm, moe.num_experts, scan_layers,
     ...) than this run's resolved model.ModelConfig `model_cfg` has. A field the record lacks
-    (saved before it existed) counts as its default (run_config/schema.py's), which that model was built
-    with."""
+    (saved before it existed) counts as its default (run_config/schema.py's), which that model
+    was built with."""
     # The defaults where the record lacks a field, 'auto' as the run resolved it
     saved = saved_config(meta).model
     for name in parameter_fields():

@@ -17,6 +17,7 @@ from planner.run import configured_layout
 from run_config import ConfigError
 from training.resume import RUN_FIELDS
 
+
 def _mesh_shape(config, device_count):
     try:
         return parallel.mesh_shape(config.mesh.data, config.mesh.seq, device_count)

@@ -6,8 +6,8 @@ data-parallel groups, 64 sequences (2M tokens) a step.
 
 The setting of MaxText's Ulysses measurements (llama2-7b, context parallelism 16 on 64 v5p
 chips, 2M tokens per step; the step times: planner/calibration/step_times/llama2_7b_v5p.toml).
-None of these points is in the TPU v5p calibration's fit (planner/devices.py): they check the planner on a model, a mesh, a batch and a
-tuned recipe (block sizes of 1,024 and 2,048, 52% MFU) it was not fitted to. MaxText ran them
+None of these points is in the TPU v5p calibration's fit (planner/devices.py): they check the
+planner on a model, a mesh, a batch and a tuned recipe (block sizes of 1,024 and 2,048, 52% MFU) it was not fitted to. MaxText ran them
 with every block rematerialised except the attention's output (its remat policy 'custom' with
 the attention output kept on the device): here model.remat_policy 'attention', set for the
 measured points by the table's setup (scripts/calibrate.py --config llama2_7b_v5p predicts all

@@ -9,8 +9,9 @@
         --workdir gs://my-bucket/ringstripe/llama3_8b_v5p -- --config.parallel.strategy=auto
 
 The setting in which MaxText measured its context-parallel strategies (llama3-8b, context
-parallelism 64 on 64 v5p chips, median step times in planner/calibration/step_times/llama3_8b_v5p.toml, which the planner
-prints beside its strategy table and the TPU v5p calibration is fitted to).
+parallelism 64 on 64 v5p chips; the median step times are in
+planner/calibration/step_times/llama3_8b_v5p.toml, which the planner prints beside its strategy
+table and the TPU v5p calibration is fitted to).
 
 8.0B parameters: d_model 4096, 32 layers, 32 query heads and 8 KV heads x 128, SwiGLU 14336,
 vocab 128256, RoPE base 500000; bfloat16 compute, float32 parameters and AdamW state, every

@@ -1,6 +1,7 @@
 """Hugging Face checkpoints in and out: `config.json` + safetensors (one file or sharded), for the
-families of model/hf/families/ (FAMILIES; the README's models table lists them, from it): the tensors, read and written
-through each family's names. config.json's translation is model/hf/config_json.py's.
+families of model/hf/families/ (FAMILIES; the README's models table lists them, from it): the
+tensors, read and written through each family's names. config.json's translation is
+model/hf/config_json.py's.
 
     from model import hf
     m = hf.load("/models/Llama-3.2-1B")      # our Transformer, on one device, no mesh to set up

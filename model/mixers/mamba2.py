@@ -101,9 +101,9 @@ def layer(w: Weights, x, cfg: ModelConfig, choice: AttentionChoice = UNPLANNED,
           segment_ids=None, order=None, mesh=None, cache=None, collect: bool = False):
     """The layer as a function of its weights: x [B, S, D] -> [B, S, D] in the compute dtype
     (with `cache`: (out, new cache); with `collect`: (out, the cache after each row's prompt,
-    segment 0)), split over the mesh's 'seq' devices in the choice's layout's order (order: the batch's
-    original indices, required by 'balanced'); with cfg.linear_chunk, training a piece of each
-    device's tokens at a time (model/mixers/recurrent.py says which way a call runs)."""
+    segment 0)), split over the mesh's 'seq' devices in the choice's layout's order (order: the
+    batch's original indices, required by 'balanced'); with cfg.linear_chunk, training a piece of
+    each device's tokens at a time (model/mixers/recurrent.py says which way a call runs)."""
     bias = None if w.conv_bias is None else w.conv_bias.astype(F32)
     return recurrent.run(w, x, recurrence(cfg, w.d), w.conv.astype(F32), bias, cfg, choice,
                          segment_ids, order, mesh, cache, collect)

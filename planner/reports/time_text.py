@@ -4,7 +4,8 @@
 - Strategies: every context-parallel strategy for the run's layout, its predicted time per
   micro-step, traffic and memory, the recommendation (what `parallel.strategy='auto'` takes),
   and, where the config's setting has published step times (planner/calibration/step_times/:
-  MaxText's for configs/tpu/llama3_8b_v5p.py), those beside the predictions with where they disagree.
+  MaxText's for configs/tpu/llama3_8b_v5p.py), those beside the predictions with where they
+  disagree.
 
 Formulas: each strategy's cost (parallel/strategies/) plus planner/step_time.py's dense and
 optimizer terms.
@@ -120,8 +121,8 @@ def format_measured(rows: list[dict], num_shards: int, measured: dict) -> list[s
     """Measured step times beside the predictions (the same batch: the config carries the
     measured setup), predicted / measured for each, and the fastest of each."""
     by_label = {label(r, num_shards): r["step_s"] for r in rows}
-    lines = [f"  measured (planner/calibration/step_times/) beside predicted (agrees: predicted / measured in "
-             f"{AGREES[0]}-{AGREES[1]}):"]
+    lines = [f"  measured (planner/calibration/step_times/) beside predicted (agrees: "
+             f"predicted / measured in {AGREES[0]}-{AGREES[1]}):"]
     for name, seconds in measured.items():
         if name not in by_label:
             lines.append(f"    {name:<14} measured {seconds:>7.2f} s   not an option of this mesh")

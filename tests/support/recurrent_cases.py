@@ -63,8 +63,8 @@ def value_and_grads(fn, w, x, dout):
 
 
 def assert_over_devices(layer, case, w, one_device, layout: str, mesh_shape):
-    """layer(w, x, *case, segment_ids=, order=, mesh=) (case: layer_config's) on natural()'s rows laid out by `layout`
-    over a (data, seq) mesh: its outputs and the gradients of its input and of every weight
+    """layer(w, x, *case, segment_ids=, order=, mesh=) (case: layer_config's) on natural()'s
+    rows laid out by `layout` over a (data, seq) mesh: its outputs and the gradients of its input and of every weight
     (a registered dataclass of arrays) within 1e-5 relative of `one_device`'s (value_and_grads
     of the same layer unsplit)."""
     (want_out, (want_dw, want_dx)) = one_device

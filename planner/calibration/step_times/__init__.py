@@ -1,7 +1,7 @@
 """Published step times, one TOML file a measured setting: planner/calibration/step_times/
-NAME.toml, NAME the config file's (configs/tpu/llama3_8b_v5p.py: llama3_8b_v5p.toml). Data, not code: the
-planner prints them beside its strategy table (scripts/plan.py) and fits the device calibrations
-to them (scripts/calibrate.py). A file holds
+NAME.toml, NAME the config file's (configs/tpu/llama3_8b_v5p.py: llama3_8b_v5p.toml). Data, not
+code: the planner prints them beside its strategy table (scripts/plan.py) and fits the device
+calibrations to them (scripts/calibrate.py). A file holds
 
     config = "configs/tpu/llama3_8b_v5p.py"    the run config of the measured setting
     device = "tpu-v5p"                         the device they were measured on (planner.DEVICES)
